@@ -1,0 +1,13 @@
+module github.com/belayhq/belay
+
+go 1.26.8
+
+require (
+	github.com/stretchr/testify v1.12.1
+	golang.org/x/sys v0.49.0
+)
+
+require (
+	go.uber.org/goleak v1.3.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)

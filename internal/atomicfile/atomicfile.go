@@ -1,0 +1,62 @@
+// Package atomicfile replaces files so that readers and crashes see either
+// the old content or the new, never a mix: temp file in the same directory,
+// fsync, rename, fsync the directory.
+package atomicfile
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/belayhq/belay/internal/vfs"
+)
+
+// WriteFile atomically replaces path with data, created with perm.
+func WriteFile(fsys vfs.FS, path string, data []byte, perm fs.FileMode) error {
+	dir := filepath.Dir(path)
+	tmp := TempName(path)
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return fmt.Errorf("atomicfile: create temp for %s: %w", path, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Close()
+			_ = fsys.Remove(tmp)
+		}
+	}()
+	n, err := f.Write(data)
+	if err == nil && n != len(data) {
+		err = fmt.Errorf("short write (%d of %d bytes)", n, len(data))
+	}
+	if err != nil {
+		return fmt.Errorf("atomicfile: write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("atomicfile: sync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("atomicfile: close %s: %w", tmp, err)
+	}
+	ok = true
+	if err := fsys.Rename(tmp, path); err != nil {
+		_ = fsys.Remove(tmp)
+		return fmt.Errorf("atomicfile: rename %s: %w", path, err)
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		return fmt.Errorf("atomicfile: sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// TempName returns a unique temporary name beside path. Temp names start
+// with '.' and end in ".tmp" so directory scans can skip them.
+func TempName(path string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+hex.EncodeToString(b[:])+".tmp")
+}

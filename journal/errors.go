@@ -1,0 +1,40 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrCorrupt marks a record that fails its checksum or does not decode.
+	ErrCorrupt = errors.New("journal: corrupt record")
+	// ErrQuarantined is matched by *QuarantineError.
+	ErrQuarantined = errors.New("journal: quarantined")
+	// ErrReadOnly is returned by appends after a write or sync failure, on a
+	// quarantined journal, or on one opened read-only.
+	ErrReadOnly = errors.New("journal: read-only")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("journal: closed")
+	// ErrTooLarge is returned for an event whose line exceeds MaxRecordSize.
+	ErrTooLarge = errors.New("journal: record too large")
+	// ErrInvalidEvent is returned for an event that cannot be appended.
+	ErrInvalidEvent = errors.New("journal: invalid event")
+)
+
+// QuarantineError reports damage before the tail of a journal. The journal
+// is read-only: events before Offset are readable, nothing is rewritten.
+type QuarantineError struct {
+	Path    string
+	Offset  int64  // byte offset of the first damaged line
+	LastSeq uint64 // last good seq before the damage
+	Reason  string
+}
+
+func (e *QuarantineError) Error() string {
+	return fmt.Sprintf("journal: %s quarantined: damage at offset %d after seq %d (%s); the journal is read-only and nothing was changed", e.Path, e.Offset, e.LastSeq, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrQuarantined) and errors.Is(err, ErrReadOnly) hold.
+func (e *QuarantineError) Is(target error) bool {
+	return target == ErrQuarantined || target == ErrReadOnly
+}

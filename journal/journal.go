@@ -1,0 +1,278 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/belayhq/belay/internal/vfs"
+)
+
+// File names inside a session directory.
+const (
+	FileName     = "journal.jsonl"
+	SnapshotName = "snapshot.json"
+)
+
+// DefaultBufferedDelay bounds how long a Buffered append waits for a commit.
+const DefaultBufferedDelay = 20 * time.Millisecond
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// FS is the filesystem; vfs.OS if nil.
+	FS vfs.FS
+	// BufferedDelay bounds how long Buffered appends wait to be committed.
+	BufferedDelay time.Duration
+	// Now supplies event timestamps; time.Now if nil.
+	Now func() time.Time
+	// ReadOnly opens without changing anything on disk: a torn tail is left
+	// in place (and not read), appends fail with ErrReadOnly, and a missing
+	// journal is an error. Doctor and offline readers use it.
+	ReadOnly bool
+}
+
+// Recovery reports what Open found and did.
+type Recovery struct {
+	// Snapshot is "trusted", "absent", or why the snapshot was not used.
+	Snapshot string
+	// TornAt is the offset of a torn tail, or -1 when there was none.
+	TornAt int64
+	// TornReason says what was wrong with the torn tail.
+	TornReason string
+	// BrokenCopy is the path of the copy kept before truncating it.
+	BrokenCopy string
+	// Scanned is how many bytes Open read to verify the journal.
+	Scanned int64
+}
+
+// Journal is one session's append-only log. It is safe for concurrent use.
+type Journal struct {
+	fsys     vfs.FS
+	dir      string
+	path     string
+	f        vfs.File
+	now      func() time.Time
+	delay    time.Duration
+	readOnly bool
+	recovery Recovery
+
+	mu         sync.Mutex
+	nextSeq    uint64
+	ids        map[string]uint64 // idempotency id -> seq, pending ones included
+	cur        *batch            // the batch being filled
+	durable    scanState         // what is written and synced
+	err        error             // sticky: why appends fail (read-only)
+	quarantine *QuarantineError
+	closed     bool
+	changed    chan struct{} // closed and replaced when durable grows or on close
+	snapState  []byte
+	snapSeq    uint64
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Open opens (creating if needed) the journal in dir and recovers it.
+//
+// On damage before the tail it returns a read-only Journal that serves the
+// events before the damage, together with a *QuarantineError. Callers that
+// get a QuarantineError must still Close the Journal.
+func Open(dir string, opts Options) (*Journal, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.OS
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.BufferedDelay <= 0 {
+		opts.BufferedDelay = DefaultBufferedDelay
+	}
+	j := &Journal{
+		fsys:     opts.FS,
+		dir:      dir,
+		path:     filepath.Join(dir, FileName),
+		now:      opts.Now,
+		delay:    opts.BufferedDelay,
+		readOnly: opts.ReadOnly,
+		changed:  make(chan struct{}),
+		recovery: Recovery{TornAt: -1},
+	}
+	flag := os.O_RDWR | os.O_CREATE
+	if opts.ReadOnly {
+		flag = os.O_RDONLY
+	}
+	f, err := j.fsys.OpenFile(j.path, flag, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("journal: open %s: %w", j.path, err)
+	}
+	j.f = f
+	if err := j.recover(); err != nil {
+		var q *QuarantineError
+		if !errors.As(err, &q) {
+			_ = f.Close()
+			return nil, err
+		}
+		j.quarantine = q
+		j.err = q
+	}
+	j.nextSeq = j.durable.lastSeq + 1
+	j.ids = j.durable.ids
+	j.durable.ids = nil // owned by j.ids from now on
+	if j.readOnly && j.err == nil {
+		j.err = fmt.Errorf("%w: %s was opened read-only", ErrReadOnly, j.path)
+	}
+	if j.err == nil {
+		if _, err := f.Seek(j.durable.size, io.SeekStart); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("journal: seek %s: %w", j.path, err)
+		}
+		j.cur = newBatch()
+		j.kick = make(chan struct{}, 1)
+		j.stop = make(chan struct{})
+		j.done = make(chan struct{})
+		go j.flusher()
+	}
+	if j.quarantine != nil {
+		return j, j.quarantine
+	}
+	return j, nil
+}
+
+// recover establishes j.durable from the snapshot and the journal, and
+// truncates a torn tail.
+func (j *Journal) recover() error {
+	fi, err := j.f.Stat()
+	if err != nil {
+		return fmt.Errorf("journal: stat %s: %w", j.path, err)
+	}
+	end := fi.Size()
+	st, snap, why := j.loadSnapshot(end)
+	j.recovery.Snapshot = why
+	if snap != nil {
+		j.snapState, j.snapSeq = snap.State, snap.LastSeq
+	}
+	from := st.size
+	d, err := scan(j.f, &st, end)
+	if err != nil {
+		return fmt.Errorf("journal: read %s: %w", j.path, err)
+	}
+	j.recovery.Scanned = end - from
+	j.durable = st
+	if d == nil {
+		return nil
+	}
+	if !d.torn {
+		return &QuarantineError{Path: j.path, Offset: d.off, LastSeq: st.lastSeq, Reason: d.reason}
+	}
+	j.recovery.TornAt, j.recovery.TornReason = d.off, d.reason
+	if j.readOnly {
+		return nil
+	}
+	return j.truncateTornTail(d.off, end)
+}
+
+// truncateTornTail keeps a copy of the whole journal, then cuts it at off.
+func (j *Journal) truncateTornTail(off, end int64) error {
+	broken := brokenName(j.path, j.now())
+	if err := j.copyTo(broken, end); err != nil {
+		return fmt.Errorf("journal: keep copy of torn tail of %s: %w", j.path, err)
+	}
+	j.recovery.BrokenCopy = broken
+	if err := j.f.Truncate(off); err != nil {
+		return fmt.Errorf("journal: truncate torn tail of %s at %d: %w", j.path, off, err)
+	}
+	if err := j.f.Sync(); err != nil {
+		return fmt.Errorf("journal: sync %s after truncation: %w", j.path, err)
+	}
+	return nil
+}
+
+func (j *Journal) copyTo(dst string, n int64) error {
+	out, err := j.fsys.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, io.NewSectionReader(j.f, 0, n))
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = j.fsys.SyncDir(j.dir)
+	}
+	if err != nil {
+		_ = j.fsys.Remove(dst)
+	}
+	return err
+}
+
+// Recovery reports what Open found and did.
+func (j *Journal) Recovery() Recovery { return j.recovery }
+
+// Path returns the journal file's path.
+func (j *Journal) Path() string { return j.path }
+
+// LastSeq returns the seq of the last synced event (0 when empty).
+func (j *Journal) LastSeq() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.durable.lastSeq
+}
+
+// Size returns the byte size of the synced journal.
+func (j *Journal) Size() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.durable.size
+}
+
+// Err returns why the journal is read-only, or nil if it accepts appends.
+func (j *Journal) Err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return ErrClosed
+	}
+	return j.err
+}
+
+// Close commits pending appends, stops the committer and closes the file.
+// It is safe to call more than once.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return nil
+	}
+	j.closed = true
+	stop := j.stop
+	j.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-j.done
+	}
+	j.mu.Lock()
+	close(j.changed)
+	j.mu.Unlock()
+	if err := j.f.Close(); err != nil {
+		return fmt.Errorf("journal: close %s: %w", j.path, err)
+	}
+	return nil
+}
+
+// Exists reports whether dir holds a journal.
+func Exists(fsys vfs.FS, dir string) bool {
+	if fsys == nil {
+		fsys = vfs.OS
+	}
+	_, err := fsys.Stat(filepath.Join(dir, FileName))
+	return !errors.Is(err, fs.ErrNotExist)
+}

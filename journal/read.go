@@ -1,0 +1,157 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"iter"
+	"sort"
+)
+
+// Read returns up to max events with seq > after, in order (max <= 0 means
+// no limit). It sees only synced events. It seeks through the sparse index,
+// so its cost does not grow with after.
+//
+// On a quarantined journal Read serves the events before the damage and
+// returns the *QuarantineError with the last of them: a damaged journal is
+// never read as if it simply ended.
+func (j *Journal) Read(after uint64, max int) ([]Event, error) {
+	var out []Event
+	err := j.scanFrom(after, func(e Event) bool {
+		out = append(out, e)
+		return max <= 0 || len(out) < max
+	})
+	return out, err
+}
+
+// scanFrom calls fn for each synced event after seq after until fn returns
+// false.
+func (j *Journal) scanFrom(after uint64, fn func(Event) bool) error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return ErrClosed
+	}
+	last, end, q := j.durable.lastSeq, j.durable.size, j.quarantine
+	off := seekOffset(j.durable.index, after+1)
+	j.mu.Unlock()
+	if after >= last {
+		if q != nil {
+			return q
+		}
+		return nil
+	}
+	lr := newLineReader(j.f, off, end)
+	for {
+		line, loff, complete, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("journal: read %s: %w", j.path, err)
+		}
+		if !complete {
+			return j.corruptAt(loff, last, "partial line inside the synced journal")
+		}
+		h, err := decodeHeader(line)
+		if err != nil {
+			return j.corruptAt(loff, after, err.Error())
+		}
+		if h.Seq <= after {
+			continue
+		}
+		e, err := decodeLine(line)
+		if err != nil {
+			return j.corruptAt(loff, after, err.Error())
+		}
+		if e.Seq != after+1 {
+			return j.corruptAt(loff, after, fmt.Sprintf("seq %d follows seq %d", e.Seq, after))
+		}
+		after = e.Seq
+		if !fn(e) || after >= last {
+			break
+		}
+	}
+	if after >= last && q != nil {
+		return q
+	}
+	return nil
+}
+
+// corruptAt quarantines the journal after a read found damage inside the
+// part that Open trusted from the snapshot.
+func (j *Journal) corruptAt(off int64, lastGood uint64, reason string) error {
+	q := &QuarantineError{Path: j.path, Offset: off, LastSeq: lastGood, Reason: reason}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.quarantine == nil {
+		j.quarantine = q
+		j.err = q
+	}
+	return j.quarantine
+}
+
+// seekOffset returns where to start reading to find seq.
+func seekOffset(index []indexEntry, seq uint64) int64 {
+	i := sort.Search(len(index), func(i int) bool { return index[i].Seq > seq })
+	if i == 0 {
+		return 0
+	}
+	return index[i-1].Off
+}
+
+// Wait blocks until an event with seq > after is synced, the journal fails
+// or closes, or ctx is done.
+func (j *Journal) Wait(ctx context.Context, after uint64) error {
+	for {
+		j.mu.Lock()
+		switch {
+		case j.durable.lastSeq > after:
+			j.mu.Unlock()
+			return nil
+		case j.closed:
+			j.mu.Unlock()
+			return ErrClosed
+		case j.quarantine != nil:
+			q := j.quarantine
+			j.mu.Unlock()
+			return q
+		}
+		ch := j.changed
+		j.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// Follow yields every event after seq after, in order, then keeps waiting
+// for new ones until ctx is done or the journal closes. It stops after
+// yielding an error.
+func (j *Journal) Follow(ctx context.Context, after uint64) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		for {
+			stop := false
+			err := j.scanFrom(after, func(e Event) bool {
+				after = e.Seq
+				if !yield(e, nil) {
+					stop = true
+					return false
+				}
+				return true
+			})
+			if stop {
+				return
+			}
+			if err == nil {
+				err = j.Wait(ctx, after)
+			}
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+		}
+	}
+}
