@@ -90,7 +90,10 @@ func TestCrashRecovery(t *testing.T) {
 		}()
 		// Wait for the first acknowledgement, then kill at a random point.
 		first, ok := <-lines
-		require.True(t, ok, "child produced no ack: %s", stderr.String())
+		if !ok {
+			_ = cmd.Wait()
+			t.Fatalf("cycle %d: child produced no ack: %s", cycle, stderr.String())
+		}
 		time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		recordAck(t, acked, first)

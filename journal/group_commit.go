@@ -94,7 +94,8 @@ func (j *Journal) Append(ctx context.Context, d Durability, evs ...Event) ([]uin
 		waitSeq = max(waitSeq, e.Seq)
 		j.nextSeq++
 	}
-	if len(b.recs) > nrecs {
+	added := len(b.recs) > nrecs
+	if added {
 		if nrecs == 0 {
 			b.first = time.Now()
 		}
@@ -112,7 +113,7 @@ func (j *Journal) Append(ctx context.Context, d Durability, evs ...Event) ([]uin
 	if d == Buffered || waitSeq <= durable {
 		return seqs, nil
 	}
-	if len(b.recs) > nrecs {
+	if added {
 		<-b.done
 		if b.err != nil {
 			return nil, b.err
