@@ -1,0 +1,81 @@
+package belay
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// DeliveryStatus is the state of an inbox item.
+type DeliveryStatus string
+
+// Delivery statuses: pending -> leased -> done|error; leased -> pending on
+// release, retry or expiry.
+const (
+	DeliveryPending DeliveryStatus = "pending"
+	DeliveryLeased  DeliveryStatus = "leased"
+	DeliveryDone    DeliveryStatus = "done"
+	DeliveryError   DeliveryStatus = "error"
+)
+
+// Settled reports whether the delivery is finished.
+func (s DeliveryStatus) Settled() bool { return s == DeliveryDone || s == DeliveryError }
+
+// Delivery is an inbox item a consumer must handle and settle.
+type Delivery struct {
+	ID      string `json:"id"`
+	Session string `json:"session"`
+	Type    string `json:"type"`
+	// Key is the poster's idempotency id: (Key, Type) is posted once.
+	Key      string          `json:"key,omitempty"`
+	Priority int             `json:"priority"`
+	Data     json.RawMessage `json:"data,omitempty"`
+	Status   DeliveryStatus  `json:"status"`
+	// Seq is the seq of the event that posted it; order is priority, then seq.
+	Seq       uint64    `json:"seq"`
+	Epoch     uint64    `json:"epoch"`
+	Lease     *Lease    `json:"lease,omitempty"`
+	Attempts  int       `json:"attempts"`
+	NotBefore time.Time `json:"notBefore,omitzero"`
+	Result    string    `json:"result,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	SettledAt time.Time `json:"settledAt,omitzero"`
+}
+
+// DeliveryInput posts a delivery.
+type DeliveryInput struct {
+	Session  string
+	Type     string
+	Key      string
+	Priority int
+	Data     json.RawMessage
+}
+
+// SettleKind says how a leased delivery is settled.
+type SettleKind string
+
+// Settlements.
+const (
+	// SettleDone acks the delivery as handled.
+	SettleDone SettleKind = "done"
+	// SettleError acks it as failed for good.
+	SettleError SettleKind = "error"
+	// SettleRelease hands it back for immediate redelivery.
+	SettleRelease SettleKind = "release"
+	// SettleRetry hands it back for redelivery after a delay.
+	SettleRetry SettleKind = "retry"
+)
+
+// Settlement settles a leased delivery, naming its lease epoch.
+type Settlement struct {
+	Kind   SettleKind
+	Epoch  uint64
+	Result string
+	// Delay is the retry delay for SettleRetry.
+	Delay time.Duration
+}
+
+// DeliveryFilter selects deliveries. Zero values match everything.
+type DeliveryFilter struct {
+	Session string
+	Status  DeliveryStatus
+}

@@ -1,0 +1,144 @@
+package belay
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// RunStatus is the coarse status of a run.
+type RunStatus string
+
+// Run statuses.
+const (
+	RunQueued    RunStatus = "queued"
+	RunRunning   RunStatus = "running"
+	RunComplete  RunStatus = "complete"
+	RunFailed    RunStatus = "failed"
+	RunCancelled RunStatus = "cancelled"
+	RunStranded  RunStatus = "stranded"
+)
+
+// Terminal reports whether a run in this status is finished.
+func (s RunStatus) Terminal() bool {
+	switch s {
+	case RunComplete, RunFailed, RunCancelled, RunStranded:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is a known status.
+func (s RunStatus) Valid() bool { return s == RunQueued || s == RunRunning || s.Terminal() }
+
+// RunPhase is the fine-grained phase of a run.
+type RunPhase string
+
+// Run phases.
+const (
+	PhaseQueued           RunPhase = "queued"
+	PhaseAdmitted         RunPhase = "admitted"
+	PhaseStarting         RunPhase = "starting"
+	PhaseAwaitingResponse RunPhase = "awaiting_response"
+	PhaseStreaming        RunPhase = "streaming"
+	PhaseToolRunning      RunPhase = "tool_running"
+	PhaseRetryWait        RunPhase = "retry_wait"
+	PhaseRecovering       RunPhase = "recovering"
+	PhaseFinishing        RunPhase = "finishing"
+	PhaseComplete         RunPhase = "complete"
+	PhaseFailed           RunPhase = "failed"
+	PhaseCancelled        RunPhase = "cancelled"
+	PhaseStranded         RunPhase = "stranded"
+)
+
+// Status returns the coarse status a phase belongs to.
+func (p RunPhase) Status() RunStatus {
+	switch p {
+	case PhaseQueued:
+		return RunQueued
+	case PhaseComplete:
+		return RunComplete
+	case PhaseFailed:
+		return RunFailed
+	case PhaseCancelled:
+		return RunCancelled
+	case PhaseStranded:
+		return RunStranded
+	case PhaseAdmitted, PhaseStarting, PhaseAwaitingResponse, PhaseStreaming,
+		PhaseToolRunning, PhaseRetryWait, PhaseRecovering, PhaseFinishing:
+		return RunRunning
+	}
+	return ""
+}
+
+// Lease is time-bounded ownership with a fencing epoch.
+type Lease struct {
+	Owner     string    `json:"owner"`
+	Epoch     uint64    `json:"epoch"`
+	GrantedAt time.Time `json:"grantedAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Expired reports whether the lease has expired at now.
+func (l *Lease) Expired(now time.Time) bool { return l == nil || !now.Before(l.ExpiresAt) }
+
+// RunError is why a run failed, in one of the error classes.
+type RunError struct {
+	Class   ErrorClass `json:"class"`
+	Message string     `json:"message"`
+}
+
+// Run is one turn or job inside a session.
+type Run struct {
+	ID             string    `json:"id"`
+	Session        string    `json:"session"`
+	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
+	Status         RunStatus `json:"status"`
+	Phase          RunPhase  `json:"phase"`
+	Priority       int       `json:"priority"`
+	Provider       string    `json:"provider"`
+	Model          string    `json:"model,omitempty"`
+	// Epoch is the fencing token of the latest lease grant (0: never leased).
+	Epoch uint64 `json:"epoch"`
+	// Lease is the current lease, nil when none is held.
+	Lease    *Lease    `json:"lease,omitempty"`
+	Attempt  int       `json:"attempt"`
+	Error    *RunError `json:"error,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Deadline time.Time `json:"deadline,omitzero"`
+	// InputSeq is the seq of the run.created event that holds the input.
+	InputSeq  uint64          `json:"inputSeq"`
+	Ref       ConversationRef `json:"ref"`
+	CreatedAt time.Time       `json:"createdAt"`
+	UpdatedAt time.Time       `json:"updatedAt"`
+	StartedAt time.Time       `json:"startedAt,omitzero"`
+	EndedAt   time.Time       `json:"endedAt,omitzero"`
+}
+
+// RunInput creates a run. Input (the prompt and options) is journaled in
+// the run.created event, not kept on the Run.
+type RunInput struct {
+	Session        string
+	IdempotencyKey string
+	Priority       int
+	Provider       string
+	Model          string
+	Deadline       time.Time
+	Input          json.RawMessage
+}
+
+// RunUpdate changes a run under its lease. Zero fields are left alone.
+type RunUpdate struct {
+	Phase   RunPhase
+	Attempt int
+	Error   *RunError
+	Reason  string
+	Ref     *ConversationRef
+	// Data is journaled with the update event.
+	Data json.RawMessage
+}
+
+// RunFilter selects runs. Zero values match everything.
+type RunFilter struct {
+	Session string
+	Status  RunStatus
+}

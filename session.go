@@ -1,0 +1,69 @@
+package belay
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// SessionState is the coarse state of a session.
+type SessionState string
+
+// Session states.
+const (
+	// SessionIdle has no queued or running run.
+	SessionIdle SessionState = "idle"
+	// SessionActive has a queued or running run.
+	SessionActive SessionState = "active"
+	// SessionQuarantined has a damaged journal: it is read-only.
+	SessionQuarantined SessionState = "quarantined"
+)
+
+// ConversationRef points at the provider-side conversation a session is
+// bound to: a conversation or response id, a URL, a browser target, and the
+// cursor to resume from. Providers fill in what they have.
+type ConversationRef struct {
+	Kind   string `json:"kind,omitempty"`
+	ID     string `json:"id,omitempty"`
+	URL    string `json:"url,omitempty"`
+	Target string `json:"target,omitempty"`
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// Session is a durable handle to one provider conversation.
+type Session struct {
+	ID        string            `json:"id"`
+	Provider  string            `json:"provider"`
+	Model     string            `json:"model,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Ref       ConversationRef   `json:"ref"`
+	State     SessionState      `json:"state"`
+	CreatedAt time.Time         `json:"createdAt"`
+	UpdatedAt time.Time         `json:"updatedAt"`
+	// LastSeq is the seq of the session's last synced event.
+	LastSeq uint64 `json:"lastSeq"`
+	// Problem says why a quarantined session is read-only.
+	Problem string `json:"problem,omitempty"`
+	// Options are provider options kept with the session.
+	Options json.RawMessage `json:"options,omitempty"`
+}
+
+// SessionInput creates a session.
+type SessionInput struct {
+	// ID, if set, must be a valid session id not in use; otherwise one is made.
+	ID       string
+	Provider string
+	Model    string
+	Labels   map[string]string
+	Options  json.RawMessage
+	// IdempotencyKey makes creation idempotent: a second create with the
+	// same key returns the first session.
+	IdempotencyKey string
+}
+
+// SessionFilter selects sessions to list. Zero values match everything.
+type SessionFilter struct {
+	State    SessionState
+	Provider string
+	// Limit caps the result (0: no cap); sessions come newest first.
+	Limit int
+}

@@ -1,0 +1,153 @@
+// Package store defines the Store interface the runtime consumes, and the
+// shapes shared by its implementations: fsstore (the embedded default) and,
+// later, pgstore. It is a seam between the runtime and storage, not a
+// promise to outside callers; storetest is the conformance suite every
+// implementation passes.
+//
+// Every state change a Store makes is a Sync event in the session's journal
+// (G1), applied to the session's state only after it is durable. Reads see
+// synced events only.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/belayhq/belay"
+)
+
+// Store is durable storage for sessions, their events, runs and deliveries.
+// Implementations are safe for concurrent use.
+type Store interface {
+	// CreateSession creates a session and journals session.created.
+	CreateSession(ctx context.Context, in belay.SessionInput) (belay.Session, error)
+	// Session returns one session, or belay.ErrNotFound.
+	Session(ctx context.Context, id string) (belay.Session, error)
+	// Sessions lists sessions, newest first.
+	Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error)
+
+	// Append journals events in a session and returns their seqs. An event
+	// with an idempotency ID already in the session returns the original seq
+	// (G3). An event that names a Run and an Epoch is refused with a
+	// *belay.StaleEpochError unless the epoch is the run's current lease
+	// epoch (G6).
+	Append(ctx context.Context, session string, d belay.Durability, evs ...belay.Event) ([]uint64, error)
+	// Events returns up to limit events with seq > after (limit <= 0: all).
+	Events(ctx context.Context, session string, after uint64, limit int) ([]belay.Event, error)
+	// WaitEvents blocks until the session has an event with seq > after, or
+	// ctx is done.
+	WaitEvents(ctx context.Context, session string, after uint64) error
+
+	// CreateRun creates a queued run. With an IdempotencyKey already used in
+	// the session it returns the original run and created=false.
+	CreateRun(ctx context.Context, in belay.RunInput) (run belay.Run, created bool, err error)
+	// Run returns one run, or belay.ErrNotFound.
+	Run(ctx context.Context, id string) (belay.Run, error)
+	// Runs lists runs in creation order.
+	Runs(ctx context.Context, f belay.RunFilter) ([]belay.Run, error)
+	// AcquireRunLease grants owner a lease on a non-terminal run and
+	// increments its epoch. It fails with belay.ErrLeaseHeld while another
+	// unexpired lease is held, unless takeover names that lease's epoch (the
+	// caller proved its owner dead).
+	AcquireRunLease(ctx context.Context, id, owner string, ttl time.Duration, takeover uint64) (belay.Run, error)
+	// RenewRunLease extends the lease of the given epoch.
+	RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration) (belay.Run, error)
+	// ReleaseRunLease drops the lease of the given epoch.
+	ReleaseRunLease(ctx context.Context, id string, epoch uint64) (belay.Run, error)
+	// UpdateRun changes a run's phase and details under the lease of the
+	// given epoch; a terminal phase ends the run and drops its lease.
+	UpdateRun(ctx context.Context, id string, epoch uint64, u belay.RunUpdate) (belay.Run, error)
+	// CancelQueuedRun ends a queued (never leased) run as cancelled.
+	CancelQueuedRun(ctx context.Context, id, reason string) (belay.Run, error)
+
+	// PostDelivery adds an inbox item. A second post with the same (Key,
+	// Type) in the session returns the first and created=false.
+	PostDelivery(ctx context.Context, in belay.DeliveryInput) (d belay.Delivery, created bool, err error)
+	// Delivery returns one delivery, or belay.ErrNotFound.
+	Delivery(ctx context.Context, id string) (belay.Delivery, error)
+	// Deliveries lists deliveries in delivery order (priority, then seq).
+	Deliveries(ctx context.Context, f belay.DeliveryFilter) ([]belay.Delivery, error)
+	// LeaseDeliveries leases up to max deliverable items of a session, in
+	// order of priority class, then seq. An item is deliverable when it is
+	// pending and past NotBefore, or leased with an expired lease. Each
+	// grant increments the item's epoch.
+	LeaseDeliveries(ctx context.Context, session, owner string, ttl time.Duration, max int) ([]belay.Delivery, error)
+	// SettleDelivery acks, releases or retries a leased item, naming the
+	// epoch of its lease; a stale or expired lease is refused.
+	SettleDelivery(ctx context.Context, id string, s belay.Settlement) (belay.Delivery, error)
+	// ExpireDeliveryLeases returns every leased item whose lease expired by
+	// now to pending, and reports the earliest lease expiry still ahead (zero
+	// if none) so the caller can arm a timer for it (G7).
+	ExpireDeliveryLeases(ctx context.Context) (expired []belay.Delivery, next time.Time, err error)
+
+	// Prune deletes terminal sessions by age policy (G12).
+	Prune(ctx context.Context, p PrunePolicy) (PruneReport, error)
+
+	// Close releases the store. It is safe to call more than once.
+	Close() error
+}
+
+// Event types a store journals for its own state changes.
+const (
+	EventSessionCreated   = "session.created"
+	EventRunCreated       = "run.created"
+	EventRunLeased        = "run.leased"
+	EventRunRenewed       = "run.renewed"
+	EventRunReleased      = "run.released"
+	EventRunUpdated       = "run.updated"
+	EventDeliveryPosted   = "delivery.posted"
+	EventDeliveryLeased   = "delivery.leased"
+	EventDeliverySettled  = "delivery.settled"
+	EventDeliveryExpired  = "delivery.expired"
+	EventDeliveryReturned = "delivery.returned"
+)
+
+// Default retention ages (G12).
+const (
+	DefaultKeepComplete = 14 * 24 * time.Hour
+	DefaultKeepFailed   = 30 * 24 * time.Hour
+	DefaultPruneGrace   = 24 * time.Hour
+)
+
+// PrunePolicy says which terminal sessions Prune deletes. A session is
+// pruned only when it has no queued or running run, no unsettled delivery,
+// no delivery settled within Grace, is not quarantined, and its last
+// activity is older than the age for its worst run outcome: KeepFailed if
+// any run failed or was stranded, else KeepComplete.
+type PrunePolicy struct {
+	KeepComplete time.Duration
+	KeepFailed   time.Duration
+	Grace        time.Duration
+	// DryRun reports what would be pruned without deleting.
+	DryRun bool
+}
+
+// WithDefaults fills zero fields with the defaults.
+func (p PrunePolicy) WithDefaults() PrunePolicy {
+	if p.KeepComplete <= 0 {
+		p.KeepComplete = DefaultKeepComplete
+	}
+	if p.KeepFailed <= 0 {
+		p.KeepFailed = DefaultKeepFailed
+	}
+	if p.Grace <= 0 {
+		p.Grace = DefaultPruneGrace
+	}
+	return p
+}
+
+// PruneReport lists what Prune deleted (or would delete) and kept.
+type PruneReport struct {
+	Pruned []PrunedSession `json:"pruned"`
+	Kept   int             `json:"kept"`
+	DryRun bool            `json:"dryRun"`
+}
+
+// PrunedSession is one session Prune deleted.
+type PrunedSession struct {
+	ID         string        `json:"id"`
+	LastActive time.Time     `json:"lastActive"`
+	Age        time.Duration `json:"age"`
+	Rule       string        `json:"rule"`
+	Bytes      int64         `json:"bytes"`
+}

@@ -1,0 +1,708 @@
+// Package storetest is the conformance suite every store.Store passes. An
+// implementation's test calls Run with a Harness that makes fresh stores on
+// a fake clock and reopens them.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/store"
+)
+
+// Harness makes stores for the suite.
+type Harness struct {
+	// New returns an empty store whose time comes from clk. The suite closes
+	// it (possibly after Reopen).
+	New func(t *testing.T, clk *clock.Fake) store.Store
+	// Reopen closes s and opens the same data again on the same clock, as a
+	// restarted process would.
+	Reopen func(t *testing.T, s store.Store) store.Store
+}
+
+// Start is the fake clock's start time.
+var Start = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+type bundle struct {
+	s   store.Store
+	clk *clock.Fake
+	ctx context.Context
+	h   Harness
+	t   *testing.T
+}
+
+func setup(t *testing.T, h Harness) *bundle {
+	t.Helper()
+	clk := clock.NewFake(Start)
+	b := &bundle{s: h.New(t, clk), clk: clk, ctx: context.Background(), h: h, t: t}
+	t.Cleanup(func() { _ = b.s.Close() })
+	return b
+}
+
+func (b *bundle) reopen() {
+	b.t.Helper()
+	b.s = b.h.Reopen(b.t, b.s)
+}
+
+func (b *bundle) session() belay.Session {
+	b.t.Helper()
+	sess, err := b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake", Model: "echo"})
+	require.NoError(b.t, err)
+	return sess
+}
+
+func (b *bundle) run(session string) belay.Run {
+	b.t.Helper()
+	r, created, err := b.s.CreateRun(b.ctx, belay.RunInput{Session: session, Input: json.RawMessage(`{"prompt":"hi"}`)})
+	require.NoError(b.t, err)
+	require.True(b.t, created)
+	return r
+}
+
+// Run runs the suite.
+func Run(t *testing.T, h Harness) {
+	tests := map[string]func(t *testing.T, h Harness){
+		"Sessions":             testSessions,
+		"SessionIdempotency":   testSessionIdempotency,
+		"Events":               testEvents,
+		"EventsWait":           testEventsWait,
+		"FencedAppend":         testFencedAppend,
+		"Runs":                 testRuns,
+		"RunLeases":            testRunLeases,
+		"RunLeaseRace":         testRunLeaseRace,
+		"CancelQueued":         testCancelQueued,
+		"Deliveries":           testDeliveries,
+		"DeliveryOrder":        testDeliveryOrder,
+		"DeliveryLeaseExpiry":  testDeliveryLeaseExpiry,
+		"DeliveryRetryRelease": testDeliveryRetryRelease,
+		"DeliveryRace":         testDeliveryRace,
+		"Prune":                testPrune,
+		"Reopen":               testReopen,
+	}
+	for name, fn := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, h)
+		})
+	}
+}
+
+func testSessions(t *testing.T, h Harness) {
+	b := setup(t, h)
+	a := b.session()
+	require.NoError(t, ids.Check(ids.Session, a.ID))
+	require.Equal(t, belay.SessionIdle, a.State)
+	require.Equal(t, Start, a.CreatedAt)
+	b.clk.Advance(time.Second)
+	c, err := b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "openai", Labels: map[string]string{"k": "v"}})
+	require.NoError(t, err)
+	got, err := b.s.Session(b.ctx, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, "openai", got.Provider)
+	require.Equal(t, map[string]string{"k": "v"}, got.Labels)
+	require.Equal(t, uint64(1), got.LastSeq)
+
+	list, err := b.s.Sessions(b.ctx, belay.SessionFilter{})
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.Equal(t, c.ID, list[0].ID, "newest first")
+	list, err = b.s.Sessions(b.ctx, belay.SessionFilter{Provider: "fake"})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	list, err = b.s.Sessions(b.ctx, belay.SessionFilter{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+
+	_, err = b.s.Session(b.ctx, "ses_../../etc")
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, err = b.s.Session(b.ctx, ids.New(ids.Session))
+	require.ErrorIs(t, err, belay.ErrNotFound)
+	_, err = b.s.CreateSession(b.ctx, belay.SessionInput{})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake", ID: "nope"})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake", ID: a.ID})
+	require.ErrorIs(t, err, belay.ErrExists)
+	own := ids.New(ids.Session)
+	mine, err := b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake", ID: own})
+	require.NoError(t, err)
+	require.Equal(t, own, mine.ID)
+}
+
+func testSessionIdempotency(t *testing.T, h Harness) {
+	b := setup(t, h)
+	in := belay.SessionInput{Provider: "fake", IdempotencyKey: "k1"}
+	a, err := b.s.CreateSession(b.ctx, in)
+	require.NoError(t, err)
+	again, err := b.s.CreateSession(b.ctx, in)
+	require.NoError(t, err)
+	require.Equal(t, a.ID, again.ID)
+	b.reopen()
+	again, err = b.s.CreateSession(b.ctx, in)
+	require.NoError(t, err)
+	require.Equal(t, a.ID, again.ID)
+	list, err := b.s.Sessions(b.ctx, belay.SessionFilter{})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+}
+
+func testEvents(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	seqs, err := b.s.Append(b.ctx, sess.ID, belay.Sync,
+		belay.Event{Type: "note", Data: json.RawMessage(`{"n":1}`)},
+		belay.Event{Type: "note", ID: "once", Data: json.RawMessage(`{"n":2}`)})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{2, 3}, seqs, "seq 1 is session.created")
+	seqs, err = b.s.Append(b.ctx, sess.ID, belay.Buffered, belay.Event{Type: "note", ID: "once"}, belay.Event{Type: "delta"})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{3, 4}, seqs)
+	require.NoError(t, b.s.WaitEvents(b.ctx, sess.ID, 3))
+
+	evs, err := b.s.Events(b.ctx, sess.ID, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 4)
+	require.Equal(t, store.EventSessionCreated, evs[0].Type)
+	for i, e := range evs {
+		require.Equal(t, uint64(i+1), e.Seq)
+	}
+	evs, err = b.s.Events(b.ctx, sess.ID, 2, 1)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, uint64(3), evs[0].Seq)
+	require.JSONEq(t, `{"n":2}`, string(evs[0].Data))
+
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: store.EventRunUpdated})
+	require.ErrorIs(t, err, belay.ErrInvalid, "store event types are reserved")
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "Bad Type"})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, err = b.s.Append(b.ctx, ids.New(ids.Session), belay.Sync, belay.Event{Type: "note"})
+	require.ErrorIs(t, err, belay.ErrNotFound)
+	got, err := b.s.Session(b.ctx, sess.ID)
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), got.LastSeq)
+}
+
+func testEventsWait(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	done := make(chan error, 1)
+	go func() { done <- b.s.WaitEvents(b.ctx, sess.ID, 1) }()
+	_, err := b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "note"})
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	require.ErrorIs(t, b.s.WaitEvents(ctx, sess.ID, 2), context.Canceled)
+}
+
+func testFencedAppend(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	r := b.run(sess.ID)
+	leased, err := b.s.AcquireRunLease(b.ctx, r.ID, "w1", time.Minute, 0)
+	require.NoError(t, err)
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Buffered, belay.Event{Type: "delta", Run: r.ID, Epoch: leased.Epoch})
+	require.NoError(t, err)
+	b.clk.Advance(2 * time.Minute)
+	taken, err := b.s.AcquireRunLease(b.ctx, r.ID, "w2", time.Minute, 0)
+	require.NoError(t, err)
+	require.Equal(t, leased.Epoch+1, taken.Epoch)
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "delta", Run: r.ID, Epoch: leased.Epoch})
+	var stale *belay.StaleEpochError
+	require.ErrorAs(t, err, &stale)
+	require.Equal(t, taken.Epoch, stale.Current)
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "delta", Run: ids.New(ids.Run), Epoch: 1})
+	require.ErrorIs(t, err, belay.ErrNotFound)
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "delta", Epoch: 1})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+}
+
+func testRuns(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	in := belay.RunInput{Session: sess.ID, IdempotencyKey: "req-1", Priority: 3, Input: json.RawMessage(`{"prompt":"hello"}`)}
+	r, created, err := b.s.CreateRun(b.ctx, in)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.NoError(t, ids.Check(ids.Run, r.ID))
+	require.Equal(t, belay.RunQueued, r.Status)
+	require.Equal(t, belay.PhaseQueued, r.Phase)
+	require.Equal(t, "fake", r.Provider, "a run defaults to its session's provider")
+	require.Equal(t, 3, r.Priority)
+	again, created, err := b.s.CreateRun(b.ctx, in)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, r.ID, again.ID)
+
+	evs, err := b.s.Events(b.ctx, sess.ID, r.InputSeq-1, 1)
+	require.NoError(t, err)
+	require.Equal(t, store.EventRunCreated, evs[0].Type)
+	require.Contains(t, string(evs[0].Data), `"prompt":"hello"`)
+
+	got, err := b.s.Session(b.ctx, sess.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.SessionActive, got.State)
+
+	other := b.run(sess.ID)
+	runs, err := b.s.Runs(b.ctx, belay.RunFilter{Session: sess.ID})
+	require.NoError(t, err)
+	require.Equal(t, []string{r.ID, other.ID}, []string{runs[0].ID, runs[1].ID})
+	_, err = b.s.Run(b.ctx, "run_bad")
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, err = b.s.Run(b.ctx, ids.New(ids.Run))
+	require.ErrorIs(t, err, belay.ErrNotFound)
+	_, _, err = b.s.CreateRun(b.ctx, belay.RunInput{Session: ids.New(ids.Session)})
+	require.ErrorIs(t, err, belay.ErrNotFound)
+}
+
+func testRunLeases(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	r := b.run(sess.ID)
+	l1, err := b.s.AcquireRunLease(b.ctx, r.ID, "w1", time.Minute, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), l1.Epoch)
+	require.Equal(t, belay.RunRunning, l1.Status)
+	require.Equal(t, belay.PhaseAdmitted, l1.Phase)
+	require.Equal(t, "w1", l1.Lease.Owner)
+
+	_, err = b.s.AcquireRunLease(b.ctx, r.ID, "w2", time.Minute, 0)
+	require.ErrorIs(t, err, belay.ErrLeaseHeld, "a held lease is not granted again")
+
+	// A live owner that renews is never reclaimed, however long it runs.
+	for i := 0; i < 10; i++ {
+		b.clk.Advance(50 * time.Second)
+		_, err := b.s.RenewRunLease(b.ctx, r.ID, l1.Epoch, time.Minute)
+		require.NoError(t, err)
+		_, err = b.s.AcquireRunLease(b.ctx, r.ID, "w2", time.Minute, 0)
+		require.ErrorIs(t, err, belay.ErrLeaseHeld)
+	}
+
+	// Takeover of a provably dead owner names its epoch.
+	_, err = b.s.AcquireRunLease(b.ctx, r.ID, "w2", time.Minute, l1.Epoch+5)
+	require.ErrorIs(t, err, belay.ErrLeaseHeld)
+	l2, err := b.s.AcquireRunLease(b.ctx, r.ID, "w2", time.Minute, l1.Epoch)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), l2.Epoch)
+
+	var stale *belay.StaleEpochError
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l1.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming})
+	require.ErrorAs(t, err, &stale)
+	_, err = b.s.RenewRunLease(b.ctx, r.ID, l1.Epoch, time.Minute)
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+	_, err = b.s.ReleaseRunLease(b.ctx, r.ID, l1.Epoch)
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+
+	u, err := b.s.UpdateRun(b.ctx, r.ID, l2.Epoch, belay.RunUpdate{
+		Phase: belay.PhaseStreaming, Attempt: 1,
+		Ref: &belay.ConversationRef{Kind: "response", ID: "resp_1", Cursor: "7"},
+	})
+	require.NoError(t, err)
+	require.Equal(t, belay.PhaseStreaming, u.Phase)
+	require.Equal(t, "resp_1", u.Ref.ID)
+	got, err := b.s.Session(b.ctx, sess.ID)
+	require.NoError(t, err)
+	require.Equal(t, "7", got.Ref.Cursor, "the run's conversation ref is the session's")
+
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l2.Epoch, belay.RunUpdate{Phase: belay.PhaseQueued})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l2.Epoch, belay.RunUpdate{Phase: "bogus"})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+
+	// Release, then a fresh lease without takeover.
+	rel, err := b.s.ReleaseRunLease(b.ctx, r.ID, l2.Epoch)
+	require.NoError(t, err)
+	require.Nil(t, rel.Lease)
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l2.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming})
+	require.ErrorIs(t, err, belay.ErrNotLeased)
+	l3, err := b.s.AcquireRunLease(b.ctx, r.ID, "w3", time.Minute, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), l3.Epoch)
+
+	done, err := b.s.UpdateRun(b.ctx, r.ID, l3.Epoch, belay.RunUpdate{Phase: belay.PhaseFailed,
+		Error: &belay.RunError{Class: belay.ClassRateLimited, Message: "429"}, Reason: "retries exhausted"})
+	require.NoError(t, err)
+	require.Equal(t, belay.RunFailed, done.Status)
+	require.Nil(t, done.Lease, "a terminal run holds no lease")
+	require.False(t, done.EndedAt.IsZero())
+	require.Equal(t, belay.ClassRateLimited, done.Error.Class)
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l3.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.ErrorIs(t, err, belay.ErrTerminal)
+	_, err = b.s.AcquireRunLease(b.ctx, r.ID, "w4", time.Minute, 0)
+	require.ErrorIs(t, err, belay.ErrTerminal)
+	got, err = b.s.Session(b.ctx, sess.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.SessionIdle, got.State)
+	failed, err := b.s.Runs(b.ctx, belay.RunFilter{Status: belay.RunFailed})
+	require.NoError(t, err)
+	require.Len(t, failed, 1)
+}
+
+// testRunLeaseRace checks that among racers exactly one gets each grant.
+func testRunLeaseRace(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	r := b.run(sess.ID)
+	const n = 16
+	var wg sync.WaitGroup
+	wins := make(chan belay.Run, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := b.s.AcquireRunLease(b.ctx, r.ID, fmt.Sprintf("w%d", i), time.Minute, 0)
+			if err == nil {
+				wins <- got
+			} else if !errors.Is(err, belay.ErrLeaseHeld) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(wins)
+	require.Len(t, wins, 1)
+	require.Equal(t, uint64(1), (<-wins).Epoch)
+}
+
+func testCancelQueued(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	r := b.run(sess.ID)
+	c, err := b.s.CancelQueuedRun(b.ctx, r.ID, "")
+	require.NoError(t, err)
+	require.Equal(t, belay.RunCancelled, c.Status)
+	require.Equal(t, belay.ClassCancelled, c.Error.Class)
+	_, err = b.s.CancelQueuedRun(b.ctx, r.ID, "")
+	require.ErrorIs(t, err, belay.ErrActive)
+	r2 := b.run(sess.ID)
+	_, err = b.s.AcquireRunLease(b.ctx, r2.ID, "w", time.Minute, 0)
+	require.NoError(t, err)
+	_, err = b.s.CancelQueuedRun(b.ctx, r2.ID, "")
+	require.ErrorIs(t, err, belay.ErrActive, "a running run is cancelled through its lease")
+}
+
+func post(t *testing.T, b *bundle, session, typ, key string, prio int) belay.Delivery {
+	t.Helper()
+	d, created, err := b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: session, Type: typ, Key: key, Priority: prio, Data: json.RawMessage(`{"k":"` + key + `"}`)})
+	require.NoError(t, err)
+	require.True(t, created)
+	return d
+}
+
+func testDeliveries(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	d := post(t, b, sess.ID, "ui.click", "e1", 0)
+	require.Equal(t, belay.DeliveryPending, d.Status)
+	require.NoError(t, ids.Check(ids.Delivery, d.ID))
+	dup, created, err := b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "ui.click", Key: "e1"})
+	require.NoError(t, err)
+	require.False(t, created, "a duplicate (id, type) post is dropped")
+	require.Equal(t, d.ID, dup.ID)
+	post(t, b, sess.ID, "ui.other", "e1", 0) // same key, other type: a new item
+
+	got, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, d.ID, got[0].ID)
+	require.Equal(t, belay.DeliveryLeased, got[0].Status)
+	require.Equal(t, uint64(1), got[0].Epoch)
+	require.Equal(t, 1, got[0].Attempts)
+
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: 7})
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: "maybe", Epoch: 1})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	done, err := b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: 1, Result: "ok"})
+	require.NoError(t, err)
+	require.Equal(t, belay.DeliveryDone, done.Status)
+	require.Equal(t, "ok", done.Result)
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: 1})
+	require.ErrorIs(t, err, belay.ErrTerminal, "settlement is exactly once")
+
+	_, _, err = b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, err = b.s.LeaseDeliveries(b.ctx, sess.ID, "", time.Minute, 1)
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	all, err := b.s.Deliveries(b.ctx, belay.DeliveryFilter{Session: sess.ID})
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	pending, err := b.s.Deliveries(b.ctx, belay.DeliveryFilter{Status: belay.DeliveryPending})
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	one, err := b.s.Delivery(b.ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.DeliveryDone, one.Status)
+}
+
+func testDeliveryOrder(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	low1 := post(t, b, sess.ID, "t", "low1", 0)
+	high1 := post(t, b, sess.ID, "t", "high1", 5)
+	low2 := post(t, b, sess.ID, "t", "low2", 0)
+	high2 := post(t, b, sess.ID, "t", "high2", 5)
+	got, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent", time.Minute, 10)
+	require.NoError(t, err)
+	var order []string
+	for _, d := range got {
+		order = append(order, d.ID)
+	}
+	require.Equal(t, []string{high1.ID, high2.ID, low1.ID, low2.ID}, order, "priority class, then seq")
+	again, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent2", time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, again, "leased items are not handed out twice")
+}
+
+func testDeliveryLeaseExpiry(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	d := post(t, b, sess.ID, "t", "a", 0)
+	post(t, b, sess.ID, "t", "b", 0)
+	l1, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent1", time.Minute, 1)
+	require.NoError(t, err)
+	_, err = b.s.LeaseDeliveries(b.ctx, sess.ID, "agent1", 2*time.Minute, 1)
+	require.NoError(t, err)
+
+	expired, next, err := b.s.ExpireDeliveryLeases(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, expired)
+	require.Equal(t, Start.Add(time.Minute), next, "the earliest expiry is reported for a timer")
+
+	b.clk.Advance(time.Minute)
+	// A late ack from the expired lease is refused.
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: l1[0].Epoch})
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+	expired, next, err = b.s.ExpireDeliveryLeases(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, expired, 1)
+	require.Equal(t, d.ID, expired[0].ID)
+	require.Equal(t, Start.Add(2*time.Minute), next)
+	got, err := b.s.Delivery(b.ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.DeliveryPending, got.Status)
+
+	l2, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent2", time.Minute, 1)
+	require.NoError(t, err)
+	require.Equal(t, d.ID, l2[0].ID, "an expired item is redelivered")
+	require.Equal(t, l1[0].Epoch+1, l2[0].Epoch)
+	require.Equal(t, 2, l2[0].Attempts)
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: l1[0].Epoch})
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleError, Epoch: l2[0].Epoch, Result: "boom"})
+	require.NoError(t, err)
+
+	// An expired lease that nobody swept is also redeliverable.
+	b.clk.Advance(2 * time.Minute)
+	l3, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent3", time.Minute, 5)
+	require.NoError(t, err)
+	require.Len(t, l3, 1)
+	require.Equal(t, uint64(2), l3[0].Epoch)
+}
+
+func testDeliveryRetryRelease(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	d := post(t, b, sess.ID, "t", "a", 0)
+	l, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	rel, err := b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleRelease, Epoch: l[0].Epoch})
+	require.NoError(t, err)
+	require.Equal(t, belay.DeliveryPending, rel.Status)
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: l[0].Epoch})
+	require.ErrorIs(t, err, belay.ErrNotLeased)
+	l, err = b.s.LeaseDeliveries(b.ctx, sess.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	require.Len(t, l, 1, "a released item is redelivered at once")
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleRetry, Epoch: l[0].Epoch, Delay: 30 * time.Second})
+	require.NoError(t, err)
+	l, err = b.s.LeaseDeliveries(b.ctx, sess.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	require.Empty(t, l, "a retried item waits for its delay")
+	b.clk.Advance(30 * time.Second)
+	l, err = b.s.LeaseDeliveries(b.ctx, sess.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	require.Len(t, l, 1)
+	require.Equal(t, uint64(3), l[0].Epoch)
+}
+
+// testDeliveryRace checks at-least-once with exactly-once settlement under
+// concurrent consumers: every item is settled once, none twice.
+func testDeliveryRace(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	const n = 40
+	for i := 0; i < n; i++ {
+		post(t, b, sess.ID, "t", fmt.Sprint(i), i%3)
+	}
+	var mu sync.Mutex
+	settled := map[string]int{}
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				got, err := b.s.LeaseDeliveries(b.ctx, sess.ID, fmt.Sprintf("c%d", w), time.Minute, 3)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				for _, d := range got {
+					if _, err := b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: d.Epoch}); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					settled[d.ID]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, settled, n)
+	for id, c := range settled {
+		require.Equal(t, 1, c, id)
+	}
+}
+
+func testPrune(t *testing.T, h Harness) {
+	b := setup(t, h)
+	finish := func(session string, phase belay.RunPhase) {
+		r := b.run(session)
+		l, err := b.s.AcquireRunLease(b.ctx, r.ID, "w", time.Minute, 0)
+		require.NoError(t, err)
+		_, err = b.s.UpdateRun(b.ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: phase})
+		require.NoError(t, err)
+	}
+	done := b.session()
+	finish(done.ID, belay.PhaseComplete)
+	failed := b.session()
+	finish(failed.ID, belay.PhaseFailed)
+	active := b.session()
+	b.run(active.ID)
+	inbox := b.session()
+	finish(inbox.ID, belay.PhaseComplete)
+	post(t, b, inbox.ID, "run.completed", "x", 0)
+	empty := b.session()
+
+	rep, err := b.s.Prune(b.ctx, store.PrunePolicy{})
+	require.NoError(t, err)
+	require.Empty(t, rep.Pruned, "nothing is old enough")
+
+	b.clk.Advance(store.DefaultKeepComplete + time.Hour)
+	rep, err = b.s.Prune(b.ctx, store.PrunePolicy{DryRun: true})
+	require.NoError(t, err)
+	require.True(t, rep.DryRun)
+	require.ElementsMatch(t, []string{done.ID, empty.ID}, prunedIDs(rep))
+	_, err = b.s.Session(b.ctx, done.ID)
+	require.NoError(t, err, "a dry run deletes nothing")
+
+	rep, err = b.s.Prune(b.ctx, store.PrunePolicy{})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{done.ID, empty.ID}, prunedIDs(rep))
+	require.Equal(t, 3, rep.Kept)
+	_, err = b.s.Session(b.ctx, done.ID)
+	require.ErrorIs(t, err, belay.ErrNotFound)
+
+	// Settle the inbox item: it stays within the grace window, then goes.
+	l, err := b.s.LeaseDeliveries(b.ctx, inbox.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	_, err = b.s.SettleDelivery(b.ctx, l[0].ID, belay.Settlement{Kind: belay.SettleDone, Epoch: l[0].Epoch})
+	require.NoError(t, err)
+	rep, err = b.s.Prune(b.ctx, store.PrunePolicy{})
+	require.NoError(t, err)
+	require.Empty(t, rep.Pruned)
+
+	b.clk.Advance(store.DefaultKeepFailed)
+	rep, err = b.s.Prune(b.ctx, store.PrunePolicy{})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{failed.ID, inbox.ID}, prunedIDs(rep))
+	_, err = b.s.Session(b.ctx, active.ID)
+	require.NoError(t, err, "an active run is never pruned")
+
+	b.reopen()
+	list, err := b.s.Sessions(b.ctx, belay.SessionFilter{})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, active.ID, list[0].ID)
+}
+
+func prunedIDs(r store.PruneReport) []string {
+	var out []string
+	for _, p := range r.Pruned {
+		out = append(out, p.ID)
+	}
+	return out
+}
+
+func testReopen(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	r, _, err := b.s.CreateRun(b.ctx, belay.RunInput{Session: sess.ID, IdempotencyKey: "k"})
+	require.NoError(t, err)
+	l, err := b.s.AcquireRunLease(b.ctx, r.ID, "w1", time.Minute, 0)
+	require.NoError(t, err)
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Ref: &belay.ConversationRef{ID: "c1"}})
+	require.NoError(t, err)
+	d := post(t, b, sess.ID, "t", "a", 1)
+	ld, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "delta", Run: r.ID, Epoch: l.Epoch, Data: json.RawMessage(`"tok"`)})
+	require.NoError(t, err)
+	before, err := b.s.Session(b.ctx, sess.ID)
+	require.NoError(t, err)
+	runBefore, err := b.s.Run(b.ctx, r.ID)
+	require.NoError(t, err)
+
+	b.reopen()
+	after, err := b.s.Session(b.ctx, sess.ID)
+	require.NoError(t, err)
+	require.Equal(t, before.LastSeq, after.LastSeq)
+	require.Equal(t, before.Ref, after.Ref)
+	require.Equal(t, belay.SessionActive, after.State)
+	runAfter, err := b.s.Run(b.ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, runBefore, runAfter, "runs survive a restart exactly")
+
+	// Leases are persisted: the run lease is still held, the delivery is
+	// still leased and expires by its time, not at once and not never.
+	_, err = b.s.AcquireRunLease(b.ctx, r.ID, "w2", time.Minute, 0)
+	require.ErrorIs(t, err, belay.ErrLeaseHeld)
+	again, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	require.Empty(t, again)
+	_, next, err := b.s.ExpireDeliveryLeases(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, ld[0].Lease.ExpiresAt, next)
+	b.clk.Advance(time.Minute)
+	again, err = b.s.LeaseDeliveries(b.ctx, sess.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.Equal(t, d.ID, again[0].ID)
+	require.Equal(t, uint64(2), again[0].Epoch)
+
+	// Idempotency keys survive too.
+	same, created, err := b.s.CreateRun(b.ctx, belay.RunInput{Session: sess.ID, IdempotencyKey: "k"})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, r.ID, same.ID)
+	_, created, err = b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "t", Key: "a"})
+	require.NoError(t, err)
+	require.False(t, created)
+}
