@@ -1,0 +1,300 @@
+package fsstore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/store"
+)
+
+// maxDeliveryType caps a delivery type's length.
+const maxDeliveryType = 64
+
+// PostDelivery adds an inbox item, once per (Key, Type) in the session.
+func (s *Store) PostDelivery(ctx context.Context, in belay.DeliveryInput) (belay.Delivery, bool, error) {
+	if in.Type == "" || len(in.Type) > maxDeliveryType {
+		return belay.Delivery{}, false, fmt.Errorf("%w: a delivery type is 1-%d characters", belay.ErrInvalid, maxDeliveryType)
+	}
+	ss, err := s.session(in.Session)
+	if err != nil {
+		return belay.Delivery{}, false, err
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if in.Key != "" {
+		if id, ok := ss.st.DeliveryKeys[deliveryKey(in.Type, in.Key)]; ok {
+			return copyDelivery(ss.st.deliveries[id]), false, nil
+		}
+	}
+	if err := ss.writable(); err != nil {
+		return belay.Delivery{}, false, err
+	}
+	p := deliveryPosted{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data}
+	data, err := marshal(p)
+	if err != nil {
+		return belay.Delivery{}, false, err
+	}
+	if _, err := ss.commit(ctx, belay.Event{Type: store.EventDeliveryPosted, Data: data}); err != nil {
+		return belay.Delivery{}, false, err
+	}
+	s.idxMu.Lock()
+	s.deliveries[p.ID] = ss.id
+	s.idxMu.Unlock()
+	return copyDelivery(ss.st.deliveries[p.ID]), true, nil
+}
+
+// deliverySession finds the session holding a delivery, locked.
+func (s *Store) deliverySession(id string) (*session, *belay.Delivery, error) {
+	if err := ids.Check(ids.Delivery, id); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	s.idxMu.RLock()
+	sid, ok := s.deliveries[id]
+	s.idxMu.RUnlock()
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: delivery %s", belay.ErrNotFound, id)
+	}
+	ss, err := s.session(sid)
+	if err != nil {
+		return nil, nil, err
+	}
+	ss.mu.Lock()
+	d, ok := ss.st.deliveries[id]
+	if !ok {
+		ss.mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: delivery %s", belay.ErrNotFound, id)
+	}
+	return ss, d, nil
+}
+
+// Delivery returns one delivery.
+func (s *Store) Delivery(_ context.Context, id string) (belay.Delivery, error) {
+	ss, d, err := s.deliverySession(id)
+	if err != nil {
+		return belay.Delivery{}, err
+	}
+	defer ss.mu.Unlock()
+	return copyDelivery(d), nil
+}
+
+// sessionsFor returns the named session, or all of them for "".
+func (s *Store) sessionsFor(id string) ([]*session, error) {
+	if id == "" {
+		return s.allSessions()
+	}
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, err
+	}
+	return []*session{ss}, nil
+}
+
+// Deliveries lists deliveries in delivery order.
+func (s *Store) Deliveries(_ context.Context, f belay.DeliveryFilter) ([]belay.Delivery, error) {
+	sessions, err := s.sessionsFor(f.Session)
+	if err != nil {
+		return nil, err
+	}
+	var out []belay.Delivery
+	for _, ss := range sessions {
+		ss.mu.Lock()
+		for _, d := range ss.st.sortedDeliveries() {
+			if f.Status == "" || d.Status == f.Status {
+				out = append(out, copyDelivery(d))
+			}
+		}
+		ss.mu.Unlock()
+	}
+	sortDeliveries(out)
+	return out, nil
+}
+
+// sortDeliveries orders deliveries of several sessions: priority class,
+// then creation time, then seq.
+func sortDeliveries(ds []belay.Delivery) {
+	sort.SliceStable(ds, func(i, j int) bool {
+		a, b := ds[i], ds[j]
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		if a.Session == b.Session {
+			return a.Seq < b.Seq
+		}
+		return a.CreatedAt.Before(b.CreatedAt)
+	})
+}
+
+// deliverable reports whether d can be leased at now.
+func deliverable(d *belay.Delivery, now time.Time) bool {
+	switch d.Status {
+	case belay.DeliveryPending:
+		return !now.Before(d.NotBefore)
+	case belay.DeliveryLeased:
+		return d.Lease.Expired(now)
+	}
+	return false
+}
+
+// LeaseDeliveries leases up to max deliverable items ("" session: any).
+func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
+	if owner == "" || ttl <= 0 || max <= 0 {
+		return nil, fmt.Errorf("%w: a lease needs an owner, a positive ttl and max", belay.ErrInvalid)
+	}
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
+	sessions, err := s.sessionsFor(session)
+	if err != nil {
+		return nil, err
+	}
+	// Find candidates in delivery order, then lease them session by session.
+	now := s.clock.Now()
+	var cands []belay.Delivery
+	for _, ss := range sessions {
+		ss.mu.Lock()
+		for _, d := range ss.st.sortedDeliveries() {
+			if deliverable(d, now) && ss.problem == nil {
+				cands = append(cands, copyDelivery(d))
+			}
+		}
+		ss.mu.Unlock()
+	}
+	sortDeliveries(cands)
+	var out []belay.Delivery
+	for _, c := range cands {
+		if len(out) == max {
+			break
+		}
+		d, ok, err := s.leaseOne(ctx, c.ID, owner, ttl)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// leaseOne leases one delivery if it is still deliverable.
+func (s *Store) leaseOne(ctx context.Context, id, owner string, ttl time.Duration) (belay.Delivery, bool, error) {
+	ss, d, err := s.deliverySession(id)
+	if err != nil {
+		return belay.Delivery{}, false, err
+	}
+	defer ss.mu.Unlock()
+	now := s.clock.Now()
+	if !deliverable(d, now) {
+		return belay.Delivery{}, false, nil // another consumer got it first
+	}
+	data, err := marshal(deliveryLeased{ID: id, Owner: owner, ExpiresAt: now.Add(ttl).UTC()})
+	if err != nil {
+		return belay.Delivery{}, false, err
+	}
+	if _, err := ss.commit(ctx, belay.Event{Type: store.EventDeliveryLeased, Epoch: d.Epoch + 1, Data: data}); err != nil {
+		return belay.Delivery{}, false, err
+	}
+	return copyDelivery(d), true, nil
+}
+
+// SettleDelivery acks, releases or retries a leased item.
+func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settlement) (belay.Delivery, error) {
+	switch st.Kind {
+	case belay.SettleDone, belay.SettleError, belay.SettleRelease, belay.SettleRetry:
+	default:
+		return belay.Delivery{}, fmt.Errorf("%w: settlement %q is not done, error, release or retry", belay.ErrInvalid, st.Kind)
+	}
+	if st.Delay < 0 {
+		return belay.Delivery{}, fmt.Errorf("%w: negative retry delay", belay.ErrInvalid)
+	}
+	ss, d, err := s.deliverySession(id)
+	if err != nil {
+		return belay.Delivery{}, err
+	}
+	defer ss.mu.Unlock()
+	if err := ss.writable(); err != nil {
+		return belay.Delivery{}, err
+	}
+	now := s.clock.Now()
+	switch {
+	case d.Status.Settled():
+		return belay.Delivery{}, fmt.Errorf("%w: delivery %s is settled (%s)", belay.ErrTerminal, id, d.Status)
+	case st.Epoch != d.Epoch:
+		return belay.Delivery{}, &belay.StaleEpochError{Kind: "delivery", ID: id, Got: st.Epoch, Current: d.Epoch}
+	case d.Status != belay.DeliveryLeased:
+		return belay.Delivery{}, fmt.Errorf("%w: delivery %s at epoch %d was returned to the inbox", belay.ErrNotLeased, id, st.Epoch)
+	case d.Lease.Expired(now):
+		return belay.Delivery{}, &belay.StaleEpochError{Kind: "delivery", ID: id, Got: st.Epoch, Current: d.Epoch}
+	}
+	p := deliverySettled{ID: id, Kind: st.Kind, Result: st.Result}
+	if st.Kind == belay.SettleRetry {
+		p.NotBefore = now.Add(st.Delay).UTC()
+	}
+	data, err := marshal(p)
+	if err != nil {
+		return belay.Delivery{}, err
+	}
+	if _, err := ss.commit(ctx, belay.Event{Type: store.EventDeliverySettled, Epoch: st.Epoch, Data: data}); err != nil {
+		return belay.Delivery{}, err
+	}
+	return copyDelivery(d), nil
+}
+
+// ExpireDeliveryLeases returns expired leased items to pending.
+func (s *Store) ExpireDeliveryLeases(ctx context.Context) ([]belay.Delivery, time.Time, error) {
+	if err := s.writable(); err != nil {
+		return nil, time.Time{}, err
+	}
+	sessions, err := s.allSessions()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var expired []belay.Delivery
+	var next time.Time
+	for _, ss := range sessions {
+		ex, nx, err := s.expireSession(ctx, ss)
+		expired = append(expired, ex...)
+		if err != nil {
+			return expired, next, err
+		}
+		if !nx.IsZero() && (next.IsZero() || nx.Before(next)) {
+			next = nx
+		}
+	}
+	return expired, next, nil
+}
+
+func (s *Store) expireSession(ctx context.Context, ss *session) ([]belay.Delivery, time.Time, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.problem != nil {
+		return nil, time.Time{}, nil
+	}
+	now := s.clock.Now()
+	var expired []belay.Delivery
+	var next time.Time
+	for _, d := range ss.st.Deliveries {
+		if d.Status != belay.DeliveryLeased {
+			continue
+		}
+		if !d.Lease.Expired(now) {
+			if next.IsZero() || d.Lease.ExpiresAt.Before(next) {
+				next = d.Lease.ExpiresAt
+			}
+			continue
+		}
+		data, err := marshal(deliveryExpired{ID: d.ID})
+		if err != nil {
+			return expired, next, err
+		}
+		if _, err := ss.commit(ctx, belay.Event{Type: store.EventDeliveryExpired, Epoch: d.Epoch, Data: data}); err != nil {
+			return expired, next, err
+		}
+		expired = append(expired, copyDelivery(d))
+	}
+	return expired, next, nil
+}

@@ -1,0 +1,22 @@
+// Package fsstore is belay's embedded default store: one journal per session
+// in a data directory owned through a lock owner record.
+//
+// Layout:
+//
+//	<dir>/belay.lock                       owner record of the process holding the store
+//	<dir>/sessions/<ses_id>/journal.jsonl  the session's events (canonical)
+//	<dir>/sessions/<ses_id>/snapshot.json  folded state cache (see package journal)
+//
+// Every state change is a Sync journal event applied to the session's
+// in-memory state only after it is durable; on open each session's state is
+// rebuilt from its snapshot (when trusted) plus the journal after it. A
+// session whose journal is damaged before its tail is loaded read-only and
+// reported as quarantined; it is never read as empty or rewritten.
+//
+// Sessions are created in <dir>/sessions/.new-<id> and renamed into place,
+// so a crash never leaves a half-created session; prune renames a session to
+// .trash-<id> before deleting it. Open finishes or discards both.
+//
+// Every session's journal stays open while the store is open: one file
+// descriptor per session.
+package fsstore

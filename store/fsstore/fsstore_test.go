@@ -1,0 +1,34 @@
+package fsstore
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func harness() storetest.Harness {
+	return storetest.Harness{
+		New: func(t *testing.T, clk *clock.Fake) store.Store {
+			s, err := Open(context.Background(), t.TempDir(), Options{Clock: clk, SnapshotEvery: 3})
+			require.NoError(t, err)
+			return s
+		},
+		Reopen: func(t *testing.T, s store.Store) store.Store {
+			fs := s.(*Store)
+			require.NoError(t, fs.Close())
+			s2, err := Open(context.Background(), fs.dir, fs.opts)
+			require.NoError(t, err)
+			return s2
+		},
+	}
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, harness()) }

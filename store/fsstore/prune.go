@@ -1,0 +1,124 @@
+package fsstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/store"
+)
+
+// pruneVerdict says whether a session may be pruned at now, and by which rule.
+func (ss *session) pruneVerdict(p store.PrunePolicy, now time.Time) (ok bool, rule string, last time.Time) {
+	sess := ss.st.Session
+	last = sess.UpdatedAt
+	if t := ss.lastRaw.Load(); t > last.UnixNano() {
+		last = unixNano(t)
+	}
+	if ss.problem != nil {
+		return false, "quarantined", last
+	}
+	keep, outcome := p.KeepComplete, "complete"
+	for _, r := range ss.st.Runs {
+		if !r.Status.Terminal() {
+			return false, "active run", last
+		}
+		if r.Status == belay.RunFailed || r.Status == belay.RunStranded {
+			keep, outcome = p.KeepFailed, "failed"
+		}
+	}
+	for _, d := range ss.st.Deliveries {
+		if !d.Status.Settled() {
+			return false, "unsettled delivery", last
+		}
+		if now.Sub(d.SettledAt) < p.Grace {
+			return false, "delivery settled within grace", last
+		}
+	}
+	if age := now.Sub(last); age < keep {
+		return false, "young", last
+	}
+	return true, fmt.Sprintf("%s, idle longer than %s", outcome, keep), last
+}
+
+// Prune deletes terminal sessions by age policy.
+func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (store.PruneReport, error) {
+	p = p.WithDefaults()
+	rep := store.PruneReport{DryRun: p.DryRun, Pruned: []store.PrunedSession{}}
+	if !p.DryRun {
+		if err := s.writable(); err != nil {
+			return rep, err
+		}
+	}
+	sessions, err := s.allSessions()
+	if err != nil {
+		return rep, err
+	}
+	now := s.clock.Now()
+	for _, ss := range sessions {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		ss.mu.Lock()
+		ok, rule, last := ss.pruneVerdict(p, now)
+		size := ss.j.Size()
+		ss.mu.Unlock()
+		if !ok {
+			rep.Kept++
+			continue
+		}
+		item := store.PrunedSession{ID: ss.id, LastActive: last, Age: now.Sub(last), Rule: rule, Bytes: size}
+		if !p.DryRun {
+			pruned, err := s.pruneSession(ss, p, now)
+			if err != nil {
+				return rep, err
+			}
+			if !pruned {
+				rep.Kept++
+				continue
+			}
+		}
+		rep.Pruned = append(rep.Pruned, item)
+	}
+	return rep, nil
+}
+
+// pruneSession removes a session if, checked again under its lock, it is
+// still prunable: it is unloaded, renamed aside, then deleted.
+func (s *Store) pruneSession(ss *session, p store.PrunePolicy, now time.Time) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ok, _, _ := ss.pruneVerdict(p, now); !ok || s.sessions[ss.id] != ss {
+		return false, nil
+	}
+	delete(s.sessions, ss.id)
+	s.idxMu.Lock()
+	for _, r := range ss.st.Runs {
+		delete(s.runs, r.ID)
+	}
+	for _, d := range ss.st.Deliveries {
+		delete(s.deliveries, d.ID)
+	}
+	if ss.st.SessionKey != "" {
+		delete(s.sessionKeys, ss.st.SessionKey)
+	}
+	s.idxMu.Unlock()
+	_ = ss.j.Close()
+	root := filepath.Join(s.dir, SessionsName)
+	trash := filepath.Join(root, fmt.Sprintf(".trash-%s-%d", ss.id, time.Now().UnixNano()))
+	if err := s.fsys.Rename(ss.dir, trash); err != nil {
+		return false, fmt.Errorf("fsstore: prune %s: %w", ss.id, err)
+	}
+	if err := s.fsys.SyncDir(root); err != nil {
+		return false, fmt.Errorf("fsstore: prune %s: %w", ss.id, err)
+	}
+	// Once renamed the session is gone; a failed delete is finished by the
+	// next Open.
+	_ = os.RemoveAll(trash)
+	return true, nil
+}

@@ -1,0 +1,263 @@
+package fsstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/store"
+)
+
+// runSession finds the session holding a run, locked. The caller unlocks.
+func (s *Store) runSession(id string) (*session, *belay.Run, error) {
+	if err := ids.Check(ids.Run, id); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	s.idxMu.RLock()
+	sid, ok := s.runs[id]
+	s.idxMu.RUnlock()
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+	}
+	ss, err := s.session(sid)
+	if err != nil {
+		return nil, nil, err
+	}
+	ss.mu.Lock()
+	r, ok := ss.st.runs[id]
+	if !ok {
+		ss.mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+	}
+	return ss, r, nil
+}
+
+// CreateRun creates a queued run, idempotently by key within the session.
+func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bool, error) {
+	ss, err := s.session(in.Session)
+	if err != nil {
+		return belay.Run{}, false, err
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if in.IdempotencyKey != "" {
+		if id, ok := ss.st.RunKeys[in.IdempotencyKey]; ok {
+			return copyRun(ss.st.runs[id]), false, nil
+		}
+	}
+	if err := ss.writable(); err != nil {
+		return belay.Run{}, false, err
+	}
+	p := runCreated{
+		ID: ids.New(ids.Run), Key: in.IdempotencyKey, Priority: in.Priority,
+		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input,
+	}
+	if p.Provider == "" {
+		p.Provider, p.Model = ss.st.Session.Provider, ss.st.Session.Model
+	}
+	if p.Deadline.IsZero() {
+		p.Deadline = time.Time{}
+	}
+	data, err := marshal(p)
+	if err != nil {
+		return belay.Run{}, false, err
+	}
+	e := belay.Event{Type: store.EventRunCreated, Run: p.ID, Data: data}
+	if in.IdempotencyKey != "" {
+		e.ID = "run:" + in.IdempotencyKey
+	}
+	if _, err := ss.commit(ctx, e); err != nil {
+		return belay.Run{}, false, err
+	}
+	s.idxMu.Lock()
+	s.runs[p.ID] = ss.id
+	s.idxMu.Unlock()
+	return copyRun(ss.st.runs[p.ID]), true, nil
+}
+
+// Run returns one run.
+func (s *Store) Run(_ context.Context, id string) (belay.Run, error) {
+	ss, r, err := s.runSession(id)
+	if err != nil {
+		return belay.Run{}, err
+	}
+	defer ss.mu.Unlock()
+	return copyRun(r), nil
+}
+
+// Runs lists runs in creation order (by session, newest session first,
+// when no session is named).
+func (s *Store) Runs(_ context.Context, f belay.RunFilter) ([]belay.Run, error) {
+	var sessions []*session
+	if f.Session != "" {
+		ss, err := s.session(f.Session)
+		if err != nil {
+			return nil, err
+		}
+		sessions = []*session{ss}
+	} else {
+		all, err := s.allSessions()
+		if err != nil {
+			return nil, err
+		}
+		sessions = all
+	}
+	var out []belay.Run
+	for _, ss := range sessions {
+		ss.mu.Lock()
+		for _, r := range ss.st.Runs {
+			if f.Status == "" || r.Status == f.Status {
+				out = append(out, copyRun(r))
+			}
+		}
+		ss.mu.Unlock()
+	}
+	return out, nil
+}
+
+// AcquireRunLease grants a lease on a run and increments its epoch.
+func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.Duration, takeover uint64) (belay.Run, error) {
+	if owner == "" || ttl <= 0 {
+		return belay.Run{}, fmt.Errorf("%w: a lease needs an owner and a positive ttl", belay.ErrInvalid)
+	}
+	ss, r, err := s.runSession(id)
+	if err != nil {
+		return belay.Run{}, err
+	}
+	defer ss.mu.Unlock()
+	if err := ss.writable(); err != nil {
+		return belay.Run{}, err
+	}
+	if r.Status.Terminal() {
+		return belay.Run{}, fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, id, r.Status)
+	}
+	now := s.clock.Now()
+	if r.Lease != nil && !r.Lease.Expired(now) && takeover != r.Epoch {
+		return belay.Run{}, fmt.Errorf("%w: run %s is leased by %s at epoch %d until %s",
+			belay.ErrLeaseHeld, id, r.Lease.Owner, r.Epoch, r.Lease.ExpiresAt.Format(time.RFC3339))
+	}
+	data, err := marshal(runLeased{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: takeover})
+	if err != nil {
+		return belay.Run{}, err
+	}
+	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+		return belay.Run{}, err
+	}
+	return copyRun(r), nil
+}
+
+// leased checks that epoch names the current lease of r. ss.mu is held.
+func leased(r *belay.Run, epoch uint64) error {
+	if r.Status.Terminal() {
+		return fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, r.ID, r.Status)
+	}
+	if epoch != r.Epoch {
+		return &belay.StaleEpochError{Kind: "run", ID: r.ID, Got: epoch, Current: r.Epoch}
+	}
+	if r.Lease == nil {
+		return fmt.Errorf("%w: run %s has no lease at epoch %d", belay.ErrNotLeased, r.ID, epoch)
+	}
+	return nil
+}
+
+// RenewRunLease extends the lease of the given epoch.
+func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration) (belay.Run, error) {
+	if ttl <= 0 {
+		return belay.Run{}, fmt.Errorf("%w: ttl must be positive", belay.ErrInvalid)
+	}
+	ss, r, err := s.runSession(id)
+	if err != nil {
+		return belay.Run{}, err
+	}
+	defer ss.mu.Unlock()
+	if err := ss.writable(); err != nil {
+		return belay.Run{}, err
+	}
+	if err := leased(r, epoch); err != nil {
+		return belay.Run{}, err
+	}
+	data, err := marshal(runRenewed{ExpiresAt: s.clock.Now().Add(ttl).UTC()})
+	if err != nil {
+		return belay.Run{}, err
+	}
+	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
+		return belay.Run{}, err
+	}
+	return copyRun(r), nil
+}
+
+// ReleaseRunLease drops the lease of the given epoch; the run stays as it is.
+func (s *Store) ReleaseRunLease(ctx context.Context, id string, epoch uint64) (belay.Run, error) {
+	ss, r, err := s.runSession(id)
+	if err != nil {
+		return belay.Run{}, err
+	}
+	defer ss.mu.Unlock()
+	if err := ss.writable(); err != nil {
+		return belay.Run{}, err
+	}
+	if err := leased(r, epoch); err != nil {
+		return belay.Run{}, err
+	}
+	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunReleased, Run: id, Epoch: epoch, Data: []byte(`{}`)}); err != nil {
+		return belay.Run{}, err
+	}
+	return copyRun(r), nil
+}
+
+// UpdateRun changes a run under its lease.
+func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.RunUpdate) (belay.Run, error) {
+	if u.Phase != "" && (u.Phase.Status() == "" || u.Phase == belay.PhaseQueued) {
+		return belay.Run{}, fmt.Errorf("%w: phase %q", belay.ErrInvalid, u.Phase)
+	}
+	if u.Error != nil && u.Error.Class == "" {
+		return belay.Run{}, fmt.Errorf("%w: a run error needs a class", belay.ErrInvalid)
+	}
+	ss, r, err := s.runSession(id)
+	if err != nil {
+		return belay.Run{}, err
+	}
+	defer ss.mu.Unlock()
+	if err := ss.writable(); err != nil {
+		return belay.Run{}, err
+	}
+	if err := leased(r, epoch); err != nil {
+		return belay.Run{}, err
+	}
+	return s.updateRunLocked(ctx, ss, r, epoch, u)
+}
+
+func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, epoch uint64, u belay.RunUpdate) (belay.Run, error) {
+	data, err := marshal(runUpdated{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data})
+	if err != nil {
+		return belay.Run{}, err
+	}
+	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunUpdated, Run: r.ID, Epoch: epoch, Data: data}); err != nil {
+		return belay.Run{}, err
+	}
+	return copyRun(r), nil
+}
+
+// CancelQueuedRun ends a run that was never leased as cancelled.
+func (s *Store) CancelQueuedRun(ctx context.Context, id, reason string) (belay.Run, error) {
+	ss, r, err := s.runSession(id)
+	if err != nil {
+		return belay.Run{}, err
+	}
+	defer ss.mu.Unlock()
+	if err := ss.writable(); err != nil {
+		return belay.Run{}, err
+	}
+	if r.Status != belay.RunQueued || r.Lease != nil {
+		return belay.Run{}, fmt.Errorf("%w: run %s is %s, not queued", belay.ErrActive, id, r.Status)
+	}
+	if reason == "" {
+		reason = "cancelled while queued"
+	}
+	return s.updateRunLocked(ctx, ss, r, 0, belay.RunUpdate{
+		Phase: belay.PhaseCancelled, Reason: reason,
+		Error: &belay.RunError{Class: belay.ClassCancelled, Message: reason},
+	})
+}

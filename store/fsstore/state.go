@@ -1,0 +1,363 @@
+package fsstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/store"
+)
+
+// state is a session folded from its journal. It is what snapshot.json
+// holds as the snapshot's state.
+type state struct {
+	Version      int               `json:"version"`
+	Session      belay.Session     `json:"session"`
+	Runs         []*belay.Run      `json:"runs"`
+	Deliveries   []*belay.Delivery `json:"deliveries"`
+	RunKeys      map[string]string `json:"runKeys"`
+	DeliveryKeys map[string]string `json:"deliveryKeys"`
+	SessionKey   string            `json:"sessionKey,omitempty"`
+
+	runs       map[string]*belay.Run
+	deliveries map[string]*belay.Delivery
+}
+
+const stateVersion = 1
+
+func newState() *state {
+	return &state{
+		Version:      stateVersion,
+		RunKeys:      map[string]string{},
+		DeliveryKeys: map[string]string{},
+		runs:         map[string]*belay.Run{},
+		deliveries:   map[string]*belay.Delivery{},
+	}
+}
+
+func decodeState(raw []byte) (*state, error) {
+	st := newState()
+	if err := json.Unmarshal(raw, st); err != nil {
+		return nil, err
+	}
+	if st.Version != stateVersion {
+		return nil, fmt.Errorf("state version %d is not %d", st.Version, stateVersion)
+	}
+	if st.RunKeys == nil {
+		st.RunKeys = map[string]string{}
+	}
+	if st.DeliveryKeys == nil {
+		st.DeliveryKeys = map[string]string{}
+	}
+	for _, r := range st.Runs {
+		st.runs[r.ID] = r
+	}
+	for _, d := range st.Deliveries {
+		st.deliveries[d.ID] = d
+	}
+	return st, nil
+}
+
+// Payloads of the events a store journals. Their JSON is the on-disk
+// contract documented in docs/journal-format.md.
+type (
+	sessionCreated struct {
+		ID       string            `json:"id"`
+		Provider string            `json:"provider"`
+		Model    string            `json:"model,omitempty"`
+		Labels   map[string]string `json:"labels,omitempty"`
+		Options  json.RawMessage   `json:"options,omitempty"`
+		Key      string            `json:"key,omitempty"`
+	}
+	runCreated struct {
+		ID       string          `json:"id"`
+		Key      string          `json:"key,omitempty"`
+		Priority int             `json:"priority"`
+		Provider string          `json:"provider"`
+		Model    string          `json:"model,omitempty"`
+		Deadline time.Time       `json:"deadline,omitzero"`
+		Input    json.RawMessage `json:"input,omitempty"`
+	}
+	runLeased struct {
+		Owner     string    `json:"owner"`
+		ExpiresAt time.Time `json:"expiresAt"`
+		Takeover  uint64    `json:"takeover,omitempty"`
+	}
+	runRenewed struct {
+		ExpiresAt time.Time `json:"expiresAt"`
+	}
+	runUpdated struct {
+		Phase   belay.RunPhase         `json:"phase,omitempty"`
+		Attempt int                    `json:"attempt,omitempty"`
+		Error   *belay.RunError        `json:"error,omitempty"`
+		Reason  string                 `json:"reason,omitempty"`
+		Ref     *belay.ConversationRef `json:"ref,omitempty"`
+		Data    json.RawMessage        `json:"data,omitempty"`
+	}
+	deliveryPosted struct {
+		ID       string          `json:"id"`
+		Type     string          `json:"type"`
+		Key      string          `json:"key,omitempty"`
+		Priority int             `json:"priority"`
+		Data     json.RawMessage `json:"data,omitempty"`
+	}
+	deliveryLeased struct {
+		ID        string    `json:"id"`
+		Owner     string    `json:"owner"`
+		ExpiresAt time.Time `json:"expiresAt"`
+	}
+	deliverySettled struct {
+		ID        string           `json:"id"`
+		Kind      belay.SettleKind `json:"kind"`
+		Result    string           `json:"result,omitempty"`
+		NotBefore time.Time        `json:"notBefore,omitzero"`
+	}
+	deliveryExpired struct {
+		ID string `json:"id"`
+	}
+)
+
+// reserved reports whether typ is an event type only the store writes.
+func reserved(typ string) bool {
+	switch typ {
+	case store.EventSessionCreated, store.EventRunCreated, store.EventRunLeased,
+		store.EventRunRenewed, store.EventRunReleased, store.EventRunUpdated,
+		store.EventDeliveryPosted, store.EventDeliveryLeased, store.EventDeliverySettled,
+		store.EventDeliveryExpired, store.EventDeliveryReturned:
+		return true
+	}
+	return false
+}
+
+// apply folds one synced event into the state. Preconditions were checked
+// before the event was appended; apply only replays. It fails only for an
+// event that cannot be decoded or does not fit the state, which means the
+// journal was written by something else.
+func (st *state) apply(e *belay.Event) error {
+	st.Session.LastSeq = e.Seq
+	if e.TS.After(st.Session.UpdatedAt) {
+		st.Session.UpdatedAt = e.TS
+	}
+	switch e.Type {
+	case store.EventSessionCreated:
+		var p sessionCreated
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		st.Session = belay.Session{
+			ID: p.ID, Provider: p.Provider, Model: p.Model, Labels: p.Labels, Options: p.Options,
+			CreatedAt: e.TS, UpdatedAt: e.TS, LastSeq: e.Seq,
+		}
+		st.SessionKey = p.Key
+	case store.EventRunCreated:
+		var p runCreated
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		r := &belay.Run{
+			ID: p.ID, Session: st.Session.ID, IdempotencyKey: p.Key, Status: belay.RunQueued,
+			Phase: belay.PhaseQueued, Priority: p.Priority, Provider: p.Provider, Model: p.Model,
+			Deadline: p.Deadline, InputSeq: e.Seq, CreatedAt: e.TS, UpdatedAt: e.TS,
+		}
+		st.Runs = append(st.Runs, r)
+		st.runs[r.ID] = r
+		if p.Key != "" {
+			st.RunKeys[p.Key] = r.ID
+		}
+	case store.EventRunLeased:
+		r, err := st.run(e)
+		if err != nil {
+			return err
+		}
+		var p runLeased
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		r.Epoch = e.Epoch
+		r.Lease = &belay.Lease{Owner: p.Owner, Epoch: e.Epoch, GrantedAt: e.TS, ExpiresAt: p.ExpiresAt}
+		if r.Phase == belay.PhaseQueued {
+			r.Phase, r.Status = belay.PhaseAdmitted, belay.RunRunning
+			r.StartedAt = e.TS
+		}
+		r.UpdatedAt = e.TS
+	case store.EventRunRenewed:
+		r, err := st.run(e)
+		if err != nil {
+			return err
+		}
+		var p runRenewed
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		if r.Lease != nil {
+			r.Lease.ExpiresAt = p.ExpiresAt
+		}
+		r.UpdatedAt = e.TS
+	case store.EventRunReleased:
+		r, err := st.run(e)
+		if err != nil {
+			return err
+		}
+		r.Lease = nil
+		r.UpdatedAt = e.TS
+	case store.EventRunUpdated:
+		r, err := st.run(e)
+		if err != nil {
+			return err
+		}
+		var p runUpdated
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		if p.Phase != "" {
+			r.Phase, r.Status = p.Phase, p.Phase.Status()
+		}
+		if p.Attempt != 0 {
+			r.Attempt = p.Attempt
+		}
+		if p.Error != nil {
+			r.Error = p.Error
+		}
+		if p.Reason != "" {
+			r.Reason = p.Reason
+		}
+		if p.Ref != nil {
+			r.Ref = *p.Ref
+			st.Session.Ref = *p.Ref
+		}
+		if r.Status.Terminal() {
+			r.Lease = nil
+			r.EndedAt = e.TS
+		}
+		r.UpdatedAt = e.TS
+	case store.EventDeliveryPosted:
+		var p deliveryPosted
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		d := &belay.Delivery{
+			ID: p.ID, Session: st.Session.ID, Type: p.Type, Key: p.Key, Priority: p.Priority,
+			Data: p.Data, Status: belay.DeliveryPending, Seq: e.Seq, CreatedAt: e.TS,
+		}
+		st.Deliveries = append(st.Deliveries, d)
+		st.deliveries[d.ID] = d
+		if p.Key != "" {
+			st.DeliveryKeys[deliveryKey(p.Type, p.Key)] = d.ID
+		}
+	case store.EventDeliveryLeased:
+		var p deliveryLeased
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		d, err := st.delivery(p.ID)
+		if err != nil {
+			return err
+		}
+		d.Status, d.Epoch = belay.DeliveryLeased, e.Epoch
+		d.Lease = &belay.Lease{Owner: p.Owner, Epoch: e.Epoch, GrantedAt: e.TS, ExpiresAt: p.ExpiresAt}
+		d.Attempts++
+		d.NotBefore = time.Time{}
+	case store.EventDeliverySettled:
+		var p deliverySettled
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		d, err := st.delivery(p.ID)
+		if err != nil {
+			return err
+		}
+		d.Lease = nil
+		d.Result = p.Result
+		switch p.Kind {
+		case belay.SettleDone:
+			d.Status, d.SettledAt = belay.DeliveryDone, e.TS
+		case belay.SettleError:
+			d.Status, d.SettledAt = belay.DeliveryError, e.TS
+		default:
+			d.Status, d.NotBefore = belay.DeliveryPending, p.NotBefore
+		}
+	case store.EventDeliveryExpired:
+		var p deliveryExpired
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		d, err := st.delivery(p.ID)
+		if err != nil {
+			return err
+		}
+		d.Status, d.Lease = belay.DeliveryPending, nil
+	}
+	return nil
+}
+
+func decode(e *belay.Event, v any) error {
+	if err := json.Unmarshal(e.Data, v); err != nil {
+		return fmt.Errorf("%w: seq %d (%s): %v", belay.ErrCorruptRecord, e.Seq, e.Type, err)
+	}
+	return nil
+}
+
+func (st *state) run(e *belay.Event) (*belay.Run, error) {
+	r, ok := st.runs[e.Run]
+	if !ok {
+		return nil, fmt.Errorf("%w: seq %d (%s) names unknown run %q", belay.ErrCorruptRecord, e.Seq, e.Type, e.Run)
+	}
+	return r, nil
+}
+
+func (st *state) delivery(id string) (*belay.Delivery, error) {
+	d, ok := st.deliveries[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown delivery %q", belay.ErrCorruptRecord, id)
+	}
+	return d, nil
+}
+
+func deliveryKey(typ, key string) string { return typ + "\x00" + key }
+
+// active reports whether any run is queued or running.
+func (st *state) active() bool {
+	for _, r := range st.Runs {
+		if !r.Status.Terminal() {
+			return true
+		}
+	}
+	return false
+}
+
+// sortedDeliveries returns the deliveries in delivery order: priority
+// class (higher first), then seq.
+func (st *state) sortedDeliveries() []*belay.Delivery {
+	out := append([]*belay.Delivery(nil), st.Deliveries...)
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Priority != out[j].Priority {
+			return out[i].Priority > out[j].Priority
+		}
+		return out[i].Seq < out[j].Seq
+	})
+	return out
+}
+
+func copyRun(r *belay.Run) belay.Run {
+	c := *r
+	if r.Lease != nil {
+		l := *r.Lease
+		c.Lease = &l
+	}
+	if r.Error != nil {
+		e := *r.Error
+		c.Error = &e
+	}
+	return c
+}
+
+func copyDelivery(d *belay.Delivery) belay.Delivery {
+	c := *d
+	if d.Lease != nil {
+		l := *d.Lease
+		c.Lease = &l
+	}
+	return c
+}

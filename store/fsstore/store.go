@@ -1,0 +1,463 @@
+package fsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/internal/vfs"
+	"github.com/belayhq/belay/journal"
+	"github.com/belayhq/belay/lock"
+	"github.com/belayhq/belay/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Names inside the data directory.
+const (
+	LockName     = "belay.lock"
+	SessionsName = "sessions"
+)
+
+// DefaultSnapshotEvery is how many state changes a session takes between
+// snapshots.
+const DefaultSnapshotEvery = 1000
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// FS is the filesystem; vfs.OS if nil.
+	FS vfs.FS
+	// Clock supplies time for events, leases and retention.
+	Clock clock.Clock
+	// LockTTL is the data dir lock's TTL; it is heartbeated at a third of it.
+	LockTTL time.Duration
+	// Incarnation names this process in the lock record.
+	Incarnation string
+	// Purpose is written into the lock record ("daemon", "cli").
+	Purpose string
+	// SnapshotEvery is how many state changes a session takes between
+	// snapshots (DefaultSnapshotEvery if 0).
+	SnapshotEvery int
+	// BufferedDelay bounds how long Buffered appends wait to be written.
+	BufferedDelay time.Duration
+	// ReadOnly opens without the lock and without changing any file, for
+	// offline inspection while a daemon may be running or down. Every
+	// mutation fails with belay.ErrReadOnly.
+	ReadOnly bool
+	// OnLockLost is called if the data dir lock is lost (another process
+	// judged this one dead). The store turns read-only first.
+	OnLockLost func(error)
+}
+
+// Store is the embedded file store.
+type Store struct {
+	dir      string
+	opts     Options
+	fsys     vfs.FS
+	clock    clock.Clock
+	lock     *lock.Lock
+	hb       *lock.Heartbeater
+	lockLost atomic.Pointer[error]
+
+	mu       sync.RWMutex // guards sessions and closed
+	sessions map[string]*session
+	closed   bool
+
+	idxMu       sync.RWMutex // innermost: guards the id indexes
+	runs        map[string]string // run id -> session id
+	deliveries  map[string]string // delivery id -> session id
+	sessionKeys map[string]string // session idempotency key -> session id
+}
+
+// Open opens (creating if needed) the store in dir and takes its lock. A
+// second process gets an error wrapping belay.ErrStoreLocked that names
+// the holder.
+func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.OS
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real
+	}
+	if opts.SnapshotEvery <= 0 {
+		opts.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if opts.LockTTL <= 0 {
+		opts.LockTTL = 15 * time.Second
+	}
+	s := &Store{
+		dir: dir, opts: opts, fsys: opts.FS, clock: opts.Clock,
+		sessions:    map[string]*session{},
+		runs:        map[string]string{},
+		deliveries:  map[string]string{},
+		sessionKeys: map[string]string{},
+	}
+	if !opts.ReadOnly {
+		if err := s.fsys.MkdirAll(filepath.Join(dir, SessionsName), 0o700); err != nil {
+			return nil, fmt.Errorf("fsstore: create %s: %w", dir, err)
+		}
+		s.lock = lock.New(filepath.Join(dir, LockName), lock.Options{
+			TTL: opts.LockTTL, Incarnation: opts.Incarnation, Purpose: opts.Purpose,
+		})
+		if err := s.lock.TryAcquire(ctx); err != nil {
+			if errors.Is(err, lock.ErrHeld) {
+				return nil, fmt.Errorf("%w: %s: %v", belay.ErrStoreLocked, dir, err)
+			}
+			return nil, fmt.Errorf("fsstore: lock %s: %w", dir, err)
+		}
+		hb, err := s.lock.StartHeartbeat(context.WithoutCancel(ctx), lock.HeartbeatOptions{OnLost: s.onLockLost})
+		if err != nil {
+			_ = s.lock.Release()
+			return nil, fmt.Errorf("fsstore: heartbeat %s: %w", dir, err)
+		}
+		s.hb = hb
+	}
+	if err := s.load(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) onLockLost(err error) {
+	err = fmt.Errorf("%w: the data dir lock was lost: %v", belay.ErrReadOnly, err)
+	s.lockLost.Store(&err)
+	if s.opts.OnLockLost != nil {
+		s.opts.OnLockLost(err)
+	}
+}
+
+// Dir returns the data directory.
+func (s *Store) Dir() string { return s.dir }
+
+// load opens every session in the sessions directory.
+func (s *Store) load() error {
+	root := filepath.Join(s.dir, SessionsName)
+	entries, err := s.fsys.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) && s.opts.ReadOnly {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("fsstore: read %s: %w", root, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, ".new-") || strings.HasPrefix(name, ".trash-"):
+			// An interrupted create (never acknowledged) or prune.
+			if !s.opts.ReadOnly {
+				if err := os.RemoveAll(filepath.Join(root, name)); err != nil {
+					return fmt.Errorf("fsstore: clean %s: %w", name, err)
+				}
+			}
+			continue
+		case ids.Check(ids.Session, name) != nil || !e.IsDir():
+			continue // not ours
+		}
+		ss, err := s.openSession(name)
+		if err != nil {
+			return err
+		}
+		s.index(ss)
+	}
+	return nil
+}
+
+// index adds a loaded session to the id indexes.
+func (s *Store) index(ss *session) {
+	s.mu.Lock()
+	s.sessions[ss.id] = ss
+	s.mu.Unlock()
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	for _, r := range ss.st.Runs {
+		s.runs[r.ID] = ss.id
+	}
+	for _, d := range ss.st.Deliveries {
+		s.deliveries[d.ID] = ss.id
+	}
+	if ss.st.SessionKey != "" {
+		s.sessionKeys[ss.st.SessionKey] = ss.id
+	}
+}
+
+// Close snapshots every session, closes the journals and releases the lock.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	sessions := s.sessions
+	s.mu.Unlock()
+	var errs []error
+	for _, ss := range sessions {
+		errs = append(errs, ss.close())
+	}
+	if s.hb != nil {
+		errs = append(errs, s.hb.Stop(context.Background()))
+	}
+	if s.lock != nil && s.lockLost.Load() == nil {
+		errs = append(errs, s.lock.Release())
+	}
+	return errors.Join(errs...)
+}
+
+// writable fails if the store cannot change state.
+func (s *Store) writable() error {
+	if s.opts.ReadOnly {
+		return fmt.Errorf("%w: store %s was opened read-only", belay.ErrReadOnly, s.dir)
+	}
+	if p := s.lockLost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// session returns a loaded session.
+func (s *Store) session(id string) (*session, error) {
+	if err := ids.Check(ids.Session, id); err != nil {
+		return nil, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, belay.ErrStoreClosed
+	}
+	ss, ok := s.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: session %s", belay.ErrNotFound, id)
+	}
+	return ss, nil
+}
+
+func (s *Store) allSessions() ([]*session, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, belay.ErrStoreClosed
+	}
+	out := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		out = append(out, ss)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id > out[j].id })
+	return out, nil
+}
+
+// CreateSession creates a session in a temporary directory, journals
+// session.created, and renames it into place.
+func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay.Session, error) {
+	if err := s.writable(); err != nil {
+		return belay.Session{}, err
+	}
+	if in.Provider == "" {
+		return belay.Session{}, fmt.Errorf("%w: a session needs a provider", belay.ErrInvalid)
+	}
+	if in.IdempotencyKey != "" {
+		if sess, ok, err := s.sessionByKey(ctx, in.IdempotencyKey); ok || err != nil {
+			return sess, err
+		}
+	}
+	id := in.ID
+	if id == "" {
+		id = ids.New(ids.Session)
+	} else if err := ids.Check(ids.Session, id); err != nil {
+		return belay.Session{}, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	// Serialize creates so that ids and keys are checked and claimed at once.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return belay.Session{}, belay.ErrStoreClosed
+	}
+	if _, ok := s.sessions[id]; ok {
+		return belay.Session{}, fmt.Errorf("%w: session %s", belay.ErrExists, id)
+	}
+	if in.IdempotencyKey != "" {
+		s.idxMu.RLock()
+		other, ok := s.sessionKeys[in.IdempotencyKey]
+		s.idxMu.RUnlock()
+		if ok {
+			return s.sessions[other].snapshotSession(), nil
+		}
+	}
+	ss, err := s.createSessionDir(ctx, id, in)
+	if err != nil {
+		return belay.Session{}, err
+	}
+	s.sessions[id] = ss
+	if in.IdempotencyKey != "" {
+		s.idxMu.Lock()
+		s.sessionKeys[in.IdempotencyKey] = id
+		s.idxMu.Unlock()
+	}
+	return ss.snapshotSession(), nil
+}
+
+func (s *Store) sessionByKey(ctx context.Context, key string) (belay.Session, bool, error) {
+	s.idxMu.RLock()
+	id, ok := s.sessionKeys[key]
+	s.idxMu.RUnlock()
+	if !ok {
+		return belay.Session{}, false, nil
+	}
+	sess, err := s.Session(ctx, id)
+	return sess, err == nil, err
+}
+
+func (s *Store) createSessionDir(ctx context.Context, id string, in belay.SessionInput) (*session, error) {
+	root := filepath.Join(s.dir, SessionsName)
+	tmp := filepath.Join(root, ".new-"+id)
+	final := filepath.Join(root, id)
+	if err := s.fsys.MkdirAll(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("fsstore: create session dir: %w", err)
+	}
+	fail := func(err error) (*session, error) {
+		_ = os.RemoveAll(tmp)
+		return nil, err
+	}
+	j, err := journal.Open(tmp, s.journalOptions(false))
+	if err != nil {
+		return fail(err)
+	}
+	data, err := marshal(sessionCreated{
+		ID: id, Provider: in.Provider, Model: in.Model, Labels: in.Labels, Options: in.Options, Key: in.IdempotencyKey,
+	})
+	if err == nil {
+		_, err = j.Append(ctx, journal.Sync, belay.Event{Type: store.EventSessionCreated, ID: "session:" + id, Data: data})
+	}
+	if cerr := j.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fail(fmt.Errorf("fsstore: create session %s: %w", id, err))
+	}
+	if err := s.fsys.Rename(tmp, final); err != nil {
+		return fail(fmt.Errorf("fsstore: create session %s: %w", id, err))
+	}
+	if err := s.fsys.SyncDir(root); err != nil {
+		return nil, fmt.Errorf("fsstore: create session %s: sync %s: %w", id, root, err)
+	}
+	return s.openSession(id)
+}
+
+func (s *Store) journalOptions(readOnly bool) journal.Options {
+	return journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly}
+}
+
+// Session returns one session.
+func (s *Store) Session(_ context.Context, id string) (belay.Session, error) {
+	ss, err := s.session(id)
+	if err != nil {
+		return belay.Session{}, err
+	}
+	return ss.snapshotSession(), nil
+}
+
+// Sessions lists sessions, newest first.
+func (s *Store) Sessions(_ context.Context, f belay.SessionFilter) ([]belay.Session, error) {
+	all, err := s.allSessions()
+	if err != nil {
+		return nil, err
+	}
+	var out []belay.Session
+	for _, ss := range all {
+		sess := ss.snapshotSession()
+		if f.State != "" && sess.State != f.State || f.Provider != "" && sess.Provider != f.Provider {
+			continue
+		}
+		out = append(out, sess)
+		if f.Limit > 0 && len(out) == f.Limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Append journals events in a session.
+func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs ...belay.Event) ([]uint64, error) {
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, err
+	}
+	fenced := false
+	for i := range evs {
+		if reserved(evs[i].Type) {
+			return nil, fmt.Errorf("%w: event type %q is written by the store only", belay.ErrInvalid, evs[i].Type)
+		}
+		if evs[i].Epoch != 0 || evs[i].Run != "" {
+			fenced = true
+		}
+	}
+	if !fenced {
+		return ss.appendRaw(ctx, d, evs)
+	}
+	// Fenced writes check the epoch and append under the session lock so
+	// that no lease grant can slip between the check and the write.
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for i := range evs {
+		if err := ss.checkFence(&evs[i]); err != nil {
+			return nil, err
+		}
+	}
+	return ss.appendRaw(ctx, d, evs)
+}
+
+// Events returns events after seq after.
+func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([]belay.Event, error) {
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, err
+	}
+	// A quarantined session returns what precedes the damage together with
+	// the error: it is never read as if it simply ended.
+	evs, err := ss.j.Read(after, limit)
+	return evs, wrapJournal(err)
+}
+
+// WaitEvents blocks until the session has an event after seq after.
+func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
+	ss, err := s.session(id)
+	if err != nil {
+		return err
+	}
+	if err := ss.j.Wait(ctx, after); err != nil {
+		if errors.Is(err, journal.ErrClosed) {
+			return belay.ErrStoreClosed
+		}
+		return wrapJournal(err)
+	}
+	return nil
+}
+
+// wrapJournal maps journal errors onto belay's sentinels.
+func wrapJournal(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, journal.ErrClosed):
+		return fmt.Errorf("%w: %v", belay.ErrStoreClosed, err)
+	case errors.Is(err, journal.ErrReadOnly):
+		return fmt.Errorf("%w: %w", belay.ErrReadOnly, err)
+	case errors.Is(err, journal.ErrInvalidEvent), errors.Is(err, journal.ErrTooLarge):
+		return fmt.Errorf("%w: %w", belay.ErrInvalid, err)
+	}
+	return err
+}
