@@ -85,6 +85,21 @@ func decodeHeader(line []byte) (lineHeader, error) {
 	return h, nil
 }
 
+// peekSeq reads the seq of a line from its fixed prefix without verifying
+// the line.
+func peekSeq(line []byte) (uint64, bool) {
+	const pre = `{"seq":`
+	if !bytes.HasPrefix(line, []byte(pre)) {
+		return 0, false
+	}
+	var seq uint64
+	i := len(pre)
+	for ; i < len(line) && i < len(pre)+20 && line[i] >= '0' && line[i] <= '9'; i++ {
+		seq = seq*10 + uint64(line[i]-'0')
+	}
+	return seq, i > len(pre) && i < len(line) && line[i] == ','
+}
+
 func parseHex32(b []byte) (uint32, bool) {
 	var v uint32
 	for _, c := range b {

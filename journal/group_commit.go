@@ -28,7 +28,8 @@ func newBatch() *batch { return &batch{done: make(chan struct{})} }
 //
 // An event whose idempotency ID is already in the journal is not written
 // again: its original seq is returned instead. The caller sets Type and
-// optionally ID, Run, Epoch and Data; Seq and TS are assigned.
+// optionally ID, Run, Epoch, Data and TS (the time of the change it records;
+// zero means now); Seq is assigned.
 //
 // With Sync, Append returns after the events are on disk. With Buffered it
 // returns at once. A cancelled ctx stops Append only before the events are
@@ -68,7 +69,10 @@ func (j *Journal) Append(ctx context.Context, d Durability, evs ...Event) ([]uin
 				continue
 			}
 		}
-		e.Seq, e.TS = j.nextSeq, ts
+		e.Seq = j.nextSeq
+		if e.TS.IsZero() {
+			e.TS = ts
+		}
 		var err error
 		if b.buf, err = appendRecord(b.buf, &e); err != nil {
 			// Undo this call's events so the batch stays all-or-nothing.
@@ -96,15 +100,20 @@ func (j *Journal) Append(ctx context.Context, d Durability, evs ...Event) ([]uin
 	}
 	added := len(b.recs) > nrecs
 	if added {
+		// Wake the committer only when it has something new to decide: a
+		// batch was started (arm the buffered timer) or needs a sync now.
+		kick := nrecs == 0
 		if nrecs == 0 {
 			b.first = time.Now()
 		}
-		if d == Sync {
-			b.hasSync = true
+		if d == Sync && !b.hasSync {
+			b.hasSync, kick = true, true
 		}
-		select {
-		case j.kick <- struct{}{}:
-		default:
+		if kick {
+			select {
+			case j.kick <- struct{}{}:
+			default:
+			}
 		}
 	}
 	durable := j.durable.lastSeq
@@ -181,18 +190,7 @@ func (j *Journal) flusher() {
 		err := j.commit(b)
 
 		j.mu.Lock()
-		if err != nil {
-			j.fail(err, b)
-		} else {
-			base := j.durable.size
-			for _, r := range b.recs {
-				j.durable.add(r.seq, "", base+int64(r.off), base+int64(r.end))
-			}
-			old := j.changed
-			j.changed = make(chan struct{})
-			close(old)
-		}
-		close(b.done)
+		j.settle(b, err)
 		pending := len(j.cur.recs) > 0
 		j.mu.Unlock()
 		if stopping {
@@ -228,15 +226,7 @@ func (j *Journal) stopAfterDrain() {
 		j.mu.Unlock()
 		err := j.commit(b)
 		j.mu.Lock()
-		if err != nil {
-			j.fail(err, b)
-		} else {
-			base := j.durable.size
-			for _, r := range b.recs {
-				j.durable.add(r.seq, "", base+int64(r.off), base+int64(r.end))
-			}
-		}
-		close(b.done)
+		j.settle(b, err)
 		j.mu.Unlock()
 	}
 }
@@ -250,10 +240,35 @@ func (j *Journal) commit(b *batch) error {
 	if err != nil {
 		return fmt.Errorf("%w: write %s: %v", ErrReadOnly, j.path, err)
 	}
+	start := time.Now()
 	if err := j.f.Sync(); err != nil {
 		return fmt.Errorf("%w: fdatasync %s: %v", ErrReadOnly, j.path, err)
 	}
+	took := time.Since(start)
+	j.mu.Lock()
+	j.stats.Commits++
+	j.stats.Events += uint64(len(b.recs))
+	j.stats.Bytes += uint64(len(b.buf))
+	j.stats.SyncTime += took
+	j.mu.Unlock()
 	return nil
+}
+
+// settle records the outcome of committing b and wakes its waiters and
+// the readers. j.mu is held.
+func (j *Journal) settle(b *batch, err error) {
+	if err != nil {
+		j.fail(err, b)
+	} else {
+		base := j.durable.size
+		for _, r := range b.recs {
+			j.durable.add(r.seq, "", base+int64(r.off), base+int64(r.end))
+		}
+		old := j.changed
+		j.changed = make(chan struct{})
+		close(old)
+	}
+	close(b.done)
 }
 
 // fail makes the journal read-only after a failed commit of b. Everything

@@ -60,6 +60,8 @@ type Journal struct {
 	delay    time.Duration
 	readOnly bool
 	recovery Recovery
+	// snapIndexMax bounds the index entries a snapshot keeps (tests lower it).
+	snapIndexMax int
 
 	mu         sync.Mutex
 	nextSeq    uint64
@@ -72,6 +74,7 @@ type Journal struct {
 	changed    chan struct{} // closed and replaced when durable grows or on close
 	snapState  []byte
 	snapSeq    uint64
+	stats      Stats
 
 	kick chan struct{}
 	stop chan struct{}
@@ -102,6 +105,8 @@ func Open(dir string, opts Options) (*Journal, error) {
 		readOnly: opts.ReadOnly,
 		changed:  make(chan struct{}),
 		recovery: Recovery{TornAt: -1},
+
+		snapIndexMax: maxSnapshotIndex,
 	}
 	flag := os.O_RDWR | os.O_CREATE
 	if opts.ReadOnly {
@@ -216,6 +221,23 @@ func (j *Journal) copyTo(dst string, n int64) error {
 
 // Recovery reports what Open found and did.
 func (j *Journal) Recovery() Recovery { return j.recovery }
+
+// Stats counts a journal's commits since Open.
+type Stats struct {
+	// Commits is how many write+fdatasync rounds ran.
+	Commits uint64
+	// Events and Bytes are what those commits wrote.
+	Events, Bytes uint64
+	// SyncTime is the total time spent in fdatasync.
+	SyncTime time.Duration
+}
+
+// Stats returns the journal's commit counters.
+func (j *Journal) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.stats
+}
 
 // Path returns the journal file's path.
 func (j *Journal) Path() string { return j.path }

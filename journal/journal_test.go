@@ -283,13 +283,53 @@ func TestSeekThroughIndex(t *testing.T) {
 		j.mu.Unlock()
 		require.Greater(t, len(index), 5, "the index has entries every %d bytes", indexInterval)
 		// A seek to a late seq starts reading well past 0.
-		require.Greater(t, seekOffset(index, n-1), int64(n/2*1000))
+		require.Greater(t, seekOffset(index, n-1).Off, int64(n/2*1000))
 		for _, after := range []uint64{0, 1, 63, 64, 65, 250, n - 1} {
 			evs, err := j.Read(after, 2)
 			require.NoError(t, err)
 			require.Equal(t, after+1, evs[0].Seq)
 		}
 	}
+}
+
+func TestSeekBisectsAThinnedIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Options{})
+	pad := `"` + string(bytes.Repeat([]byte("p"), 3000)) + `"`
+	const n = 2000 // ~6 MB: ~95 index entries
+	for i := 0; i < n; i += 100 {
+		evs := make([]Event, 100)
+		for k := range evs {
+			evs[k] = ev("pad", pad)
+		}
+		_, err := b.j.Append(context.Background(), Sync, evs...)
+		require.NoError(t, err)
+	}
+	b.j.snapIndexMax = 4
+	require.NoError(t, b.j.WriteSnapshot([]byte(`{}`), n))
+	j := mustReopen(t, b)
+	require.Equal(t, "trusted", j.Recovery().Snapshot)
+	require.Less(t, j.Recovery().Scanned, int64(indexInterval), "open reads a constant amount")
+	j.mu.Lock()
+	require.LessOrEqual(t, len(j.durable.index), 6)
+	index, size := j.durable.index, j.durable.size
+	j.mu.Unlock()
+	for _, seq := range []uint64{1, 2, 17, 500, 999, 1000, 1001, 1500, 1999, 2000} {
+		off, err := j.seek(index, size, seq)
+		require.NoError(t, err)
+		start, _, _, err := j.lineOf(seq)
+		require.NoError(t, err)
+		require.LessOrEqual(t, off, start, "seq %d", seq)
+		require.Less(t, start-off, int64(3*indexInterval), "seq %d: bisection narrows the scan", seq)
+		evs, err := j.Read(seq-1, 1)
+		require.NoError(t, err)
+		require.Equal(t, seq, evs[0].Seq)
+	}
+	// Appends after the snapshot extend the index as usual.
+	appendN(t, j, 10)
+	evs, err := j.Read(n+4, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(n+5), evs[0].Seq)
 }
 
 func mustReopen(t *testing.T, b *bundle) *Journal {

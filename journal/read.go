@@ -33,7 +33,7 @@ func (j *Journal) scanFrom(after uint64, fn func(Event) bool) error {
 		return ErrClosed
 	}
 	last, end, q := j.durable.lastSeq, j.durable.size, j.quarantine
-	off := seekOffset(j.durable.index, after+1)
+	index := j.durable.index
 	j.mu.Unlock()
 	if after >= last {
 		if q != nil {
@@ -41,7 +41,12 @@ func (j *Journal) scanFrom(after uint64, fn func(Event) bool) error {
 		}
 		return nil
 	}
+	off, err := j.seek(index, end, after+1)
+	if err != nil {
+		return fmt.Errorf("journal: read %s: %w", j.path, err)
+	}
 	lr := newLineReader(j.f, off, end)
+	defer lr.release()
 	for {
 		line, loff, complete, err := lr.next()
 		if err == io.EOF {
@@ -53,11 +58,9 @@ func (j *Journal) scanFrom(after uint64, fn func(Event) bool) error {
 		if !complete {
 			return j.corruptAt(loff, last, "partial line inside the synced journal")
 		}
-		h, err := decodeHeader(line)
-		if err != nil {
-			return j.corruptAt(loff, after, err.Error())
-		}
-		if h.Seq <= after {
+		// Lines before the target are skipped by their seq prefix alone; the
+		// line that is returned is verified in full, seq included.
+		if seq, ok := peekSeq(line); ok && seq <= after {
 			continue
 		}
 		e, err := decodeLine(line)
@@ -91,13 +94,63 @@ func (j *Journal) corruptAt(off int64, lastGood uint64, reason string) error {
 	return j.quarantine
 }
 
-// seekOffset returns where to start reading to find seq.
-func seekOffset(index []indexEntry, seq uint64) int64 {
+// seekOffset returns the offset of the last index entry at or before seq.
+func seekOffset(index []indexEntry, seq uint64) indexEntry {
 	i := sort.Search(len(index), func(i int) bool { return index[i].Seq > seq })
 	if i == 0 {
-		return 0
+		return indexEntry{Seq: 1}
 	}
-	return index[i-1].Off
+	return index[i-1]
+}
+
+// seek returns an offset at or before the start of the line holding seq,
+// and at most about indexInterval before it. Between two index entries that
+// are far apart (a snapshot keeps a thinned index) it bisects the file by
+// the seq prefixes of lines, so a seek costs O(log n) short reads.
+func (j *Journal) seek(index []indexEntry, end int64, seq uint64) (int64, error) {
+	lo := seekOffset(index, seq)
+	hi := end
+	if i := sort.Search(len(index), func(i int) bool { return index[i].Seq > seq }); i < len(index) {
+		hi = index[i].Off
+	}
+	for hi-lo.Off > 2*indexInterval {
+		mid := lo.Off + (hi-lo.Off)/2
+		off, s, ok, err := j.lineAfter(mid, hi)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case !ok:
+			return lo.Off, nil // no parsable line there: scan from lo
+		case s <= seq:
+			lo = indexEntry{Seq: s, Off: off}
+		default:
+			hi = off
+		}
+	}
+	return lo.Off, nil
+}
+
+// lineAfter finds the first line that starts after off (and before end) and
+// returns its offset and seq, read from the seq prefix.
+func (j *Journal) lineAfter(off, end int64) (int64, uint64, bool, error) {
+	lr := newLineReader(j.f, off, end)
+	defer lr.release()
+	if _, _, _, err := lr.next(); err != nil { // the line mid-way through
+		if err == io.EOF {
+			return 0, 0, false, nil
+		}
+		return 0, 0, false, err
+	}
+	line, loff, complete, err := lr.next()
+	if err == io.EOF || !complete {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, err
+	}
+	seq, ok := peekSeq(line)
+	return loff, seq, ok, nil
 }
 
 // Wait blocks until an event with seq > after is synced, the journal fails

@@ -1,10 +1,10 @@
 package journal
 
 import (
-	"bufio"
-	"errors"
+	"bytes"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -47,45 +47,120 @@ type damage struct {
 	torn   bool // nothing valid follows it
 }
 
-// lineReader reads '\n'-terminated lines from a region of a file without
-// ever buffering more than MaxRecordSize for one line.
+// lineReader reads '\n'-terminated lines from a region of a file. It reads
+// in chunks of readChunk and grows its buffer only for a long line, never
+// beyond MaxRecordSize: a longer line is skipped, not buffered.
 type lineReader struct {
-	br  *bufio.Reader
-	off int64
+	r        io.ReaderAt
+	end      int64 // end of the region
+	pos      int64 // file offset of buf[0]
+	buf      []byte
+	start, n int   // unread data is buf[start:n]
+	off      int64 // offset of the next line
+	eof      bool
 }
 
+const readChunk = 32 << 10
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
+
 func newLineReader(r io.ReaderAt, off, end int64) *lineReader {
-	return &lineReader{br: bufio.NewReaderSize(io.NewSectionReader(r, off, end-off), MaxRecordSize), off: off}
+	return &lineReader{r: r, end: end, pos: off, off: off, buf: (*chunkPool.Get().(*[]byte))[:readChunk]}
+}
+
+// release returns the reader's buffer to the pool; the reader and the lines
+// it returned must not be used after.
+func (lr *lineReader) release() {
+	if cap(lr.buf) == readChunk {
+		b := lr.buf[:readChunk]
+		chunkPool.Put(&b)
+	}
+	lr.buf = nil
+}
+
+// fill reads more of the region into the buffer, growing it when full.
+func (lr *lineReader) fill() error {
+	if lr.start > 0 {
+		copy(lr.buf, lr.buf[lr.start:lr.n])
+		lr.pos += int64(lr.start)
+		lr.n -= lr.start
+		lr.start = 0
+	}
+	if lr.n == len(lr.buf) {
+		nb := make([]byte, min(2*len(lr.buf), MaxRecordSize+1))
+		copy(nb, lr.buf[:lr.n])
+		lr.buf = nb
+	}
+	want := min(int64(len(lr.buf)-lr.n), lr.end-(lr.pos+int64(lr.n)))
+	if want <= 0 {
+		lr.eof = true
+		return nil
+	}
+	got, err := lr.r.ReadAt(lr.buf[lr.n:lr.n+int(want)], lr.pos+int64(lr.n))
+	lr.n += got
+	if err == io.EOF || got < int(want) && err == nil {
+		lr.eof = true
+		err = nil
+	}
+	return err
 }
 
 // next returns the next line without its '\n' and the line's offset.
-// complete is false for a line that ends at EOF without '\n' or that is
-// longer than MaxRecordSize (then the rest of it is skipped).
+// complete is false for a line that ends at the end of the region without
+// '\n', or that is longer than MaxRecordSize (then the rest of it is
+// skipped). The line is valid until the next call.
 func (lr *lineReader) next() (line []byte, off int64, complete bool, err error) {
 	off = lr.off
-	line, err = lr.br.ReadSlice('\n')
-	lr.off += int64(len(line))
-	switch {
-	case err == nil:
-		return line[:len(line)-1], off, true, nil
-	case errors.Is(err, bufio.ErrBufferFull):
-		// Over-long line: skip to its end so the scan can go on.
-		for errors.Is(err, bufio.ErrBufferFull) {
-			var more []byte
-			more, err = lr.br.ReadSlice('\n')
-			lr.off += int64(len(more))
+	for {
+		if i := bytes.IndexByte(lr.buf[lr.start:lr.n], '\n'); i >= 0 {
+			line = lr.buf[lr.start : lr.start+i]
+			lr.start += i + 1
+			lr.off += int64(i + 1)
+			if i+1 > MaxRecordSize {
+				return nil, off, false, nil
+			}
+			return line, off, true, nil
 		}
-		if err == io.EOF {
+		if lr.n-lr.start > MaxRecordSize {
+			// Over-long: drop what is buffered and look for its end.
+			lr.off += int64(lr.n - lr.start)
+			lr.start = lr.n
+			if err := lr.skipToNewline(); err != nil {
+				return nil, off, false, err
+			}
 			return nil, off, false, nil
 		}
-		return nil, off, false, err
-	case err == io.EOF:
-		if len(line) == 0 {
-			return nil, off, false, io.EOF
+		if lr.eof {
+			if lr.n == lr.start {
+				return nil, off, false, io.EOF
+			}
+			line = lr.buf[lr.start:lr.n]
+			lr.off += int64(lr.n - lr.start)
+			lr.start = lr.n
+			return line, off, false, nil
 		}
-		return line, off, false, nil
-	default:
-		return nil, off, false, err
+		if err := lr.fill(); err != nil {
+			return nil, off, false, err
+		}
+	}
+}
+
+// skipToNewline discards input up to and including the next '\n'.
+func (lr *lineReader) skipToNewline() error {
+	for {
+		if i := bytes.IndexByte(lr.buf[lr.start:lr.n], '\n'); i >= 0 {
+			lr.start += i + 1
+			lr.off += int64(i + 1)
+			return nil
+		}
+		lr.off += int64(lr.n - lr.start)
+		lr.start = lr.n
+		if lr.eof {
+			return nil
+		}
+		if err := lr.fill(); err != nil {
+			return err
+		}
 	}
 }
 
@@ -94,6 +169,7 @@ func (lr *lineReader) next() (line []byte, off int64, complete bool, err error) 
 // valid after it) or not.
 func scan(r io.ReaderAt, st *scanState, end int64) (*damage, error) {
 	lr := newLineReader(r, st.size, end)
+	defer lr.release()
 	for {
 		line, off, complete, err := lr.next()
 		if err == io.EOF {

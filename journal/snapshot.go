@@ -70,15 +70,22 @@ func (j *Journal) WriteSnapshot(state []byte, seq uint64) error {
 		}
 	}
 	n := countUpTo(j.durable.index, seq)
-	snap.Index = append([]indexEntry(nil), j.durable.index[:n]...)
+	index := j.durable.index[:n]
 	j.mu.Unlock()
 
 	if seq > 0 {
-		end, crc, err := j.endOf(seq)
+		start, end, crc, err := j.lineOf(seq)
 		if err != nil {
 			return err
 		}
 		snap.Size, snap.LastCRC = end, crc
+		// Keep a bounded index so that Open reads a constant amount; seeks
+		// bisect between its entries. The last entry is the line at seq, so
+		// Open verifies the snapshot by reading that one line.
+		snap.Index = thinIndex(index, j.snapIndexMax)
+		if last := snap.Index[len(snap.Index)-1]; last.Seq != seq {
+			snap.Index = append(snap.Index, indexEntry{Seq: seq, Off: start})
+		}
 	}
 	body, err := json.Marshal(snap)
 	if err != nil {
@@ -112,26 +119,47 @@ func countUpTo(index []indexEntry, seq uint64) int {
 	return lo
 }
 
-// endOf returns the offset just past the line holding seq, and the line's
-// checksum as written.
-func (j *Journal) endOf(seq uint64) (int64, string, error) {
+// lineOf returns the start and end offsets of the line holding seq, and
+// the line's checksum digits.
+func (j *Journal) lineOf(seq uint64) (start, end int64, crc string, err error) {
 	j.mu.Lock()
-	off, end := seekOffset(j.durable.index, seq), j.durable.size
+	index, size := j.durable.index, j.durable.size
 	j.mu.Unlock()
-	lr := newLineReader(j.f, off, end)
+	off, err := j.seek(index, size, seq)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	lr := newLineReader(j.f, off, size)
+	defer lr.release()
 	for {
 		line, loff, complete, err := lr.next()
 		if err != nil || !complete {
-			return 0, "", fmt.Errorf("journal: seq %d not found in %s: %v", seq, j.path, err)
+			return 0, 0, "", fmt.Errorf("journal: seq %d not found in %s: %v", seq, j.path, err)
 		}
 		h, err := decodeHeader(line)
 		if err != nil {
-			return 0, "", j.corruptAt(loff, 0, err.Error())
+			return 0, 0, "", j.corruptAt(loff, 0, err.Error())
 		}
 		if h.Seq == seq {
-			return lr.off, lineCRC(line), nil
+			return loff, lr.off, lineCRC(line), nil
 		}
 	}
+}
+
+// maxSnapshotIndex bounds the index entries a snapshot keeps.
+const maxSnapshotIndex = 256
+
+// thinIndex keeps at most about n evenly spread entries, the first included.
+func thinIndex(index []indexEntry, n int) []indexEntry {
+	if len(index) <= n {
+		return append([]indexEntry(nil), index...)
+	}
+	step := (len(index) + n - 1) / n
+	out := make([]indexEntry, 0, n+1)
+	for i := 0; i < len(index); i += step {
+		out = append(out, index[i])
+	}
+	return out
 }
 
 // loadSnapshot reads snapshot.json and checks it against the journal of

@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/belayhq/belay/internal/bench"
+	"github.com/belayhq/belay/internal/datadir"
+)
+
+func newBenchCmd(stdio Stdio) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure belay on this machine",
+		Args:  noArgs,
+	}
+	cmd.AddCommand(newBenchJournalCmd(stdio))
+	return cmd
+}
+
+type benchJournalOptions struct {
+	Writers   int
+	Sessions  int
+	Duration  time.Duration
+	EventSize int
+	OpenSize  string
+	Dir       string
+	Data      string
+	JSON      bool
+}
+
+func newBenchJournalCmd(stdio Stdio) *cobra.Command {
+	var opts benchJournalOptions
+	cmd := &cobra.Command{
+		Use:   "journal",
+		Short: "Measure durable append throughput, latency, open and seek against a raw fdatasync baseline",
+		Long: `Measures the session journal on the filesystem of the data directory:
+
+  - Sync append throughput and p50/p99 latency, for the given writers per
+    session and sessions (default: both 64x1 and 4x256), and in the same
+    run a raw baseline: plain write+fdatasync loops over the same bytes
+    with the same batch size. ratio_vs_raw = journal / raw.
+  - Buffered (token delta) append throughput, until everything is synced.
+  - Time to open a journal of --open-size with a valid snapshot, and of a
+    tenth of that size, to show it does not grow with size; also the full
+    scan open time without a snapshot, and the time to read a random seq.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("writers") != cmd.Flags().Changed("sessions") {
+				return usagef("belay bench journal --writers 64 --sessions 1", "give --writers and --sessions together, or neither for the standard scenarios")
+			}
+			return runBenchJournal(cmd, stdio, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Writers, "writers", 0, "concurrent writers per session")
+	f.IntVar(&opts.Sessions, "sessions", 0, "sessions (journals)")
+	f.DurationVar(&opts.Duration, "duration", 3*time.Second, "length of each timed phase")
+	f.IntVar(&opts.EventSize, "event-size", 200, "approximate bytes per event")
+	f.StringVar(&opts.OpenSize, "open-size", "1GB", "size of the journal to time open and seek in (0 to skip)")
+	f.StringVar(&opts.Dir, "dir", "", "scratch directory (default: inside the data directory, so the same filesystem is measured)")
+	f.StringVar(&opts.Data, "data", "", "data directory (default $BELAY_HOME, $XDG_STATE_HOME/belay, ~/.local/state/belay)")
+	f.BoolVar(&opts.JSON, "json", false, "print JSON")
+	return cmd
+}
+
+func runBenchJournal(cmd *cobra.Command, stdio Stdio, opts benchJournalOptions) error {
+	openSize, err := parseSize(opts.OpenSize)
+	if err != nil {
+		return usagef("belay bench journal --open-size 200MB", "--open-size: %v", err)
+	}
+	if opts.Writers < 0 || opts.Sessions < 0 {
+		return usagef("belay bench journal --writers 64 --sessions 1", "--writers and --sessions must be positive")
+	}
+	dir := opts.Dir
+	if dir == "" {
+		data, err := datadir.Resolve(opts.Data, stdio.Getenv)
+		if err != nil {
+			return err
+		}
+		dir = data
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	cfg := bench.JournalConfig{
+		Dir: dir, Duration: opts.Duration, EventSize: opts.EventSize, OpenSize: openSize,
+		Progress: func(s string) { fmt.Fprintf(stdio.Err, "… %s\n", s) },
+	}
+	if opts.Writers > 0 {
+		cfg.Scenarios = []bench.Scenario{{Writers: opts.Writers, Sessions: opts.Sessions}}
+	}
+	res, err := bench.Journal(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(stdio.Out, res)
+	}
+	printJournalBench(stdio, res)
+	return nil
+}
+
+func printJournalBench(stdio Stdio, res *bench.JournalResult) {
+	w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "journal bench: %d-byte events, %s per phase\n\n", res.EventSize, res.Duration)
+	fmt.Fprintln(w, "sessions x writers\tsync ev/s\tp50\tp99\tev/commit\traw ev/s\tratio_vs_raw\tbuffered ev/s")
+	for _, s := range res.Scenarios {
+		fmt.Fprintf(w, "%d x %d\t%.0f\t%s\t%s\t%.1f\t%.0f\t%.2f\t%.0f\n",
+			s.Sessions, s.Writers, s.SyncEventsPerSec, micros(s.SyncP50Micros), micros(s.SyncP99Micros),
+			s.EventsPerCommit, s.RawEventsPerSec, s.RatioVsRaw, s.BufferedEventsPerSec)
+	}
+	if res.Open != nil {
+		fmt.Fprintln(w, "\njournal size\tevents\topen with snapshot\topen by full scan\tseek random seq")
+		for _, o := range res.Open.Sizes {
+			fmt.Fprintf(w, "%s\t%d\t%.2f ms\t%.1f ms\t%.1f µs\n", sizeString(o.Bytes), o.Events, o.OpenSnapshotMillis, o.OpenScanMillis, o.SeekMicros)
+		}
+	}
+	_ = w.Flush()
+}
+
+func micros(us float64) string {
+	if us >= 1000 {
+		return fmt.Sprintf("%.1f ms", us/1000)
+	}
+	return fmt.Sprintf("%.0f µs", us)
+}
+
+// parseSize reads sizes like 200MB, 1GB, 512KiB or a plain byte count.
+func parseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size like 200MB or 1GB", s)
+	}
+	return int64(n * float64(mult)), nil
+}
+
+func sizeString(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,130 @@
+// Package cli is the belay command line: one file per command, each with an
+// options struct, a constructor that parses flags into it, and a run
+// function that takes the options, so parsing and behaviour are tested
+// apart.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes (DESIGN section 8).
+const (
+	ExitOK           = 0
+	ExitError        = 1
+	ExitUsage        = 2
+	ExitRunFailed    = 3
+	ExitCancelled    = 4
+	ExitStillRunning = 5
+	ExitUnreachable  = 6
+)
+
+// Stdio is where a command reads and writes.
+type Stdio struct {
+	In       io.Reader
+	Out, Err io.Writer
+	// Getenv looks up the environment (os.Getenv if nil).
+	Getenv func(string) string
+}
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError is a flag or argument mistake; it is printed with a hint.
+type usageError struct {
+	err  error
+	hint string
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(hint, format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...), hint: hint}
+}
+
+// Main runs the command line and returns the exit code.
+func Main(ctx context.Context, args []string, stdio Stdio) int {
+	if stdio.Getenv == nil {
+		stdio.Getenv = os.Getenv
+	}
+	root := newRootCmd(stdio)
+	root.SetArgs(args[1:])
+	root.SetIn(stdio.In)
+	root.SetOut(stdio.Out)
+	root.SetErr(stdio.Err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ue *usageError
+	var ee *exitError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(stdio.Err, "belay: %v\n", ue.err)
+		if ue.hint != "" {
+			fmt.Fprintf(stdio.Err, "Try: %s\n", ue.hint)
+		}
+		return ExitUsage
+	case errors.As(err, &ee):
+		fmt.Fprintf(stdio.Err, "belay: %v\n", ee.err)
+		return ee.code
+	case isFlagError(err):
+		fmt.Fprintf(stdio.Err, "belay: %v\nTry: belay --help\n", err)
+		return ExitUsage
+	}
+	fmt.Fprintf(stdio.Err, "belay: %v\n", err)
+	return ExitError
+}
+
+// flagErr marks errors from cobra's flag and argument parsing.
+type flagErr struct{ error }
+
+func isFlagError(err error) bool {
+	var fe flagErr
+	return errors.As(err, &fe)
+}
+
+func newRootCmd(stdio Stdio) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "belay",
+		Short:         "A durable session runtime for long-running AI agent work",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          noArgs,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return flagErr{err} })
+	root.AddCommand(
+		newVersionCmd(stdio),
+		newBenchCmd(stdio),
+	)
+	return root
+}
+
+// noArgs refuses positional arguments with a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef(cmd.CommandPath()+" --help", "%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+// writeJSON prints v as indented JSON, the stable --json output.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
