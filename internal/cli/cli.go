@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -95,7 +96,8 @@ type flagErr struct{ error }
 
 func isFlagError(err error) bool {
 	var fe flagErr
-	return errors.As(err, &fe)
+	// cobra reports unknown subcommands with a plain error.
+	return errors.As(err, &fe) || strings.HasPrefix(err.Error(), "unknown command ")
 }
 
 func newRootCmd(stdio Stdio) *cobra.Command {
@@ -104,7 +106,6 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		Short:         "A durable session runtime for long-running AI agent work",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args:          noArgs,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return flagErr{err} })
 	root.AddCommand(
