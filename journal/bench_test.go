@@ -137,4 +137,3 @@ func BenchmarkDecode(b *testing.B) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-

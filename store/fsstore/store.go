@@ -74,7 +74,7 @@ type Store struct {
 	sessions map[string]*session
 	closed   bool
 
-	idxMu       sync.RWMutex // innermost: guards the id indexes
+	idxMu       sync.RWMutex      // innermost: guards the id indexes
 	runs        map[string]string // run id -> session id
 	deliveries  map[string]string // delivery id -> session id
 	sessionKeys map[string]string // session idempotency key -> session id
