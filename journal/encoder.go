@@ -3,6 +3,7 @@ package journal
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"hash/crc32"
 	"strconv"
 	"time"
@@ -18,15 +19,15 @@ const tsLayout = "2006-01-02T15:04:05.000000000Z"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// appendRecord appends the encoded line for e to dst. e must be validated.
-// It returns ErrTooLarge, leaving dst as it was, if the line is too long.
-func appendRecord(dst []byte, e *Event) ([]byte, error) {
+// maxPrefixLen bounds len(`{"seq":N,"ts":"..."`), whatever the seq.
+const maxPrefixLen = len(`{"seq":`) + 20 + len(`,"ts":"`) + len(tsLayout) + 1
+
+// encodeTail appends the part of e's line that follows its seq and ts,
+// from `,"type":` through the data, compacting (and so validating) the
+// data. Appenders call it before taking the journal lock.
+func encodeTail(dst []byte, e *Event) ([]byte, error) {
 	start := len(dst)
-	dst = append(dst, `{"seq":`...)
-	dst = strconv.AppendUint(dst, e.Seq, 10)
-	dst = append(dst, `,"ts":"`...)
-	dst = e.TS.UTC().AppendFormat(dst, tsLayout)
-	dst = append(dst, `","type":`...)
+	dst = append(dst, `,"type":`...)
 	dst = appendString(dst, e.Type)
 	if e.ID != "" {
 		dst = append(dst, `,"id":`...)
@@ -42,24 +43,43 @@ func appendRecord(dst []byte, e *Event) ([]byte, error) {
 	}
 	dst = append(dst, `,"data":`...)
 	if len(e.Data) == 0 {
-		dst = append(dst, "null"...)
-	} else {
-		// Compact removes insignificant white space, newlines included; the
-		// data was validated, so it cannot fail.
-		buf := bytes.NewBuffer(dst)
-		if err := json.Compact(buf, e.Data); err != nil {
-			return dst[:start], err
-		}
-		dst = buf.Bytes()
+		return append(dst, "null"...), nil
 	}
-	sum := crc32.Checksum(dst[start:], castagnoli)
-	dst = append(dst, `,"crc":"`...)
-	dst = appendHex32(dst, sum)
-	dst = append(dst, "\"}\n"...)
-	if len(dst)-start > MaxRecordSize {
+	// Compact removes insignificant white space, newlines included.
+	buf := bytes.NewBuffer(dst)
+	if err := json.Compact(buf, e.Data); err != nil {
+		return dst[:start], fmt.Errorf("%w: data is not valid JSON: %v", ErrInvalidEvent, err)
+	}
+	dst = buf.Bytes()
+	if maxPrefixLen+len(dst)-start+trailerLen+1 > MaxRecordSize {
 		return dst[:start], ErrTooLarge
 	}
 	return dst, nil
+}
+
+// appendLine appends a complete line: seq, ts, the encoded tail and the
+// checksum trailer.
+func appendLine(dst []byte, seq uint64, ts time.Time, tail []byte) []byte {
+	start := len(dst)
+	dst = append(dst, `{"seq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	dst = append(dst, `,"ts":"`...)
+	dst = ts.UTC().AppendFormat(dst, tsLayout)
+	dst = append(dst, '"')
+	dst = append(dst, tail...)
+	sum := crc32.Checksum(dst[start:], castagnoli)
+	dst = append(dst, `,"crc":"`...)
+	dst = appendHex32(dst, sum)
+	return append(dst, "\"}\n"...)
+}
+
+// appendRecord appends the encoded line for e.
+func appendRecord(dst []byte, e *Event) ([]byte, error) {
+	tail, err := encodeTail(nil, e)
+	if err != nil {
+		return dst, err
+	}
+	return appendLine(dst, e.Seq, e.TS, tail), nil
 }
 
 // appendString appends s as a JSON string, escaped as encoding/json does.
@@ -87,7 +107,3 @@ func appendHex32(dst []byte, v uint32) []byte {
 	}
 	return dst
 }
-
-// nowTS truncates nothing but normalizes t to UTC so that the encoded and
-// decoded timestamps compare equal.
-func nowTS(t time.Time) time.Time { return t.UTC().Round(0) }

@@ -17,6 +17,8 @@ var (
 	ErrClosed = errors.New("journal: closed")
 	// ErrTooLarge is returned for an event whose line exceeds MaxRecordSize.
 	ErrTooLarge = errors.New("journal: record too large")
+	// ErrDuplicate is returned by AppendUnique for an id already appended.
+	ErrDuplicate = errors.New("journal: duplicate id")
 	// ErrInvalidEvent is returned for an event that cannot be appended.
 	ErrInvalidEvent = errors.New("journal: invalid event")
 )

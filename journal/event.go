@@ -42,7 +42,8 @@ const (
 	maxIDLen   = 256
 )
 
-// validate checks the caller-settable fields of an event to append.
+// validate checks the caller-settable fields of an event to append; its
+// data is checked when it is encoded.
 func validate(e *Event) error {
 	if n := len(e.Type); n == 0 || n > maxTypeLen {
 		return fmt.Errorf("%w: type must be 1-%d characters, got %d", ErrInvalidEvent, maxTypeLen, n)
@@ -59,9 +60,6 @@ func validate(e *Event) error {
 	}
 	if len(e.Run) > maxIDLen || !utf8.ValidString(e.Run) {
 		return fmt.Errorf("%w: run must be at most %d bytes of UTF-8", ErrInvalidEvent, maxIDLen)
-	}
-	if len(e.Data) > 0 && !json.Valid(e.Data) {
-		return fmt.Errorf("%w: data is not valid JSON", ErrInvalidEvent)
 	}
 	return nil
 }

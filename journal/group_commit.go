@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -35,13 +36,38 @@ func newBatch() *batch { return &batch{done: make(chan struct{})} }
 // returns at once. A cancelled ctx stops Append only before the events are
 // queued: once queued they are committed (or the journal fails) regardless.
 func (j *Journal) Append(ctx context.Context, d Durability, evs ...Event) ([]uint64, error) {
+	return j.append(ctx, d, false, evs)
+}
+
+// AppendUnique is Append for events that must be new: if any event's ID is
+// already in the journal (or repeated in evs) it writes nothing and fails
+// with ErrDuplicate. Stores use it for their own state changes, which must
+// never be folded without being written.
+func (j *Journal) AppendUnique(ctx context.Context, d Durability, evs ...Event) ([]uint64, error) {
+	return j.append(ctx, d, true, evs)
+}
+
+func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []Event) ([]uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// Validate and encode everything but seq and ts before taking the lock,
+	// so that concurrent appenders encode in parallel.
+	tails := make([][]byte, len(evs))
+	var enc []byte
 	for i := range evs {
 		if err := validate(&evs[i]); err != nil {
 			return nil, err
 		}
+		start := len(enc)
+		var err error
+		if enc, err = encodeTail(enc, &evs[i]); err != nil {
+			if errors.Is(err, ErrTooLarge) {
+				err = fmt.Errorf("%w: event %d (%s) would be more than %d bytes", err, i, evs[i].Type, MaxRecordSize)
+			}
+			return nil, err
+		}
+		tails[i] = enc[start:len(enc):len(enc)]
 	}
 	seqs := make([]uint64, len(evs))
 	j.mu.Lock()
@@ -54,48 +80,35 @@ func (j *Journal) Append(ctx context.Context, d Durability, evs ...Event) ([]uin
 		j.mu.Unlock()
 		return nil, err
 	}
+	if unique {
+		if err := j.checkUnique(evs); err != nil {
+			j.mu.Unlock()
+			return nil, err
+		}
+	}
 	b := j.cur
-	mark := len(b.buf)
 	nrecs := len(b.recs)
-	startSeq := j.nextSeq
 	var waitSeq uint64 // the highest seq this call must see durable
-	ts := j.now().UTC()
+	now := j.now()
 	for i := range evs {
-		e := evs[i] // a copy: the caller's events are not modified
+		e := &evs[i]
 		if e.ID != "" {
 			if seq, ok := j.ids[e.ID]; ok {
 				seqs[i] = seq
 				waitSeq = max(waitSeq, seq)
 				continue
 			}
+			j.ids[e.ID] = j.nextSeq
 		}
-		e.Seq = j.nextSeq
-		if e.TS.IsZero() {
-			e.TS = ts
+		ts := e.TS
+		if ts.IsZero() {
+			ts = now
 		}
-		var err error
-		if b.buf, err = appendRecord(b.buf, &e); err != nil {
-			// Undo this call's events so the batch stays all-or-nothing.
-			for _, r := range b.recs[nrecs:] {
-				if r.id != "" {
-					delete(j.ids, r.id)
-				}
-			}
-			b.buf, b.recs = b.buf[:mark], b.recs[:nrecs]
-			j.nextSeq = startSeq
-			j.mu.Unlock()
-			return nil, fmt.Errorf("%w: event %d (%s) would be more than %d bytes", err, i, e.Type, MaxRecordSize)
-		}
-		start := mark
-		if n := len(b.recs); n > 0 {
-			start = b.recs[n-1].end
-		}
-		b.recs = append(b.recs, pendingRec{seq: e.Seq, id: e.ID, off: start, end: len(b.buf)})
-		if e.ID != "" {
-			j.ids[e.ID] = e.Seq
-		}
-		seqs[i] = e.Seq
-		waitSeq = max(waitSeq, e.Seq)
+		off := len(b.buf)
+		b.buf = appendLine(b.buf, j.nextSeq, ts, tails[i])
+		b.recs = append(b.recs, pendingRec{seq: j.nextSeq, id: e.ID, off: off, end: len(b.buf)})
+		seqs[i] = j.nextSeq
+		waitSeq = max(waitSeq, j.nextSeq)
 		j.nextSeq++
 	}
 	added := len(b.recs) > nrecs
@@ -133,6 +146,25 @@ func (j *Journal) Append(ctx context.Context, d Durability, evs ...Event) ([]uin
 	return seqs, j.waitDurable(waitSeq)
 }
 
+// checkUnique fails if an event's ID is known or repeated. j.mu is held.
+func (j *Journal) checkUnique(evs []Event) error {
+	for i := range evs {
+		id := evs[i].ID
+		if id == "" {
+			continue
+		}
+		if seq, ok := j.ids[id]; ok {
+			return fmt.Errorf("%w: id %q is seq %d", ErrDuplicate, id, seq)
+		}
+		for k := range evs[:i] {
+			if evs[k].ID == id {
+				return fmt.Errorf("%w: id %q appears twice", ErrDuplicate, id)
+			}
+		}
+	}
+	return nil
+}
+
 // waitDurable blocks until seq is synced or the journal fails.
 func (j *Journal) waitDurable(seq uint64) error {
 	for {
@@ -145,7 +177,8 @@ func (j *Journal) waitDurable(seq uint64) error {
 			err := j.err
 			j.mu.Unlock()
 			return err
-		case j.closed:
+		case j.drained:
+			// Close committed everything queued; seq was not among it.
 			j.mu.Unlock()
 			return ErrClosed
 		}
@@ -168,67 +201,42 @@ func (j *Journal) flusher() {
 		case <-j.stop:
 			stopping = true
 		}
-		j.mu.Lock()
-		b := j.cur
-		if len(b.recs) == 0 {
-			j.mu.Unlock()
-			if stopping {
-				return
-			}
-			continue
+		// Commit back to back while there is work that may not wait: a batch
+		// with a Sync appender, a buffered batch past its delay, or anything
+		// when stopping. Looping here rather than going back to select keeps
+		// the committer running while the appenders it just woke fill the
+		// next batch, instead of queueing it behind them.
+		for j.commitNext(stopping, timer) {
 		}
-		if !stopping && !b.hasSync {
-			if wait := j.delay - time.Since(b.first); wait > 0 {
-				timer.Reset(wait)
-				j.mu.Unlock()
-				continue
-			}
-		}
-		j.cur = newBatch()
-		j.mu.Unlock()
-
-		err := j.commit(b)
-
-		j.mu.Lock()
-		j.settle(b, err)
-		pending := len(j.cur.recs) > 0
-		j.mu.Unlock()
 		if stopping {
-			if pending {
-				// Appends that raced with Close: commit them too.
-				select {
-				case j.kick <- struct{}{}:
-				default:
-				}
-				j.stopAfterDrain()
-			}
 			return
-		}
-		if pending {
-			select {
-			case j.kick <- struct{}{}:
-			default:
-			}
 		}
 	}
 }
 
-// stopAfterDrain commits whatever is queued, synchronously, at Close.
-func (j *Journal) stopAfterDrain() {
-	for {
-		j.mu.Lock()
-		b := j.cur
-		if len(b.recs) == 0 || j.err != nil {
-			j.mu.Unlock()
-			return
-		}
-		j.cur = newBatch()
+// commitNext commits the current batch if it is due and reports whether it
+// did. A buffered batch that is not due arms timer for when it will be.
+func (j *Journal) commitNext(force bool, timer *time.Timer) bool {
+	j.mu.Lock()
+	b := j.cur
+	if len(b.recs) == 0 {
 		j.mu.Unlock()
-		err := j.commit(b)
-		j.mu.Lock()
-		j.settle(b, err)
-		j.mu.Unlock()
+		return false
 	}
+	if !force && !b.hasSync {
+		if wait := j.delay - time.Since(b.first); wait > 0 {
+			timer.Reset(wait)
+			j.mu.Unlock()
+			return false
+		}
+	}
+	j.cur = newBatch()
+	j.mu.Unlock()
+	err := j.commit(b)
+	j.mu.Lock()
+	j.settle(b, err)
+	j.mu.Unlock()
+	return true
 }
 
 // commit writes one batch and syncs it.
@@ -264,11 +272,16 @@ func (j *Journal) settle(b *batch, err error) {
 		for _, r := range b.recs {
 			j.durable.add(r.seq, "", base+int64(r.off), base+int64(r.end))
 		}
-		old := j.changed
-		j.changed = make(chan struct{})
-		close(old)
+		j.wake()
 	}
 	close(b.done)
+}
+
+// wake tells waiters that the journal changed. j.mu is held.
+func (j *Journal) wake() {
+	old := j.changed
+	j.changed = make(chan struct{})
+	close(old)
 }
 
 // fail makes the journal read-only after a failed commit of b. Everything
@@ -282,7 +295,5 @@ func (j *Journal) fail(err error, b *batch) {
 		close(c.done)
 		j.cur = newBatch()
 	}
-	old := j.changed
-	j.changed = make(chan struct{})
-	close(old)
+	j.wake()
 }

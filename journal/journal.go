@@ -71,6 +71,7 @@ type Journal struct {
 	err        error             // sticky: why appends fail (read-only)
 	quarantine *QuarantineError
 	closed     bool
+	drained    bool          // Close has committed everything queued
 	changed    chan struct{} // closed and replaced when durable grows or on close
 	snapState  []byte
 	snapSeq    uint64
@@ -112,9 +113,19 @@ func Open(dir string, opts Options) (*Journal, error) {
 	if opts.ReadOnly {
 		flag = os.O_RDONLY
 	}
+	_, statErr := j.fsys.Stat(j.path)
+	created := errors.Is(statErr, fs.ErrNotExist) && !opts.ReadOnly
 	f, err := j.fsys.OpenFile(j.path, flag, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", j.path, err)
+	}
+	if created {
+		// Make the new file's directory entry durable before any append to
+		// it is acknowledged.
+		if err := j.fsys.SyncDir(dir); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("journal: sync %s: %w", dir, err)
+		}
 	}
 	j.f = f
 	if err := j.recover(); err != nil {
@@ -282,6 +293,7 @@ func (j *Journal) Close() error {
 		<-j.done
 	}
 	j.mu.Lock()
+	j.drained = true
 	close(j.changed)
 	j.mu.Unlock()
 	if err := j.f.Close(); err != nil {

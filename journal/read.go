@@ -56,7 +56,7 @@ func (j *Journal) scanFrom(after uint64, fn func(Event) bool) error {
 			return fmt.Errorf("journal: read %s: %w", j.path, err)
 		}
 		if !complete {
-			return j.corruptAt(loff, last, "partial line inside the synced journal")
+			return j.corruptAt(loff, after, "partial line inside the synced journal")
 		}
 		// Lines before the target are skipped by their seq prefix alone; the
 		// line that is returned is verified in full, seq included.
@@ -90,6 +90,7 @@ func (j *Journal) corruptAt(off int64, lastGood uint64, reason string) error {
 	if j.quarantine == nil {
 		j.quarantine = q
 		j.err = q
+		j.wake()
 	}
 	return j.quarantine
 }
@@ -165,6 +166,11 @@ func (j *Journal) Wait(ctx context.Context, after uint64) error {
 		case j.closed:
 			j.mu.Unlock()
 			return ErrClosed
+		case j.err != nil && !j.readOnly:
+			// Failed or quarantined: nothing more will be appended.
+			err := j.err
+			j.mu.Unlock()
+			return err
 		case j.quarantine != nil:
 			q := j.quarantine
 			j.mu.Unlock()

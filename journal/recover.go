@@ -181,16 +181,20 @@ func scan(r io.ReaderAt, st *scanState, end int64) (*damage, error) {
 		var d *damage
 		if !complete {
 			d = &damage{off: off, reason: "partial or over-long line"}
+		} else if _, cerr := checkLine(line); cerr != nil {
+			d = &damage{off: off, reason: cerr.Error()}
 		} else if h, herr := decodeHeader(line); herr != nil {
-			d = &damage{off: off, reason: herr.Error()}
+			// A line whose checksum holds was written whole: it is not torn.
+			return &damage{off: off, reason: herr.Error()}, nil
 		} else if h.Seq != st.lastSeq+1 {
-			d = &damage{off: off, reason: fmt.Sprintf("seq %d follows seq %d", h.Seq, st.lastSeq)}
+			return &damage{off: off, reason: fmt.Sprintf("seq %d follows seq %d", h.Seq, st.lastSeq)}, nil
 		} else {
 			st.add(h.Seq, h.ID, off, lr.off)
 			copy(st.lastCRC[:], line[len(line)-10:])
 			continue
 		}
-		// Is anything valid after the damage? Then it is not a torn tail.
+		// A partial line or a bad checksum is a torn write only if nothing
+		// valid follows it; otherwise it is damage before the tail.
 		d.torn = true
 		for {
 			line, _, complete, err := lr.next()
