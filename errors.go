@@ -13,6 +13,7 @@ var (
 	ErrStaleEpoch    = errors.New("belay: stale epoch")
 	ErrLeaseHeld     = errors.New("belay: lease held")
 	ErrNotLeased     = errors.New("belay: not leased")
+	ErrLeaseExpired  = errors.New("belay: lease expired")
 	ErrTerminal      = errors.New("belay: already finished")
 	ErrActive        = errors.New("belay: active")
 	ErrReadOnly      = errors.New("belay: read-only")

@@ -29,6 +29,7 @@ type FS interface {
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
+	RemoveAll(path string) error
 	Stat(name string) (fs.FileInfo, error)
 	MkdirAll(path string, perm fs.FileMode) error
 	ReadDir(name string) ([]fs.DirEntry, error)
@@ -52,6 +53,7 @@ func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 
 func (osFS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
 func (osFS) Remove(name string) error                     { return os.Remove(name) }
+func (osFS) RemoveAll(path string) error                  { return os.RemoveAll(path) }
 func (osFS) Stat(name string) (fs.FileInfo, error)        { return os.Stat(name) }
 func (osFS) MkdirAll(path string, perm fs.FileMode) error { return os.MkdirAll(path, perm) }
 func (osFS) ReadDir(name string) ([]fs.DirEntry, error)   { return os.ReadDir(name) }

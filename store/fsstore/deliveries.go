@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -18,6 +19,9 @@ const maxDeliveryType = 64
 func (s *Store) PostDelivery(ctx context.Context, in belay.DeliveryInput) (belay.Delivery, bool, error) {
 	if in.Type == "" || len(in.Type) > maxDeliveryType {
 		return belay.Delivery{}, false, fmt.Errorf("%w: a delivery type is 1-%d characters", belay.ErrInvalid, maxDeliveryType)
+	}
+	if err := checkJSON("delivery data", in.Data); err != nil {
+		return belay.Delivery{}, false, err
 	}
 	ss, err := s.session(in.Session)
 	if err != nil {
@@ -155,9 +159,12 @@ func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl 
 	now := s.clock.Now()
 	var cands []belay.Delivery
 	for _, ss := range sessions {
+		if ss.fault() != nil {
+			continue // a broken session must not block the others
+		}
 		ss.mu.Lock()
 		for _, d := range ss.st.sortedDeliveries() {
-			if deliverable(d, now) && ss.problem == nil {
+			if deliverable(d, now) {
 				cands = append(cands, copyDelivery(d))
 			}
 		}
@@ -165,17 +172,26 @@ func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl 
 	}
 	sortDeliveries(cands)
 	var out []belay.Delivery
+	var errs []error
 	for _, c := range cands {
 		if len(out) == max {
 			break
 		}
 		d, ok, err := s.leaseOne(ctx, c.ID, owner, ttl)
 		if err != nil {
-			return out, err
+			if ctx.Err() != nil {
+				return out, err
+			}
+			// The item's session failed; it reports why. Go on with others.
+			errs = append(errs, err)
+			continue
 		}
 		if ok {
 			out = append(out, d)
 		}
+	}
+	if len(out) == 0 && len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return out, nil
 }
@@ -228,7 +244,8 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 	case d.Status != belay.DeliveryLeased:
 		return belay.Delivery{}, fmt.Errorf("%w: delivery %s at epoch %d was returned to the inbox", belay.ErrNotLeased, id, st.Epoch)
 	case d.Lease.Expired(now):
-		return belay.Delivery{}, &belay.StaleEpochError{Kind: "delivery", ID: id, Got: st.Epoch, Current: d.Epoch}
+		return belay.Delivery{}, fmt.Errorf("%w (%w): delivery %s: the lease at epoch %d expired at %s and the item will be redelivered",
+			belay.ErrLeaseExpired, belay.ErrStaleEpoch, id, st.Epoch, d.Lease.ExpiresAt.Format(time.RFC3339))
 	}
 	p := deliverySettled{ID: id, Kind: st.Kind, Result: st.Result}
 	if st.Kind == belay.SettleRetry {
@@ -255,25 +272,27 @@ func (s *Store) ExpireDeliveryLeases(ctx context.Context) ([]belay.Delivery, tim
 	}
 	var expired []belay.Delivery
 	var next time.Time
+	var errs []error
 	for _, ss := range sessions {
 		ex, nx, err := s.expireSession(ctx, ss)
 		expired = append(expired, ex...)
 		if err != nil {
-			return expired, next, err
+			// One broken session must not stop expiry in the others.
+			errs = append(errs, err)
 		}
 		if !nx.IsZero() && (next.IsZero() || nx.Before(next)) {
 			next = nx
 		}
 	}
-	return expired, next, nil
+	return expired, next, errors.Join(errs...)
 }
 
 func (s *Store) expireSession(ctx context.Context, ss *session) ([]belay.Delivery, time.Time, error) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.problem != nil {
+	if ss.fault() != nil {
 		return nil, time.Time{}, nil
 	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	now := s.clock.Now()
 	var expired []belay.Delivery
 	var next time.Time

@@ -3,22 +3,21 @@ package fsstore
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/store"
 )
 
 // pruneVerdict says whether a session may be pruned at now, and by which rule.
 func (ss *session) pruneVerdict(p store.PrunePolicy, now time.Time) (ok bool, rule string, last time.Time) {
-	sess := ss.st.Session
-	last = sess.UpdatedAt
-	if t := ss.lastRaw.Load(); t > last.UnixNano() {
+	last = ss.st.Session.UpdatedAt
+	if t := ss.lastEvent.Load(); t > last.UnixNano() {
 		last = unixNano(t)
 	}
-	if ss.problem != nil {
+	if ss.fault() != nil {
 		return false, "quarantined", last
 	}
 	keep, outcome := p.KeepComplete, "complete"
@@ -87,7 +86,7 @@ func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (store.PruneRepo
 }
 
 // pruneSession removes a session if, checked again under its lock, it is
-// still prunable: it is unloaded, renamed aside, then deleted.
+// still prunable: it is renamed aside, unloaded, then deleted.
 func (s *Store) pruneSession(ss *session, p store.PrunePolicy, now time.Time) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -96,6 +95,14 @@ func (s *Store) pruneSession(ss *session, p store.PrunePolicy, now time.Time) (b
 	if ok, _, _ := ss.pruneVerdict(p, now); !ok || s.sessions[ss.id] != ss {
 		return false, nil
 	}
+	root := filepath.Join(s.dir, SessionsName)
+	trash := filepath.Join(root, ".trash-"+ss.id+"-"+ids.New("")[:10])
+	// The open journal keeps working through a rename, so a failed rename
+	// leaves the session as it was.
+	if err := s.fsys.Rename(ss.dir, trash); err != nil {
+		return false, fmt.Errorf("fsstore: prune %s: %w", ss.id, err)
+	}
+	ss.pruned.Store(true)
 	delete(s.sessions, ss.id)
 	s.idxMu.Lock()
 	for _, r := range ss.st.Runs {
@@ -109,16 +116,11 @@ func (s *Store) pruneSession(ss *session, p store.PrunePolicy, now time.Time) (b
 	}
 	s.idxMu.Unlock()
 	_ = ss.j.Close()
-	root := filepath.Join(s.dir, SessionsName)
-	trash := filepath.Join(root, fmt.Sprintf(".trash-%s-%d", ss.id, time.Now().UnixNano()))
-	if err := s.fsys.Rename(ss.dir, trash); err != nil {
-		return false, fmt.Errorf("fsstore: prune %s: %w", ss.id, err)
-	}
 	if err := s.fsys.SyncDir(root); err != nil {
-		return false, fmt.Errorf("fsstore: prune %s: %w", ss.id, err)
+		return true, fmt.Errorf("fsstore: prune %s: %w", ss.id, err)
 	}
 	// Once renamed the session is gone; a failed delete is finished by the
 	// next Open.
-	_ = os.RemoveAll(trash)
+	_ = s.fsys.RemoveAll(trash)
 	return true, nil
 }

@@ -36,6 +36,9 @@ func (s *Store) runSession(id string) (*session, *belay.Run, error) {
 
 // CreateRun creates a queued run, idempotently by key within the session.
 func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bool, error) {
+	if err := checkJSON("run input", in.Input); err != nil {
+		return belay.Run{}, false, err
+	}
 	ss, err := s.session(in.Session)
 	if err != nil {
 		return belay.Run{}, false, err
@@ -66,7 +69,7 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 	}
 	e := belay.Event{Type: store.EventRunCreated, Run: p.ID, Data: data}
 	if in.IdempotencyKey != "" {
-		e.ID = "run:" + in.IdempotencyKey
+		e.ID = storeIDPrefix + "run/" + in.IdempotencyKey
 	}
 	if _, err := ss.commit(ctx, e); err != nil {
 		return belay.Run{}, false, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,10 @@ import (
 	"github.com/belayhq/belay/journal"
 )
 
+// storeIDPrefix starts the idempotency ids of the store's own events;
+// callers may not use it, so their ids never collide with the store's.
+const storeIDPrefix = "belay/"
+
 // session is one loaded session: its journal and folded state.
 type session struct {
 	id    string
@@ -21,13 +26,18 @@ type session struct {
 	store *Store
 	j     *journal.Journal
 
-	mu        sync.Mutex // guards st, problem, sinceSnap
+	mu        sync.Mutex // guards st and sinceSnap
 	st        *state
-	problem   error // non-nil: quarantined (read-only)
 	sinceSnap int
-	// lastRaw is the time (unix nanos) of the latest raw append, which
-	// does not take mu.
-	lastRaw atomic.Int64
+
+	// problem, once set, makes the session read-only: a damaged journal or
+	// an event that does not fold. It is read without mu.
+	problem atomic.Pointer[error]
+	// pruned is set when the session was deleted under a caller.
+	pruned atomic.Bool
+	// lastEvent is the time (unix nanos) of the newest event, raw events
+	// included; the folded state only tracks the store's own events.
+	lastEvent atomic.Int64
 }
 
 // openSession opens a session's journal and folds its state.
@@ -38,21 +48,42 @@ func (s *Store) openSession(id string) (*session, error) {
 	var q *journal.QuarantineError
 	switch {
 	case errors.As(err, &q):
-		ss.problem = q
+		ss.setProblem(q)
 	case err != nil:
 		return nil, fmt.Errorf("fsstore: open session %s: %w", id, err)
 	}
 	ss.j = j
-	if err := ss.fold(); err != nil && ss.problem == nil {
-		ss.problem = err
+	if err := ss.fold(); err != nil {
+		ss.setProblem(err)
 	}
-	if ss.st.Session.ID != id && ss.problem == nil {
-		ss.problem = fmt.Errorf("%w: journal of %s does not start with its session.created event", belay.ErrCorruptRecord, id)
-	}
-	if ss.st.Session.ID == "" {
+	if ss.st.Session.ID != id {
+		ss.setProblem(fmt.Errorf("%w: journal of %s does not start with its session.created event", belay.ErrCorruptRecord, id))
 		ss.st.Session.ID = id
 	}
+	if last := j.LastSeq(); last > 0 {
+		if evs, _ := j.Read(last-1, 1); len(evs) == 1 {
+			ss.lastEvent.Store(evs[0].TS.UnixNano())
+		}
+	}
 	return ss, nil
+}
+
+// setProblem records the first reason the session is read-only.
+func (ss *session) setProblem(err error) {
+	ss.problem.CompareAndSwap(nil, &err)
+}
+
+// fault returns why the session cannot be written, or nil: a recorded
+// problem, or a journal that failed (a write or fsync error, or damage
+// found by a read).
+func (ss *session) fault() error {
+	if p := ss.problem.Load(); p != nil {
+		return *p
+	}
+	if err := ss.j.Err(); err != nil && !errors.Is(err, journal.ErrClosed) && !ss.store.opts.ReadOnly {
+		return err
+	}
+	return nil
 }
 
 // fold rebuilds the state from the snapshot (if trusted) and the journal.
@@ -84,17 +115,18 @@ func (ss *session) fold() error {
 // snapshotSession returns a copy of the session with derived fields set.
 func (ss *session) snapshotSession() belay.Session {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	sess := ss.st.Session
-	sess.LastSeq = max(sess.LastSeq, ss.j.LastSeq())
-	if t := ss.lastRaw.Load(); t > sess.UpdatedAt.UnixNano() {
+	active := ss.st.active()
+	ss.mu.Unlock()
+	sess.LastSeq = ss.j.LastSeq()
+	if t := ss.lastEvent.Load(); t > sess.UpdatedAt.UnixNano() {
 		sess.UpdatedAt = unixNano(t)
 	}
-	switch {
-	case ss.problem != nil:
+	switch err := ss.fault(); {
+	case err != nil:
 		sess.State = belay.SessionQuarantined
-		sess.Problem = ss.problem.Error()
-	case ss.st.active():
+		sess.Problem = err.Error()
+	case active:
 		sess.State = belay.SessionActive
 	default:
 		sess.State = belay.SessionIdle
@@ -104,12 +136,25 @@ func (ss *session) snapshotSession() belay.Session {
 
 // appendRaw appends caller events (not store state changes).
 func (ss *session) appendRaw(ctx context.Context, d belay.Durability, evs []belay.Event) ([]uint64, error) {
+	if err := ss.writable(); err != nil {
+		return nil, err
+	}
 	seqs, err := ss.j.Append(ctx, d, evs...)
 	if err != nil {
-		return nil, wrapJournal(err)
+		return nil, ss.wrap(err)
 	}
-	ss.lastRaw.Store(ss.store.clock.Now().UnixNano())
+	ss.touch(ss.store.clock.Now())
 	return seqs, nil
+}
+
+func (ss *session) touch(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := ss.lastEvent.Load()
+		if n <= old || ss.lastEvent.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // checkFence refuses an event naming a run that is not in this session,
@@ -134,31 +179,42 @@ func (ss *session) checkFence(e *belay.Event) error {
 	return nil
 }
 
-// writable fails for a quarantined session or a read-only store. ss.mu is
-// held.
+// writable fails for a faulted session or a store that cannot write.
 func (ss *session) writable() error {
 	if err := ss.store.writable(); err != nil {
 		return err
 	}
-	if ss.problem != nil {
-		return fmt.Errorf("%w: session %s is quarantined: %v", belay.ErrReadOnly, ss.id, ss.problem)
+	if ss.pruned.Load() {
+		return fmt.Errorf("%w: session %s was pruned", belay.ErrNotFound, ss.id)
+	}
+	if err := ss.fault(); err != nil {
+		return fmt.Errorf("%w: session %s is quarantined: %v", belay.ErrReadOnly, ss.id, err)
 	}
 	return nil
+}
+
+// wrap maps a journal error of this session onto belay's sentinels.
+func (ss *session) wrap(err error) error {
+	if errors.Is(err, journal.ErrClosed) && ss.pruned.Load() {
+		return fmt.Errorf("%w: session %s was pruned", belay.ErrNotFound, ss.id)
+	}
+	return wrapJournal(err)
 }
 
 // commit journals one state change as a Sync event and applies it once it
 // is durable. ss.mu is held.
 func (ss *session) commit(ctx context.Context, e belay.Event) (belay.Event, error) {
 	e.TS = ss.store.clock.Now().UTC()
-	seqs, err := ss.j.Append(ctx, journal.Sync, e)
+	seqs, err := ss.j.AppendUnique(ctx, journal.Sync, e)
 	if err != nil {
-		return e, wrapJournal(err)
+		return e, ss.wrap(err)
 	}
 	e.Seq = seqs[0]
+	ss.touch(e.TS)
 	if err := ss.st.apply(&e); err != nil {
 		// The event is durable but does not fold: stop writing to this
 		// session rather than diverge from its journal.
-		ss.problem = err
+		ss.setProblem(err)
 		return e, err
 	}
 	ss.sinceSnap++
@@ -171,15 +227,16 @@ func (ss *session) commit(ctx context.Context, e belay.Event) (belay.Event, erro
 // snapshotLocked writes a snapshot of the state. A failure is not an
 // error: the journal is canonical and the next open rebuilds. ss.mu is held.
 func (ss *session) snapshotLocked() {
-	if ss.problem != nil || ss.store.opts.ReadOnly || ss.sinceSnap == 0 {
+	if ss.sinceSnap == 0 || ss.writable() != nil {
 		return
 	}
 	raw, err := json.Marshal(ss.st)
 	if err != nil {
 		return
 	}
-	// Raw events after the last state change do not alter the state, so
-	// the state is valid through the journal's current synced seq.
+	// The state folds only the store's own events, so it is the fold of the
+	// journal through any seq up to the next state change: the current
+	// synced seq will do.
 	if ss.j.WriteSnapshot(raw, ss.j.LastSeq()) == nil {
 		ss.sinceSnap = 0
 	}
@@ -199,6 +256,24 @@ func marshal(v any) (json.RawMessage, error) {
 		return nil, fmt.Errorf("fsstore: encode event: %w", err)
 	}
 	return b, nil
+}
+
+// checkJSON refuses caller JSON that is present but invalid.
+func checkJSON(what string, raw json.RawMessage) error {
+	if len(raw) > 0 && !json.Valid(raw) {
+		return fmt.Errorf("%w: %s is not valid JSON", belay.ErrInvalid, what)
+	}
+	return nil
+}
+
+// checkCallerIDs refuses caller events that use the store's id namespace.
+func checkCallerIDs(evs []belay.Event) error {
+	for i := range evs {
+		if strings.HasPrefix(evs[i].ID, storeIDPrefix) {
+			return fmt.Errorf("%w: event ids starting with %q are the store's", belay.ErrInvalid, storeIDPrefix)
+		}
+	}
+	return nil
 }
 
 func unixNano(n int64) time.Time { return time.Unix(0, n).UTC() }

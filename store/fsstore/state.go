@@ -136,6 +136,11 @@ func reserved(typ string) bool {
 // event that cannot be decoded or does not fit the state, which means the
 // journal was written by something else.
 func (st *state) apply(e *belay.Event) error {
+	if !reserved(e.Type) {
+		// Caller events do not change the state; keeping them out makes the
+		// fold through any seq before the next state change the same.
+		return nil
+	}
 	st.Session.LastSeq = e.Seq
 	if e.TS.After(st.Session.UpdatedAt) {
 		st.Session.UpdatedAt = e.TS

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -70,6 +69,7 @@ type Store struct {
 	hb       *lock.Heartbeater
 	lockLost atomic.Pointer[error]
 
+	createMu sync.Mutex   // serializes CreateSession
 	mu       sync.RWMutex // guards sessions and closed
 	sessions map[string]*session
 	closed   bool
@@ -157,7 +157,7 @@ func (s *Store) load() error {
 		case strings.HasPrefix(name, ".new-") || strings.HasPrefix(name, ".trash-"):
 			// An interrupted create (never acknowledged) or prune.
 			if !s.opts.ReadOnly {
-				if err := os.RemoveAll(filepath.Join(root, name)); err != nil {
+				if err := s.fsys.RemoveAll(filepath.Join(root, name)); err != nil {
 					return fmt.Errorf("fsstore: clean %s: %w", name, err)
 				}
 			}
@@ -169,14 +169,21 @@ func (s *Store) load() error {
 		if err != nil {
 			return err
 		}
-		s.index(ss)
+		if err := s.index(ss); err != nil {
+			_ = ss.j.Close()
+			return err
+		}
 	}
 	return nil
 }
 
-// index adds a loaded session to the id indexes.
-func (s *Store) index(ss *session) {
+// index adds a loaded session to the store and its id indexes.
+func (s *Store) index(ss *session) error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return belay.ErrStoreClosed
+	}
 	s.sessions[ss.id] = ss
 	s.mu.Unlock()
 	s.idxMu.Lock()
@@ -190,6 +197,7 @@ func (s *Store) index(ss *session) {
 	if ss.st.SessionKey != "" {
 		s.sessionKeys[ss.st.SessionKey] = ss.id
 	}
+	return nil
 }
 
 // Close snapshots every session, closes the journals and releases the lock.
@@ -266,10 +274,8 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 	if in.Provider == "" {
 		return belay.Session{}, fmt.Errorf("%w: a session needs a provider", belay.ErrInvalid)
 	}
-	if in.IdempotencyKey != "" {
-		if sess, ok, err := s.sessionByKey(ctx, in.IdempotencyKey); ok || err != nil {
-			return sess, err
-		}
+	if err := checkJSON("session options", in.Options); err != nil {
+		return belay.Session{}, err
 	}
 	id := in.ID
 	if id == "" {
@@ -277,32 +283,32 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 	} else if err := ids.Check(ids.Session, id); err != nil {
 		return belay.Session{}, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
 	}
-	// Serialize creates so that ids and keys are checked and claimed at once.
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return belay.Session{}, belay.ErrStoreClosed
-	}
-	if _, ok := s.sessions[id]; ok {
-		return belay.Session{}, fmt.Errorf("%w: session %s", belay.ErrExists, id)
-	}
+	// Creates are serialized so that ids and keys are checked and claimed
+	// together; lookups are not blocked by a create's file system work.
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
 	if in.IdempotencyKey != "" {
-		s.idxMu.RLock()
-		other, ok := s.sessionKeys[in.IdempotencyKey]
-		s.idxMu.RUnlock()
-		if ok {
-			return s.sessions[other].snapshotSession(), nil
+		if sess, ok, err := s.sessionByKey(ctx, in.IdempotencyKey); ok || err != nil {
+			return sess, err
 		}
+	}
+	s.mu.RLock()
+	_, exists := s.sessions[id]
+	closed := s.closed
+	s.mu.RUnlock()
+	switch {
+	case closed:
+		return belay.Session{}, belay.ErrStoreClosed
+	case exists:
+		return belay.Session{}, fmt.Errorf("%w: session %s", belay.ErrExists, id)
 	}
 	ss, err := s.createSessionDir(ctx, id, in)
 	if err != nil {
 		return belay.Session{}, err
 	}
-	s.sessions[id] = ss
-	if in.IdempotencyKey != "" {
-		s.idxMu.Lock()
-		s.sessionKeys[in.IdempotencyKey] = id
-		s.idxMu.Unlock()
+	if err := s.index(ss); err != nil {
+		_ = ss.j.Close()
+		return belay.Session{}, err
 	}
 	return ss.snapshotSession(), nil
 }
@@ -326,7 +332,7 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 		return nil, fmt.Errorf("fsstore: create session dir: %w", err)
 	}
 	fail := func(err error) (*session, error) {
-		_ = os.RemoveAll(tmp)
+		_ = s.fsys.RemoveAll(tmp)
 		return nil, err
 	}
 	j, err := journal.Open(tmp, s.journalOptions(false))
@@ -337,7 +343,7 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 		ID: id, Provider: in.Provider, Model: in.Model, Labels: in.Labels, Options: in.Options, Key: in.IdempotencyKey,
 	})
 	if err == nil {
-		_, err = j.Append(ctx, journal.Sync, belay.Event{Type: store.EventSessionCreated, ID: "session:" + id, Data: data})
+		_, err = j.AppendUnique(ctx, journal.Sync, belay.Event{Type: store.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data})
 	}
 	if cerr := j.Close(); err == nil {
 		err = cerr
@@ -396,6 +402,9 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 	if err != nil {
 		return nil, err
 	}
+	if err := checkCallerIDs(evs); err != nil {
+		return nil, err
+	}
 	fenced := false
 	for i := range evs {
 		if reserved(evs[i].Type) {
@@ -429,7 +438,7 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 	// A quarantined session returns what precedes the damage together with
 	// the error: it is never read as if it simply ended.
 	evs, err := ss.j.Read(after, limit)
-	return evs, wrapJournal(err)
+	return evs, ss.wrap(err)
 }
 
 // WaitEvents blocks until the session has an event after seq after.
@@ -438,13 +447,7 @@ func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
 	if err != nil {
 		return err
 	}
-	if err := ss.j.Wait(ctx, after); err != nil {
-		if errors.Is(err, journal.ErrClosed) {
-			return belay.ErrStoreClosed
-		}
-		return wrapJournal(err)
-	}
-	return nil
+	return ss.wrap(ss.j.Wait(ctx, after))
 }
 
 // wrapJournal maps journal errors onto belay's sentinels.

@@ -86,6 +86,8 @@ func Run(t *testing.T, h Harness) {
 		"DeliveryLeaseExpiry":  testDeliveryLeaseExpiry,
 		"DeliveryRetryRelease": testDeliveryRetryRelease,
 		"DeliveryRace":         testDeliveryRace,
+		"Redelivery":           testRedelivery,
+		"InvalidJSON":          testInvalidJSON,
 		"Prune":                testPrune,
 		"Reopen":               testReopen,
 	}
@@ -484,6 +486,7 @@ func testDeliveryLeaseExpiry(t *testing.T, h Harness) {
 	// A late ack from the expired lease is refused.
 	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: l1[0].Epoch})
 	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+	require.ErrorIs(t, err, belay.ErrLeaseExpired)
 	expired, next, err = b.s.ExpireDeliveryLeases(b.ctx)
 	require.NoError(t, err)
 	require.Len(t, expired, 1)
@@ -579,6 +582,67 @@ func testDeliveryRace(t *testing.T, h Harness) {
 	for id, c := range settled {
 		require.Equal(t, 1, c, id)
 	}
+}
+
+// testRedelivery checks at-least-once delivery with exactly-once
+// settlement when consumers die holding leases: every item is eventually
+// settled once, items whose consumer died are handed out again after their
+// lease expires, and the dead consumers' late acks are refused.
+func testRedelivery(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	const n = 30
+	for i := 0; i < n; i++ {
+		post(t, b, sess.ID, "t", fmt.Sprint(i), i%2)
+	}
+	settled := map[string]int{}
+	var dead []belay.Delivery // leases held by consumers that died
+	for round := 0; len(settled) < n; round++ {
+		require.Less(t, round, 50, "deliveries did not drain")
+		got, err := b.s.LeaseDeliveries(b.ctx, sess.ID, fmt.Sprintf("c%d", round), time.Minute, 4)
+		require.NoError(t, err)
+		for i, d := range got {
+			if (round+i)%3 == 0 {
+				dead = append(dead, d) // this consumer crashes before acking
+				continue
+			}
+			_, err := b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: d.Epoch})
+			require.NoError(t, err)
+			settled[d.ID]++
+		}
+		if len(got) == 0 {
+			b.clk.Advance(time.Minute)
+			_, _, err := b.s.ExpireDeliveryLeases(b.ctx)
+			require.NoError(t, err)
+		}
+	}
+	for id, c := range settled {
+		require.Equal(t, 1, c, id)
+	}
+	require.NotEmpty(t, dead)
+	for _, d := range dead {
+		_, err := b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: d.Epoch})
+		require.Error(t, err, "a dead consumer's late ack is refused")
+	}
+	all, err := b.s.Deliveries(b.ctx, belay.DeliveryFilter{Session: sess.ID, Status: belay.DeliveryDone})
+	require.NoError(t, err)
+	require.Len(t, all, n)
+}
+
+func testInvalidJSON(t *testing.T, h Harness) {
+	b := setup(t, h)
+	_, err := b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake", Options: json.RawMessage(`{bad`)})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	sess := b.session()
+	_, _, err = b.s.CreateRun(b.ctx, belay.RunInput{Session: sess.ID, Input: json.RawMessage(`nope`)})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, _, err = b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "t", Data: json.RawMessage(`{"a":`)})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "note", Data: json.RawMessage(`[1,`)})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	evs, err := b.s.Events(b.ctx, sess.ID, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 1, "nothing invalid was written")
 }
 
 func testPrune(t *testing.T, h Harness) {

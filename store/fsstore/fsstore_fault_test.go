@@ -1,0 +1,224 @@
+package fsstore
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/vfs/vfstest"
+	"github.com/belayhq/belay/journal"
+	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/store/storetest"
+)
+
+func TestStoreIDsAreReserved(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{})
+	ctx := context.Background()
+	sess := newSession(t, s)
+	_, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note", ID: storeIDPrefix + "run/k1"})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	// Caller ids that look like a key do not shadow the store's own events.
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note", ID: "run:k1"}, belay.Event{Type: "note", ID: "k1"})
+	require.NoError(t, err)
+	r, created, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID, IdempotencyKey: "k1"})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.NoError(t, s.Close())
+	removeSnapshots(t, dir)
+	s = openStore(t, dir, Options{})
+	got, err := s.Run(ctx, r.ID)
+	require.NoError(t, err, "the run was journaled, not only folded")
+	require.Equal(t, r.InputSeq, got.InputSeq)
+}
+
+func removeSnapshots(t *testing.T, dir string) {
+	t.Helper()
+	snaps, err := filepath.Glob(filepath.Join(dir, SessionsName, "*", journal.SnapshotName))
+	require.NoError(t, err)
+	for _, p := range snaps {
+		require.NoError(t, os.Remove(p))
+	}
+}
+
+type view struct {
+	Sessions   []belay.Session
+	Runs       []belay.Run
+	Deliveries []belay.Delivery
+}
+
+func capture(t *testing.T, s *Store) view {
+	t.Helper()
+	ctx := context.Background()
+	var v view
+	var err error
+	v.Sessions, err = s.Sessions(ctx, belay.SessionFilter{})
+	require.NoError(t, err)
+	v.Runs, err = s.Runs(ctx, belay.RunFilter{})
+	require.NoError(t, err)
+	v.Deliveries, err = s.Deliveries(ctx, belay.DeliveryFilter{})
+	require.NoError(t, err)
+	return v
+}
+
+// TestFoldsAgree checks that the live state, the state rebuilt from
+// snapshots and the state rebuilt from the journals alone are the same,
+// raw events at later times included.
+func TestFoldsAgree(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	clk := clock.NewFake(storetest.Start)
+	opts := Options{Clock: clk, SnapshotEvery: 4}
+	s := openStore(t, dir, opts)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake", Labels: map[string]string{"i": "x"}, IdempotencyKey: "s" + string(rune('a'+i))})
+		require.NoError(t, err)
+		done, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID, IdempotencyKey: "r1", Priority: i, Input: json.RawMessage(`{"prompt":"p"}`)})
+		require.NoError(t, err)
+		l, err := s.AcquireRunLease(ctx, done.ID, "w", time.Minute, 0)
+		require.NoError(t, err)
+		clk.Advance(time.Second)
+		_, err = s.UpdateRun(ctx, done.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Ref: &belay.ConversationRef{ID: "c"}})
+		require.NoError(t, err)
+		_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "delta", Run: done.ID, Epoch: l.Epoch, Data: json.RawMessage(`"x"`)})
+		require.NoError(t, err)
+		_, err = s.UpdateRun(ctx, done.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseFailed, Error: &belay.RunError{Class: belay.ClassTimeout, Message: "m"}})
+		require.NoError(t, err)
+		queued, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+		require.NoError(t, err)
+		if i == 1 {
+			_, err = s.CancelQueuedRun(ctx, queued.ID, "no")
+			require.NoError(t, err)
+		}
+		for k := 0; k < 3; k++ {
+			_, _, err := s.PostDelivery(ctx, belay.DeliveryInput{Session: sess.ID, Type: "t", Key: string(rune('a' + k)), Priority: k})
+			require.NoError(t, err)
+		}
+		ld, err := s.LeaseDeliveries(ctx, sess.ID, "agent", time.Minute, 2)
+		require.NoError(t, err)
+		_, err = s.SettleDelivery(ctx, ld[0].ID, belay.Settlement{Kind: belay.SettleRetry, Epoch: ld[0].Epoch, Delay: time.Hour})
+		require.NoError(t, err)
+		// A raw event much later than the last state change.
+		clk.Advance(20 * 24 * time.Hour)
+		_, err = s.Append(ctx, sess.ID, belay.Buffered, belay.Event{Type: "note"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
+	live := openStore(t, dir, opts)
+	want := capture(t, live)
+	require.NoError(t, live.Close())
+
+	fromSnap := openStore(t, dir, opts)
+	require.Equal(t, want, capture(t, fromSnap))
+	require.NoError(t, fromSnap.Close())
+
+	removeSnapshots(t, dir)
+	fromJournal := openStore(t, dir, opts)
+	require.Equal(t, want, capture(t, fromJournal))
+	// Raw events count as activity in every fold.
+	for _, sess := range want.Sessions {
+		require.True(t, sess.UpdatedAt.After(storetest.Start.Add(19*24*time.Hour)), "%s updated at %s", sess.ID, sess.UpdatedAt)
+	}
+}
+
+func TestFoldErrorQuarantines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{})
+	sess := newSession(t, s)
+	require.NoError(t, s.Close())
+	// Something else wrote a store event that does not fit the state.
+	j, err := journal.Open(filepath.Join(dir, SessionsName, sess.ID), journal.Options{})
+	require.NoError(t, err)
+	_, err = j.Append(context.Background(), journal.Sync, belay.Event{Type: store.EventRunLeased, Run: "run_00000000000000000000000000", Epoch: 1, Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.NoError(t, j.Close())
+
+	s = openStore(t, dir, Options{})
+	got, err := s.Session(context.Background(), sess.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.SessionQuarantined, got.State)
+	require.Contains(t, got.Problem, "unknown run")
+	_, err = s.Append(context.Background(), sess.ID, belay.Sync, belay.Event{Type: "note"})
+	require.ErrorIs(t, err, belay.ErrReadOnly)
+	_, _, err = s.CreateRun(context.Background(), belay.RunInput{Session: sess.ID})
+	require.ErrorIs(t, err, belay.ErrReadOnly)
+}
+
+// TestFailedJournalDoesNotBlockOthers fails one session's fsync and checks
+// that the others keep leasing and expiring deliveries.
+func TestFailedJournalDoesNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	ffs := vfstest.New(nil)
+	clk := clock.NewFake(storetest.Start)
+	s := openStore(t, t.TempDir(), Options{FS: ffs, Clock: clk})
+	ctx := context.Background()
+	bad, good := newSession(t, s), newSession(t, s)
+	for _, id := range []string{bad.ID, good.ID} {
+		_, _, err := s.PostDelivery(ctx, belay.DeliveryInput{Session: id, Type: "t", Priority: 1})
+		require.NoError(t, err)
+	}
+	_, err := s.LeaseDeliveries(ctx, good.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	ffs.Set(vfstest.Faults{Sync: func(name string) error {
+		if strings.Contains(name, bad.ID) {
+			return syscall.EIO
+		}
+		return nil
+	}})
+	_, err = s.Append(ctx, bad.ID, belay.Sync, belay.Event{Type: "note"})
+	require.ErrorIs(t, err, belay.ErrReadOnly)
+
+	got, err := s.Session(ctx, bad.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.SessionQuarantined, got.State)
+	require.Contains(t, got.Problem, "fdatasync")
+
+	clk.Advance(time.Minute)
+	expired, _, err := s.ExpireDeliveryLeases(ctx)
+	require.NoError(t, err)
+	require.Len(t, expired, 1)
+	require.Equal(t, good.ID, expired[0].Session)
+	leased, err := s.LeaseDeliveries(ctx, "", "agent", time.Minute, 5)
+	require.NoError(t, err)
+	require.Len(t, leased, 1)
+	require.Equal(t, good.ID, leased[0].Session)
+}
+
+func TestPruneRenameFailureKeepsSession(t *testing.T) {
+	t.Parallel()
+	ffs := vfstest.New(nil)
+	s := openStore(t, t.TempDir(), Options{FS: ffs})
+	ctx := context.Background()
+	sess := newSession(t, s)
+	ffs.Set(vfstest.Faults{Rename: func(_, newpath string) error {
+		if strings.Contains(newpath, ".trash-") {
+			return syscall.EXDEV
+		}
+		return nil
+	}})
+	_, err := s.Prune(ctx, storePolicyNow())
+	require.Error(t, err)
+	got, err := s.Session(ctx, sess.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.SessionIdle, got.State)
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note"})
+	require.NoError(t, err, "the session still works")
+	ffs.Set(vfstest.Faults{})
+	rep, err := s.Prune(ctx, storePolicyNow())
+	require.NoError(t, err)
+	require.Len(t, rep.Pruned, 1)
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note"})
+	require.ErrorIs(t, err, belay.ErrNotFound)
+}
