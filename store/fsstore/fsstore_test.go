@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,7 +13,13 @@ import (
 	"github.com/belayhq/belay/store/storetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashChildEnv); dir != "" {
+		crashChild(dir)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func harness() storetest.Harness {
 	return storetest.Harness{
