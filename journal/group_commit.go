@@ -4,8 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
+
+// encPool recycles the buffers appenders encode into before taking the lock.
+var encPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledEnc keeps huge buffers out of the pool.
+const maxPooledEnc = 64 << 10
 
 // batch is a group of encoded events committed by one write and one sync.
 type batch struct {
@@ -53,13 +60,20 @@ func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []E
 	}
 	// Validate and encode everything but seq and ts before taking the lock,
 	// so that concurrent appenders encode in parallel.
-	tails := make([][]byte, len(evs))
-	var enc []byte
+	var endsArr [8]int
+	ends := endsArr[:0]
+	encp := encPool.Get().(*[]byte)
+	enc := (*encp)[:0]
+	defer func() {
+		if cap(enc) <= maxPooledEnc {
+			*encp = enc
+			encPool.Put(encp)
+		}
+	}()
 	for i := range evs {
 		if err := validate(&evs[i]); err != nil {
 			return nil, err
 		}
-		start := len(enc)
 		var err error
 		if enc, err = encodeTail(enc, &evs[i]); err != nil {
 			if errors.Is(err, ErrTooLarge) {
@@ -67,7 +81,13 @@ func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []E
 			}
 			return nil, err
 		}
-		tails[i] = enc[start:len(enc):len(enc)]
+		ends = append(ends, len(enc))
+	}
+	tail := func(i int) []byte {
+		if i == 0 {
+			return enc[:ends[0]]
+		}
+		return enc[ends[i-1]:ends[i]]
 	}
 	seqs := make([]uint64, len(evs))
 	j.mu.Lock()
@@ -105,7 +125,7 @@ func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []E
 			ts = now
 		}
 		off := len(b.buf)
-		b.buf = appendLine(b.buf, j.nextSeq, ts, tails[i])
+		b.buf = appendLine(b.buf, j.nextSeq, ts, tail(i))
 		b.recs = append(b.recs, pendingRec{seq: j.nextSeq, id: e.ID, off: off, end: len(b.buf)})
 		seqs[i] = j.nextSeq
 		waitSeq = max(waitSeq, j.nextSeq)

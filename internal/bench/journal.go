@@ -168,40 +168,50 @@ func runScenario(ctx context.Context, cfg JournalConfig, sc Scenario, dir string
 	res := &ScenarioResult{Scenario: sc}
 	data := payload(cfg.EventSize)
 
-	// Sync appends.
-	cfg.Progress(fmt.Sprintf("sync appends: %d sessions x %d writers for %s", sc.Sessions, sc.Writers, cfg.Duration))
+	// Sync appends, interleaved with the raw baseline in rounds so that
+	// both see the same state of the disk.
+	cfg.Progress(fmt.Sprintf("sync appends vs raw fdatasync: %d sessions x %d writers for %s each", sc.Sessions, sc.Writers, cfg.Duration))
 	js, err := openAll(filepath.Join(dir, "sync"), sc.Sessions)
 	if err != nil {
 		closeAll(js)
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	lat, n, elapsed, err := drive(ctx, js, sc.Writers, cfg.Duration, journal.Sync, data)
-	var commits, events uint64
-	for _, j := range js {
-		st := j.Stats()
-		commits += st.Commits
-		events += st.Events
+	const rounds = 3
+	var (
+		lat              []float64
+		n, rawN          int64
+		elapsed, rawTime time.Duration
+	)
+	for r := 0; r < rounds; r++ {
+		l, k, el, err := drive(ctx, js, sc.Writers, cfg.Duration/rounds, journal.Sync, data)
+		if err != nil {
+			closeAll(js)
+			return nil, err
+		}
+		lat, n, elapsed = append(lat, l...), n+k, elapsed+el
+		var commits, events uint64
+		for _, j := range js {
+			st := j.Stats()
+			commits, events = commits+st.Commits, events+st.Events
+		}
+		if commits > 0 {
+			res.EventsPerCommit = float64(events) / float64(commits)
+		}
+		// The raw baseline with the batch size the journal achieved.
+		k, el, err = rawBaseline(filepath.Join(dir, "raw"), sc.Sessions, max(1, int(res.EventsPerCommit+0.5)), cfg.Duration/rounds, cfg.EventSize)
+		if err != nil {
+			closeAll(js)
+			return nil, err
+		}
+		rawN, rawTime = rawN+k, rawTime+el
 	}
 	closeAll(js)
-	if err != nil {
-		return nil, err
-	}
 	res.SyncEventsPerSec = float64(n) / elapsed.Seconds()
 	res.SyncP50Micros = percentile(lat, 0.50)
 	res.SyncP99Micros = percentile(lat, 0.99)
-	if commits > 0 {
-		res.EventsPerCommit = float64(events) / float64(commits)
-	}
-
-	// The raw baseline with the batch size the journal achieved.
-	cfg.Progress(fmt.Sprintf("raw baseline: %d files, batches of %.1f events", sc.Sessions, res.EventsPerCommit))
-	raw, err := rawBaseline(filepath.Join(dir, "raw"), sc.Sessions, max(1, int(res.EventsPerCommit+0.5)), cfg.Duration, cfg.EventSize)
-	if err != nil {
-		return nil, err
-	}
-	res.RawEventsPerSec = raw
-	if raw > 0 {
-		res.RatioVsRaw = res.SyncEventsPerSec / raw
+	res.RawEventsPerSec = float64(rawN) / rawTime.Seconds()
+	if res.RawEventsPerSec > 0 {
+		res.RatioVsRaw = res.SyncEventsPerSec / res.RawEventsPerSec
 	}
 
 	// Buffered appends.
@@ -285,10 +295,11 @@ func drive(ctx context.Context, js []*journal.Journal, writers int, d time.Durat
 }
 
 // rawBaseline writes batches of encoded-size lines with one fdatasync per
-// batch, one loop per file, for d, and returns lines per second.
-func rawBaseline(dir string, files, batch int, d time.Duration, size int) (float64, error) {
+// batch, one loop per file, for d, and returns the lines written and the
+// time taken.
+func rawBaseline(dir string, files, batch int, d time.Duration, size int) (int64, time.Duration, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	line := make([]byte, size)
 	for i := range line {
@@ -332,7 +343,7 @@ func rawBaseline(dir string, files, batch int, d time.Duration, size int) (float
 		}()
 	}
 	wg.Wait()
-	return float64(count.Load()) / time.Since(start).Seconds(), first
+	return count.Load(), time.Since(start), first
 }
 
 func percentile(v []float64, p float64) float64 {
