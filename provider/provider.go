@@ -1,0 +1,213 @@
+// Package provider defines the interface between belay's runtime and the
+// things that execute runs: LLM APIs, local agent CLIs, browsers, and the
+// scripted fake used by tests, demos and chaos runs.
+//
+// A Provider turns a Request into an ordered stream of Events: text and
+// thinking deltas, tool call intents and settlements, conversation-ref
+// updates, usage, and finally done. Every failure is an *Error carrying one
+// of belay's error classes, so the runtime can decide to retry, resume,
+// strand or fail without looking at provider-specific errors.
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/belayhq/belay"
+)
+
+// Capabilities says what a provider can do beyond running a request.
+type Capabilities struct {
+	// Resume: it can reattach to a run in flight after a restart, from the
+	// conversation ref and cursor it reported (a background response id and
+	// sequence number, a detached process, a conversation URL).
+	Resume bool `json:"resume"`
+	// Cancel: cancelling the context stops the work on the provider's side,
+	// not only the local stream.
+	Cancel bool `json:"cancel"`
+	// Tools: it reports tool calls.
+	Tools bool `json:"tools"`
+}
+
+// Request is one run for a provider to execute.
+type Request struct {
+	Session string
+	Run     string
+	Model   string
+	// Prompt is the user's input text for this turn.
+	Prompt string
+	// Input is the run's whole input as submitted (prompt and options).
+	Input json.RawMessage
+	// Options are the session's provider options.
+	Options json.RawMessage
+	// Attempt counts from 1; recovery and retries increment it.
+	Attempt int
+	// Ref is the conversation ref last reported for the session or run.
+	Ref belay.ConversationRef
+	// Resume asks the provider to reattach to the run in flight at Ref
+	// (and its Cursor) instead of starting it again. Only providers with
+	// the Resume capability get it.
+	Resume bool
+}
+
+// EventKind is the kind of a provider event.
+type EventKind string
+
+// Event kinds.
+const (
+	// TextDelta carries answer text.
+	TextDelta EventKind = "text"
+	// ThinkingDelta carries reasoning text.
+	ThinkingDelta EventKind = "thinking"
+	// ToolCall is a tool call's intent, reported before it runs.
+	ToolCall EventKind = "tool_call"
+	// ToolResult is a tool call's settlement.
+	ToolResult EventKind = "tool_result"
+	// RefUpdate reports a new conversation ref or cursor.
+	RefUpdate EventKind = "ref"
+	// Usage reports token counts. It is not progress.
+	Usage EventKind = "usage"
+	// Keepalive says the provider is still there. It is not progress.
+	Keepalive EventKind = "keepalive"
+	// TurnEnd says the model finished a turn (more may follow, e.g. after
+	// tool results).
+	TurnEnd EventKind = "turn_end"
+)
+
+// Progress reports whether events of this kind show the run advancing:
+// only they reset the watchdog's inactivity tiers (G8).
+func (k EventKind) Progress() bool {
+	switch k {
+	case TextDelta, ThinkingDelta, ToolCall, ToolResult, RefUpdate, TurnEnd:
+		return true
+	}
+	return false
+}
+
+// Event is one thing a provider reports about a run.
+type Event struct {
+	Kind EventKind `json:"kind"`
+	// Text for TextDelta and ThinkingDelta.
+	Text string `json:"text,omitempty"`
+	// Call for ToolCall.
+	Call *Call `json:"call,omitempty"`
+	// Result for ToolResult.
+	Result *Result `json:"result,omitempty"`
+	// Ref for RefUpdate: the new conversation ref (fields set are updated).
+	Ref *belay.ConversationRef `json:"ref,omitempty"`
+	// Tokens for Usage.
+	Tokens *Tokens `json:"tokens,omitempty"`
+	// StopReason for TurnEnd.
+	StopReason string `json:"stopReason,omitempty"`
+}
+
+// Call is a tool call's intent.
+type Call struct {
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input,omitempty"`
+	// SideEffect: running it changes the world (writes a file, sends a
+	// message), so it must never run twice. A call whose side-effect status
+	// is unknown must be reported as a side effect.
+	SideEffect bool `json:"sideEffect"`
+}
+
+// Result is a tool call's settlement.
+type Result struct {
+	CallID  string `json:"callId"`
+	Content string `json:"content,omitempty"`
+	IsError bool   `json:"isError,omitempty"`
+	// Class classifies a failed call (permission_denied: it did not run).
+	Class belay.ErrorClass `json:"class,omitempty"`
+}
+
+// NotExecuted reports whether the call failed before it could have had any
+// effect.
+func (r *Result) NotExecuted() bool {
+	return r.IsError && r.Class == belay.ClassPermissionDenied
+}
+
+// Tokens counts usage.
+type Tokens struct {
+	Input  int `json:"input"`
+	Output int `json:"output"`
+}
+
+// Provider executes runs.
+type Provider interface {
+	// Name is the provider's name ("fake", "openai", ...).
+	Name() string
+	// Capabilities says what the provider can do.
+	Capabilities() Capabilities
+	// Run executes req, calling emit for each event in order, and returns
+	// nil when the run completed, an error (an *Error, or one that wraps
+	// it) when it failed, or ctx's error when it was cancelled. If emit
+	// returns an error, Run stops and returns it.
+	Run(ctx context.Context, req Request, emit func(Event) error) error
+}
+
+// Error is a provider failure in one of belay's error classes.
+type Error struct {
+	Class   belay.ErrorClass
+	Message string
+	// RetryAfter is the server's requested delay, if it gave one.
+	RetryAfter time.Duration
+	// Err is the underlying error, if any. It must not hold secrets.
+	Err error
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("%s: %s", e.Class, e.Message)
+	if e.RetryAfter > 0 {
+		msg += fmt.Sprintf(" (retry after %s)", e.RetryAfter)
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error of class c.
+func Errorf(c belay.ErrorClass, format string, args ...any) *Error {
+	return &Error{Class: c, Message: fmt.Sprintf(format, args...)}
+}
+
+// ClassOf returns the class of err: the *Error's class, cancelled for a
+// context cancellation, timeout for a deadline, internal otherwise.
+func ClassOf(err error) belay.ErrorClass {
+	var pe *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &pe):
+		return pe.Class
+	case errors.Is(err, context.Canceled):
+		return belay.ClassCancelled
+	case errors.Is(err, context.DeadlineExceeded):
+		return belay.ClassTimeout
+	}
+	return belay.ClassInternal
+}
+
+// RetryAfterOf returns the retry delay an error asked for, or 0.
+func RetryAfterOf(err error) time.Duration {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.RetryAfter
+	}
+	return 0
+}
+
+// Registry looks providers up by name.
+type Registry map[string]Provider
+
+// Get returns the named provider.
+func (r Registry) Get(name string) (Provider, error) {
+	p, ok := r[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown provider %q", belay.ErrInvalid, name)
+	}
+	return p, nil
+}
