@@ -11,6 +11,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -43,6 +44,8 @@ type Store interface {
 	CreateRun(ctx context.Context, in belay.RunInput) (run belay.Run, created bool, err error)
 	// Run returns one run, or belay.ErrNotFound.
 	Run(ctx context.Context, id string) (belay.Run, error)
+	// RunInput returns the input a run was created with.
+	RunInput(ctx context.Context, id string) (json.RawMessage, error)
 	// Runs lists runs in creation order.
 	Runs(ctx context.Context, f belay.RunFilter) ([]belay.Run, error)
 	// AcquireRunLease grants owner a lease on a non-terminal run and

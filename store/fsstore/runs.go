@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -88,6 +89,25 @@ func (s *Store) Run(_ context.Context, id string) (belay.Run, error) {
 	}
 	defer ss.mu.Unlock()
 	return copyRun(r), nil
+}
+
+// RunInput returns the input journaled in the run's run.created event.
+func (s *Store) RunInput(ctx context.Context, id string) (json.RawMessage, error) {
+	ss, r, err := s.runSession(id)
+	if err != nil {
+		return nil, err
+	}
+	seq := r.InputSeq
+	ss.mu.Unlock()
+	evs, err := ss.j.Read(seq-1, 1)
+	if err != nil || len(evs) != 1 || evs[0].Type != store.EventRunCreated {
+		return nil, fmt.Errorf("%w: run %s: input at seq %d unreadable: %v", belay.ErrCorruptRecord, id, seq, ss.wrap(err))
+	}
+	var p runCreated
+	if err := decode(&evs[0], &p); err != nil {
+		return nil, err
+	}
+	return p.Input, nil
 }
 
 // Runs lists runs in creation order (by session, newest session first,

@@ -251,6 +251,11 @@ func testRuns(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, store.EventRunCreated, evs[0].Type)
 	require.Contains(t, string(evs[0].Data), `"prompt":"hello"`)
+	input, err := b.s.RunInput(b.ctx, r.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"prompt":"hello"}`, string(input))
+	_, err = b.s.RunInput(b.ctx, ids.New(ids.Run))
+	require.ErrorIs(t, err, belay.ErrNotFound)
 
 	got, err := b.s.Session(b.ctx, sess.ID)
 	require.NoError(t, err)

@@ -1,0 +1,174 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+)
+
+// inbox arms the delivery lease timer and wakes consumers waiting for
+// deliveries (G7). One timer is armed for the earliest moment an item
+// becomes deliverable again (a lease expiry or a retry delay); when it
+// fires, expired leases are returned to pending and waiters are woken. The
+// leases themselves are persisted by the store, so a restart re-arms the
+// timer from them: an unacked item is redelivered when its lease expires,
+// not at once and not never.
+type inbox struct {
+	r *Runtime
+
+	mu      sync.Mutex
+	timer   clock.Timer
+	at      time.Time
+	changed chan struct{}
+	stopped bool
+}
+
+func (ib *inbox) init(r *Runtime) {
+	ib.r = r
+	ib.changed = make(chan struct{})
+}
+
+// arm makes sure the timer fires no later than at.
+func (ib *inbox) arm(at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	if ib.stopped || ib.timer != nil && !ib.at.After(at) {
+		return
+	}
+	if ib.timer != nil {
+		ib.timer.Stop()
+	}
+	ib.at = at
+	ib.timer = ib.r.clk.AfterFunc(at.Sub(ib.r.clk.Now()), ib.fire)
+}
+
+// fire expires leases, wakes waiters and re-arms for the next expiry.
+func (ib *inbox) fire() {
+	ib.mu.Lock()
+	ib.timer, ib.at = nil, time.Time{}
+	stopped := ib.stopped
+	ib.mu.Unlock()
+	if stopped {
+		return
+	}
+	expired, next, err := ib.r.store.ExpireDeliveryLeases(context.Background())
+	if err != nil {
+		ib.r.log.Warn("expire delivery leases", "err", err)
+	}
+	if len(expired) > 0 {
+		ib.r.log.Info("delivery leases expired", "count", len(expired))
+	}
+	ib.notify()
+	ib.arm(next)
+}
+
+// notify wakes every waiting consumer.
+func (ib *inbox) notify() {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	close(ib.changed)
+	ib.changed = make(chan struct{})
+}
+
+func (ib *inbox) wait() <-chan struct{} {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	return ib.changed
+}
+
+func (ib *inbox) stop() {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ib.stopped = true
+	if ib.timer != nil {
+		ib.timer.Stop()
+	}
+	close(ib.changed)
+	ib.changed = make(chan struct{})
+}
+
+// Post adds an item to a session's inbox; a duplicate (key, type) post is
+// dropped and the first item returned with created=false.
+func (r *Runtime) Post(ctx context.Context, in belay.DeliveryInput) (belay.Delivery, bool, error) {
+	d, created, err := r.store.PostDelivery(ctx, in)
+	if err == nil && created {
+		r.inbox.notify()
+	}
+	return d, created, err
+}
+
+// Lease leases up to max deliverable items of a session ("" for any),
+// waiting up to wait for one to become deliverable.
+func (r *Runtime) Lease(ctx context.Context, session, owner string, ttl time.Duration, max int, wait time.Duration) ([]belay.Delivery, error) {
+	deadline := r.clk.Now().Add(wait)
+	for {
+		changed := r.inbox.wait()
+		got, err := r.store.LeaseDeliveries(ctx, session, owner, ttl, max)
+		if err != nil || len(got) > 0 {
+			for _, d := range got {
+				r.inbox.arm(d.Lease.ExpiresAt)
+			}
+			return got, err
+		}
+		left := deadline.Sub(r.clk.Now())
+		if left <= 0 {
+			return nil, nil
+		}
+		timeout := make(chan struct{})
+		t := r.clk.AfterFunc(left, func() { close(timeout) })
+		select {
+		case <-changed:
+		case <-timeout:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		}
+		t.Stop()
+	}
+}
+
+// Settle acks, releases or retries a leased item, naming its lease epoch.
+func (r *Runtime) Settle(ctx context.Context, id string, s belay.Settlement) (belay.Delivery, error) {
+	d, err := r.store.SettleDelivery(ctx, id, s)
+	if err != nil {
+		return d, err
+	}
+	switch s.Kind {
+	case belay.SettleRelease:
+		r.inbox.notify()
+	case belay.SettleRetry:
+		r.inbox.arm(d.NotBefore)
+	}
+	return d, nil
+}
+
+// postOutcome posts the delivery for a run that ended: completed, failed or
+// stranded. It is idempotent (keyed by run id), so reconciliation can post
+// again whatever a crash may have left unposted.
+func (r *Runtime) postOutcome(ctx context.Context, run belay.Run) {
+	var typ string
+	switch run.Status {
+	case belay.RunComplete:
+		typ = DeliveryRunCompleted
+	case belay.RunFailed:
+		typ = DeliveryRunFailed
+	case belay.RunStranded:
+		typ = DeliveryRunStranded
+	default:
+		return
+	}
+	data := deliveryData{Run: run.ID, Status: run.Status, Reason: run.Reason, At: run.EndedAt}
+	if run.Error != nil {
+		data.Class = run.Error.Class
+	}
+	if _, _, err := r.Post(ctx, belay.DeliveryInput{Session: run.Session, Type: typ, Key: run.ID, Data: mustJSON(data)}); err != nil {
+		r.log.Warn("post run outcome", "run", run.ID, "err", fmt.Sprint(err))
+	}
+}

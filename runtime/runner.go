@@ -1,0 +1,560 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/provider"
+)
+
+// startMode says how a runner begins.
+type startMode int
+
+const (
+	// startFresh: a queued run the scheduler admitted.
+	startFresh startMode = iota
+	// startReclaim: a run a previous incarnation left in flight.
+	startReclaim
+)
+
+// runner executes one run: it leases it, runs attempts through its
+// provider, journals what happens, recovers within its budgets, and
+// always leaves the run in a consistent journaled state with a reason.
+type runner struct {
+	r    *Runtime
+	id   string
+	mode startMode
+	done chan struct{}
+
+	mu            sync.Mutex
+	cause         error                   // why the whole run is being stopped (first wins)
+	cancelAttempt context.CancelCauseFunc // cancels the current attempt or wait
+	wd            *watchdog
+	phase         belay.RunPhase
+	attempt       int
+
+	// Owned by the runner goroutine.
+	run      belay.Run
+	epoch    uint64
+	prov     provider.Provider
+	effects  *sideEffects
+	window   *failureWindow
+	retries  int
+	recovers int
+	started  bool // the current attempt reported progress
+}
+
+// startLocked starts a runner for an admitted or reclaimed run. r.mu is
+// held.
+func (r *Runtime) startLocked(id string, mode startMode) {
+	rn := &runner{r: r, id: id, mode: mode, done: make(chan struct{})}
+	r.runners[id] = rn
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer r.finished(id)
+		defer close(rn.done)
+		rn.execute()
+	}()
+}
+
+// cancel stops the run for cause (the first cause wins).
+func (rn *runner) cancel(cause error) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if rn.cause == nil {
+		rn.cause = cause
+	}
+	if rn.cancelAttempt != nil {
+		rn.cancelAttempt(cause)
+	}
+}
+
+func (rn *runner) stopCause() error {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return rn.cause
+}
+
+func (rn *runner) activity() Activity {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	a := Activity{Run: rn.id, Phase: rn.phase, Attempt: rn.attempt}
+	if rn.wd != nil {
+		a.LastProgress, a.Tier = rn.wd.lastActivity()
+	}
+	return a
+}
+
+// ctx is the context for the runner's own store writes: they must go
+// through even while the run is being cancelled.
+var bgCtx = context.Background()
+
+func (rn *runner) log() *runnerLog { return &runnerLog{rn} }
+
+type runnerLog struct{ rn *runner }
+
+func (l *runnerLog) warn(msg string, err error) {
+	l.rn.r.log.Warn(msg, "run", l.rn.id, "err", err)
+}
+
+// execute is the runner's life.
+func (rn *runner) execute() {
+	r := rn.r
+	run, err := r.store.Run(bgCtx, rn.id)
+	if err != nil {
+		rn.log().warn("load run", err)
+		return
+	}
+	if run.Status.Terminal() {
+		return
+	}
+	rn.prov, err = r.opts.Providers.Get(run.Provider)
+	if err != nil {
+		rn.takeLease(run)
+		rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInvalidRequest, Message: err.Error()}, "no such provider")
+		return
+	}
+	if !rn.takeLease(run) {
+		return
+	}
+	rn.effects = newSideEffects()
+	rn.window = newFailureWindow(r.opts.Recovery.Window)
+	rn.attempt = rn.run.Attempt
+
+	input, err := r.store.RunInput(bgCtx, rn.id)
+	var in Input
+	if err == nil {
+		err = json.Unmarshal(input, &in)
+	}
+	if err != nil {
+		rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run input"}, err.Error())
+		return
+	}
+
+	stopTimers := rn.startTimers()
+	defer stopTimers()
+
+	resume := false
+	if rn.mode == startReclaim && rn.attempt > 0 {
+		if err := rn.scanEffects(); err != nil {
+			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
+			return
+		}
+		var ok bool
+		if resume, ok = rn.decide("the daemon that ran it is gone"); !ok {
+			return
+		}
+	}
+	for {
+		err := rn.attemptOnce(in, resume)
+		next, cont := rn.outcome(err)
+		if !cont {
+			return
+		}
+		resume = next
+	}
+}
+
+// takeLease leases the run to this incarnation, taking it over from a
+// previous one. It reports whether the runner may go on.
+func (rn *runner) takeLease(run belay.Run) bool {
+	r := rn.r
+	var takeover uint64
+	if run.Lease != nil && run.Lease.Owner != r.opts.Incarnation {
+		// Start reclaims only runs of dead incarnations: the data dir lock
+		// (or, on a shared store, the owner's liveness) proves it.
+		takeover = run.Epoch
+	}
+	leased, err := r.store.AcquireRunLease(bgCtx, rn.id, r.opts.Incarnation, r.opts.LeaseTTL, takeover)
+	if err != nil {
+		rn.log().warn("lease run", err)
+		return false
+	}
+	rn.run, rn.epoch = leased, leased.Epoch
+	rn.setPhase(leased.Phase)
+	return true
+}
+
+// startTimers arms the absolute deadline and the lease renewal.
+func (rn *runner) startTimers() func() {
+	r := rn.r
+	var timers []clock.Timer
+	if d := rn.run.Deadline; !d.IsZero() {
+		timers = append(timers, r.clk.AfterFunc(d.Sub(r.clk.Now()), func() { rn.cancel(&deadlineError{at: d}) }))
+	}
+	var mu sync.Mutex
+	stopped := false
+	var renew func()
+	renew = func() {
+		if _, err := r.store.RenewRunLease(bgCtx, rn.id, rn.epoch, r.opts.LeaseTTL); err != nil {
+			if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
+				rn.cancel(errLeaseLost)
+				return
+			}
+			if errors.Is(err, belay.ErrTerminal) {
+				return
+			}
+			rn.log().warn("renew lease", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			timers = append(timers, r.clk.AfterFunc(r.opts.LeaseTTL/2, renew))
+		}
+	}
+	mu.Lock()
+	timers = append(timers, r.clk.AfterFunc(r.opts.LeaseTTL/2, renew))
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		for _, t := range timers {
+			t.Stop()
+		}
+	}
+}
+
+// attemptOnce runs one attempt through the provider.
+func (rn *runner) attemptOnce(in Input, resume bool) error {
+	r := rn.r
+	rn.attempt++
+	rn.started = false
+	ctx, cancel := context.WithCancelCause(bgCtx)
+	defer cancel(nil)
+	wd := newWatchdog(r.clk, r.opts.Tiers, func(e expiry) { cancel(&watchdogError{e}) })
+	defer wd.stop()
+	rn.mu.Lock()
+	if rn.cause != nil {
+		rn.mu.Unlock()
+		return rn.cause
+	}
+	rn.cancelAttempt, rn.wd = cancel, wd
+	rn.mu.Unlock()
+
+	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt}); err != nil {
+		return err
+	}
+	if err := rn.append(belay.Sync, EventAttempt, attemptData{Attempt: rn.attempt, Resume: resume}); err != nil {
+		return err
+	}
+	req := provider.Request{
+		Session: rn.run.Session, Run: rn.id, Model: rn.run.Model, Prompt: in.Prompt,
+		Attempt: rn.attempt, Ref: rn.run.Ref, Resume: resume,
+	}
+	req.Input, _ = json.Marshal(in)
+	err := rn.prov.Run(ctx, req, func(ev provider.Event) error { return rn.emit(ev, wd, cancel) })
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		// The attempt was cut short by us: the cause says why.
+		return cause
+	}
+	return err
+}
+
+// emit journals one provider event. Returning an error stops the attempt.
+func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCauseFunc) error {
+	if ev.Kind.Progress() && !rn.started && ev.Kind != provider.TurnEnd {
+		rn.started = true
+		if err := rn.update(belay.RunUpdate{Phase: belay.PhaseStreaming}); err != nil {
+			return err
+		}
+	}
+	switch ev.Kind {
+	case provider.TextDelta:
+		wd.progress(TierStreaming)
+		return rn.append(belay.Buffered, EventText, textData{Text: ev.Text})
+	case provider.ThinkingDelta:
+		wd.progress(TierStreaming)
+		return rn.append(belay.Buffered, EventThinking, textData{Text: ev.Text})
+	case provider.ToolCall:
+		if ev.Call == nil {
+			return provider.Errorf(belay.ClassInternal, "tool call event without a call")
+		}
+		wd.progress(TierToolRunning)
+		// The intent is durable before the tool can run (G9).
+		if err := rn.append(belay.Sync, EventToolCall, ev.Call); err != nil {
+			return err
+		}
+		rn.effects.intent(ev.Call.ID, ev.Call.Name, ev.Call.SideEffect)
+		return rn.update(belay.RunUpdate{Phase: belay.PhaseToolRunning})
+	case provider.ToolResult:
+		if ev.Result == nil {
+			return provider.Errorf(belay.ClassInternal, "tool result event without a result")
+		}
+		wd.progress(TierStreaming)
+		if err := rn.append(belay.Sync, EventToolResult, ev.Result); err != nil {
+			return err
+		}
+		rn.effects.settle(ev.Result.CallID, ev.Result.NotExecuted())
+		if err := rn.update(belay.RunUpdate{Phase: belay.PhaseStreaming}); err != nil {
+			return err
+		}
+		if rn.window.record(ev.Result.IsError && recoverableToolFailure(ev.Result.Class)) {
+			cancel(&windowError{p: rn.r.opts.Recovery.Window})
+		}
+		return nil
+	case provider.RefUpdate:
+		if ev.Ref == nil {
+			return nil
+		}
+		wd.progress(TierStreaming)
+		ref := mergeRef(rn.run.Ref, *ev.Ref)
+		rn.run.Ref = ref
+		return rn.update(belay.RunUpdate{Ref: &ref})
+	case provider.Usage:
+		if ev.Tokens != nil {
+			return rn.append(belay.Buffered, EventUsage, ev.Tokens)
+		}
+	case provider.TurnEnd:
+		wd.progress(TierAfterTurnEnd)
+		if err := rn.append(belay.Sync, EventTurnEnd, turnEndData{StopReason: ev.StopReason}); err != nil {
+			return err
+		}
+		return rn.update(belay.RunUpdate{Phase: belay.PhaseFinishing})
+	}
+	return nil
+}
+
+func mergeRef(old, upd belay.ConversationRef) belay.ConversationRef {
+	if upd.Kind != "" {
+		old.Kind = upd.Kind
+	}
+	if upd.ID != "" {
+		old.ID = upd.ID
+	}
+	if upd.URL != "" {
+		old.URL = upd.URL
+	}
+	if upd.Target != "" {
+		old.Target = upd.Target
+	}
+	if upd.Cursor != "" {
+		old.Cursor = upd.Cursor
+	}
+	return old
+}
+
+// outcome decides what follows an attempt: it returns whether the next
+// attempt resumes, and whether there is one.
+func (rn *runner) outcome(err error) (resume, cont bool) {
+	if runCause := rn.stopCause(); runCause != nil {
+		err = runCause
+	}
+	var (
+		wdErr  *watchdogError
+		winErr *windowError
+		cErr   *cancelError
+		iErr   *interruptError
+		dlErr  *deadlineError
+		stErr  *storeError
+	)
+	switch {
+	case err == nil:
+		rn.end(belay.PhaseComplete, nil, "")
+		return false, false
+	case errors.As(err, &stErr):
+		// The journal refused a write: nothing more can be recorded.
+		rn.log().warn("journal write failed; the run stops here", err)
+		return false, false
+	case errors.Is(err, errShutdown):
+		_ = rn.append(belay.Sync, EventSuspended, suspendedData{Reason: err.Error()})
+		return false, false
+	case errors.Is(err, errLeaseLost):
+		return false, false // another worker owns it now: write nothing
+	case errors.As(err, &cErr):
+		rn.end(belay.PhaseCancelled, &belay.RunError{Class: belay.ClassCancelled, Message: cErr.reason}, cErr.reason)
+		return false, false
+	case errors.As(err, &iErr):
+		rn.end(belay.PhaseCancelled, &belay.RunError{Class: belay.ClassCancelled, Message: iErr.Error()}, iErr.Error())
+		return false, false
+	case errors.As(err, &dlErr):
+		rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassTimeout, Message: dlErr.Error()}, dlErr.Error())
+		return false, false
+	case errors.As(err, &wdErr):
+		_ = rn.append(belay.Sync, EventWatchdog, watchdogData{Tier: wdErr.e.Tier, IdleSeconds: wdErr.e.Idle.Seconds()})
+		if wdErr.e.Tier == TierAfterTurnEnd {
+			// The model ended its turn and the answer is in the journal; the
+			// provider just never said it was done.
+			_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionFinish, Reason: wdErr.Error(), Attempt: rn.attempt})
+			rn.end(belay.PhaseComplete, nil, "finished after the turn ended: "+wdErr.Error())
+			return false, false
+		}
+		return rn.recoverFrom(belay.ClassTimeout, wdErr.Error())
+	case errors.As(err, &winErr):
+		rn.window.reset()
+		return rn.recoverFrom(belay.ClassPermissionDenied, winErr.Error())
+	}
+	class := provider.ClassOf(err)
+	_ = rn.append(belay.Sync, EventError, errorData{Class: class, Message: err.Error(), RetryAfter: provider.RetryAfterOf(err).Seconds()})
+	if !class.Retryable() {
+		rn.end(belay.PhaseFailed, &belay.RunError{Class: class, Message: err.Error()}, "not retryable")
+		return false, false
+	}
+	if rn.retries >= rn.r.opts.Retry.MaxRetries {
+		rn.end(belay.PhaseFailed, &belay.RunError{Class: class, Message: err.Error()},
+			fmt.Sprintf("%d retries exhausted", rn.r.opts.Retry.MaxRetries))
+		return false, false
+	}
+	rn.retries++
+	wait := rn.r.opts.Retry.backoff(rn.retries, provider.RetryAfterOf(err))
+	resume, ok := rn.decide(fmt.Sprintf("%s; retry %d of %d after %s", err, rn.retries, rn.r.opts.Retry.MaxRetries, wait.Round(time.Millisecond)))
+	if !ok {
+		return false, false
+	}
+	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseRetryWait}); err != nil {
+		return false, false
+	}
+	if err := rn.sleep(wait); err != nil {
+		return rn.outcome(err)
+	}
+	return resume, true
+}
+
+// recoverFrom handles a stall or a tripped detector within the recovery
+// budget.
+func (rn *runner) recoverFrom(class belay.ErrorClass, why string) (resume, cont bool) {
+	if rn.recovers >= rn.r.opts.Recovery.MaxAttempts {
+		rn.end(belay.PhaseFailed, &belay.RunError{Class: class, Message: why},
+			fmt.Sprintf("%s; %d recovery attempts exhausted", why, rn.r.opts.Recovery.MaxAttempts))
+		return false, false
+	}
+	rn.recovers++
+	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseRecovering}); err != nil {
+		return false, false
+	}
+	return rn.decide(why)
+}
+
+// decide chooses how to go on after an interruption: resume through the
+// provider if it can, else resend if no side effect could repeat, else
+// strand. It journals the decision; it reports whether to resume and
+// whether to go on at all.
+func (rn *runner) decide(why string) (resume, cont bool) {
+	canResume := rn.prov.Capabilities().Resume && (rn.run.Ref.ID != "" || rn.run.Ref.Cursor != "")
+	switch {
+	case canResume:
+		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionResume, Reason: why, Attempt: rn.attempt + 1})
+		return true, true
+	case rn.effects.unsafe() != "":
+		reason := why + "; not resending: " + rn.effects.unsafe()
+		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt})
+		rn.end(belay.PhaseStranded, &belay.RunError{Class: belay.ClassInternal, Message: "resending would repeat side effects"}, reason)
+		return false, false
+	}
+	_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionResend, Reason: why, Attempt: rn.attempt + 1})
+	return false, true
+}
+
+// sleep waits for d on the runtime's clock, unless the run is stopped.
+func (rn *runner) sleep(d time.Duration) error {
+	ctx, cancel := context.WithCancelCause(bgCtx)
+	defer cancel(nil)
+	rn.mu.Lock()
+	if rn.cause != nil {
+		rn.mu.Unlock()
+		return rn.cause
+	}
+	rn.cancelAttempt = cancel
+	rn.mu.Unlock()
+	t := rn.r.clk.AfterFunc(d, func() { cancel(nil) })
+	defer t.Stop()
+	if h := rn.r.sleepHook; h != nil {
+		h(rn.id, d)
+	}
+	<-ctx.Done()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// end writes the run's terminal state and posts its delivery. Every exit
+// path that finishes a run goes through here, so a run never stays
+// "running" without a reason.
+func (rn *runner) end(phase belay.RunPhase, runErr *belay.RunError, reason string) {
+	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, belay.RunUpdate{Phase: phase, Error: runErr, Reason: reason})
+	if err != nil {
+		rn.log().warn("finish run", err)
+		return
+	}
+	rn.setPhase(phase)
+	rn.r.postOutcome(bgCtx, run)
+}
+
+// storeError marks a failed journal write from inside an attempt.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return "journal: " + e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+func (rn *runner) update(u belay.RunUpdate) error {
+	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
+	if err != nil {
+		if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
+			return errLeaseLost
+		}
+		return &storeError{err}
+	}
+	rn.run = run
+	if u.Phase != "" {
+		rn.setPhase(u.Phase)
+	}
+	return nil
+}
+
+func (rn *runner) append(d belay.Durability, typ string, v any) error {
+	_, err := rn.r.store.Append(bgCtx, rn.run.Session, d, belay.Event{Type: typ, Run: rn.id, Epoch: rn.epoch, Data: mustJSON(v)})
+	if err != nil {
+		if errors.Is(err, belay.ErrStaleEpoch) {
+			return errLeaseLost
+		}
+		return &storeError{err}
+	}
+	return nil
+}
+
+func (rn *runner) setPhase(p belay.RunPhase) {
+	rn.mu.Lock()
+	rn.phase = p
+	rn.mu.Unlock()
+}
+
+// scanEffects rebuilds the side-effect record of a reclaimed run from its
+// journal.
+func (rn *runner) scanEffects() error {
+	after := rn.run.InputSeq
+	for {
+		evs, err := rn.r.store.Events(bgCtx, rn.run.Session, after, 1024)
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		for _, e := range evs {
+			after = e.Seq
+			if e.Run != rn.id {
+				continue
+			}
+			switch e.Type {
+			case EventToolCall:
+				var c provider.Call
+				if json.Unmarshal(e.Data, &c) == nil {
+					rn.effects.intent(c.ID, c.Name, c.SideEffect)
+				}
+			case EventToolResult:
+				var res provider.Result
+				if json.Unmarshal(e.Data, &res) == nil {
+					rn.effects.settle(res.CallID, res.NotExecuted())
+				}
+			}
+		}
+	}
+}

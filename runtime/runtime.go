@@ -1,0 +1,436 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/provider"
+	"github.com/belayhq/belay/store"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	Store     store.Store
+	Providers provider.Registry
+	// Clock drives every timer: watchdog, deadlines, backoff, leases.
+	Clock clock.Clock
+	// Incarnation names this runtime's process in run leases; runs leased
+	// by another incarnation are reclaimed at Start. Default: a new id.
+	Incarnation string
+	Limits      Limits
+	Tiers       Tiers
+	Retry       RetryPolicy
+	Recovery    RecoveryPolicy
+	// LeaseTTL is the run lease's TTL; leases are renewed at half of it.
+	LeaseTTL time.Duration
+	// DefaultDeadline bounds a run without its own deadline. Deadlines
+	// holds defaults per "provider" or "provider/model" (the more specific
+	// wins).
+	DefaultDeadline time.Duration
+	Deadlines       map[string]time.Duration
+	// Retention is the prune policy; PruneEvery how often it runs (0: one
+	// hour; negative: never).
+	Retention  store.PrunePolicy
+	PruneEvery time.Duration
+	Logger     *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultLeaseTTL   = 60 * time.Second
+	DefaultDeadline   = 2 * time.Hour
+	DefaultPruneEvery = time.Hour
+)
+
+// Runtime executes runs. Create it with New, then Start it.
+type Runtime struct {
+	opts  Options
+	store store.Store
+	clk   clock.Clock
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	sched    *scheduler
+	runners  map[string]*runner // active runs by id
+	started  bool
+	stopping bool
+	wg       sync.WaitGroup // runners and background work
+	stopBg   context.CancelFunc
+
+	inbox inbox
+
+	// sleepHook, if set (by tests), is called when a runner starts a backoff
+	// wait, after its timer is armed.
+	sleepHook func(run string, d time.Duration)
+}
+
+// New returns a stopped Runtime.
+func New(opts Options) (*Runtime, error) {
+	if opts.Store == nil {
+		return nil, fmt.Errorf("%w: runtime needs a store", belay.ErrInvalid)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real
+	}
+	if opts.Incarnation == "" {
+		opts.Incarnation = ids.New("inc_")
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	if opts.DefaultDeadline <= 0 {
+		opts.DefaultDeadline = DefaultDeadline
+	}
+	if opts.PruneEvery == 0 {
+		opts.PruneEvery = DefaultPruneEvery
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	opts.Tiers = opts.Tiers.withDefaults()
+	opts.Retry = opts.Retry.withDefaults()
+	opts.Recovery = opts.Recovery.withDefaults()
+	r := &Runtime{
+		opts:    opts,
+		store:   opts.Store,
+		clk:     opts.Clock,
+		log:     opts.Logger,
+		sched:   newScheduler(opts.Limits),
+		runners: map[string]*runner{},
+	}
+	r.inbox.init(r)
+	return r, nil
+}
+
+// Incarnation returns the id this runtime leases runs under.
+func (r *Runtime) Incarnation() string { return r.opts.Incarnation }
+
+// Store returns the runtime's store.
+func (r *Runtime) Store() store.Store { return r.store }
+
+// Start reconciles the previous incarnation's work and starts admitting.
+// It does not block.
+func (r *Runtime) Start(ctx context.Context) error {
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return errors.New("runtime: already started")
+	}
+	r.started = true
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopBg = cancel
+	r.mu.Unlock()
+	if err := r.reconcile(ctx); err != nil {
+		cancel()
+		return err
+	}
+	r.startRetention(bg)
+	return nil
+}
+
+// Stop stops admitting, suspends the active runs (their leases stay with
+// this incarnation, so the next one reclaims and resumes them at once) and
+// waits for the runners until ctx is done. It is idempotent and safe
+// before Start.
+func (r *Runtime) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if r.stopping {
+		r.mu.Unlock()
+	} else {
+		r.stopping = true
+		for _, rn := range r.runners {
+			rn.cancel(errShutdown)
+		}
+		if r.stopBg != nil {
+			r.stopBg()
+		}
+		r.mu.Unlock()
+		r.inbox.stop()
+	}
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("runtime: stop: %w", context.Cause(ctx))
+	}
+}
+
+// SubmitRequest asks for a run.
+type SubmitRequest struct {
+	// Session is the session to run in; empty creates one with Provider
+	// and Model.
+	Session  string
+	Provider string
+	Model    string
+	Prompt   string
+	// Script drives the fake provider.
+	Script json.RawMessage
+	// Options are per-run provider options.
+	Options  json.RawMessage
+	Policy   Policy
+	Priority int
+	// Deadline bounds the run (0: the default for its provider/model).
+	Deadline time.Duration
+	// IdempotencyKey makes the submit idempotent: the same key returns the
+	// same run (and session).
+	IdempotencyKey string
+	Labels         map[string]string
+}
+
+// Submit creates a run and queues it under its policy (G3, G4).
+func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, error) {
+	if !req.Policy.Valid() {
+		return belay.Run{}, fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, req.Policy)
+	}
+	if err := r.admitting(); err != nil {
+		return belay.Run{}, err
+	}
+	sessionID := req.Session
+	if sessionID == "" {
+		if _, err := r.opts.Providers.Get(req.Provider); err != nil {
+			return belay.Run{}, err
+		}
+		in := belay.SessionInput{Provider: req.Provider, Model: req.Model, Labels: req.Labels}
+		if req.IdempotencyKey != "" {
+			in.IdempotencyKey = "submit/" + req.IdempotencyKey
+		}
+		sess, err := r.store.CreateSession(ctx, in)
+		if err != nil {
+			return belay.Run{}, err
+		}
+		sessionID = sess.ID
+	}
+	sess, err := r.store.Session(ctx, sessionID)
+	if err != nil {
+		return belay.Run{}, err
+	}
+	prov, model := req.Provider, req.Model
+	if prov == "" {
+		prov = sess.Provider
+	}
+	if model == "" && prov == sess.Provider {
+		model = sess.Model
+	}
+	if _, err := r.opts.Providers.Get(prov); err != nil {
+		return belay.Run{}, err
+	}
+	if req.Policy == PolicyReject {
+		r.mu.Lock()
+		busy := r.sched.busy(sessionID)
+		r.mu.Unlock()
+		if busy {
+			return belay.Run{}, ErrConversationBusy
+		}
+	}
+	input, err := json.Marshal(Input{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
+	if err != nil {
+		return belay.Run{}, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	deadline := req.Deadline
+	if deadline <= 0 {
+		deadline = r.defaultDeadline(prov, model)
+	}
+	run, created, err := r.store.CreateRun(ctx, belay.RunInput{
+		Session: sessionID, IdempotencyKey: req.IdempotencyKey, Priority: req.Priority,
+		Provider: prov, Model: model, Deadline: r.clk.Now().Add(deadline), Input: input,
+	})
+	if err != nil {
+		return belay.Run{}, err
+	}
+	if !created && run.Status != belay.RunQueued {
+		return run, nil // an idempotent repeat of a submit that went ahead
+	}
+	if err := r.enqueue(ctx, run, req.Policy); err != nil {
+		if errors.Is(err, ErrConversationBusy) {
+			// Lost a race with another submit: the run must not linger.
+			_, _ = r.store.CancelQueuedRun(ctx, run.ID, "rejected: the session already had a run")
+		}
+		return belay.Run{}, err
+	}
+	return r.store.Run(ctx, run.ID)
+}
+
+func (r *Runtime) admitting() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case !r.started:
+		return errors.New("runtime: not started")
+	case r.stopping:
+		return fmt.Errorf("%w: the runtime is stopping", belay.ErrStoreClosed)
+	}
+	return nil
+}
+
+func (r *Runtime) defaultDeadline(prov, model string) time.Duration {
+	if d, ok := r.opts.Deadlines[prov+"/"+model]; ok && d > 0 {
+		return d
+	}
+	if d, ok := r.opts.Deadlines[prov]; ok && d > 0 {
+		return d
+	}
+	return r.opts.DefaultDeadline
+}
+
+// enqueue hands a queued run to the scheduler and starts what may start.
+func (r *Runtime) enqueue(ctx context.Context, run belay.Run, p Policy) error {
+	r.mu.Lock()
+	res, err := r.sched.submit(run.ID, run.Session, run.Provider, run.Priority, p)
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	var cancelQueued []string
+	for _, id := range res.Cancel {
+		if r.sched.remove(id) {
+			cancelQueued = append(cancelQueued, id)
+		} else if rn := r.runners[id]; rn != nil {
+			rn.cancel(&interruptError{by: run.ID})
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range cancelQueued {
+		if _, err := r.store.CancelQueuedRun(ctx, id, "replaced by "+run.ID); err != nil && !errors.Is(err, belay.ErrActive) {
+			r.log.Warn("cancel replaced run", "run", id, "err", err)
+		}
+	}
+	r.promote()
+	return nil
+}
+
+// promote starts the runs the scheduler admits.
+func (r *Runtime) promote() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopping {
+		return
+	}
+	for _, id := range r.sched.promote() {
+		r.startLocked(id, startFresh)
+	}
+}
+
+// Cancel cancels a run: a queued run is removed; a running run has its
+// provider cancelled and ends cancelled. It waits until the run has
+// ended or ctx is done.
+func (r *Runtime) Cancel(ctx context.Context, id, reason string) (belay.Run, error) {
+	if reason == "" {
+		reason = "cancelled by request"
+	}
+	r.mu.Lock()
+	queued := r.sched.remove(id)
+	rn := r.runners[id]
+	r.mu.Unlock()
+	switch {
+	case queued:
+		run, err := r.store.CancelQueuedRun(ctx, id, reason)
+		if err == nil {
+			r.promote()
+		}
+		return run, err
+	case rn != nil:
+		rn.cancel(&cancelError{reason: reason})
+		select {
+		case <-rn.done:
+		case <-ctx.Done():
+			return belay.Run{}, context.Cause(ctx)
+		}
+	}
+	run, err := r.store.Run(ctx, id)
+	if err != nil {
+		return run, err
+	}
+	switch {
+	case run.Status == belay.RunCancelled:
+		return run, nil
+	case run.Status.Terminal():
+		return run, fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, id, run.Status)
+	case run.Status == belay.RunQueued:
+		return r.store.CancelQueuedRun(ctx, id, reason)
+	}
+	return run, fmt.Errorf("%w: run %s is not executing here", belay.ErrNotLeased, id)
+}
+
+// Activity is what the runtime knows of an active run's liveness.
+type Activity struct {
+	Run          string         `json:"run"`
+	Phase        belay.RunPhase `json:"phase"`
+	Attempt      int            `json:"attempt"`
+	LastProgress time.Time      `json:"lastProgress"`
+	Tier         Tier           `json:"tier"`
+}
+
+// Activity returns the liveness of an active run (G8).
+func (r *Runtime) Activity(id string) (Activity, bool) {
+	r.mu.Lock()
+	rn := r.runners[id]
+	r.mu.Unlock()
+	if rn == nil {
+		return Activity{}, false
+	}
+	return rn.activity(), true
+}
+
+// Stats counts what the runtime is doing.
+type Stats struct {
+	Active int `json:"active"`
+	Queued int `json:"queued"`
+}
+
+// Stats returns the number of active and queued runs.
+func (r *Runtime) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Stats{Active: r.sched.activeCount(), Queued: r.sched.queuedCount()}
+}
+
+// finished is called by a runner when it exits.
+func (r *Runtime) finished(id string) {
+	r.mu.Lock()
+	delete(r.runners, id)
+	r.sched.finish(id)
+	r.mu.Unlock()
+	r.promote()
+}
+
+// Errors that cancel an attempt, told apart by context.Cause.
+var (
+	errShutdown  = errors.New("runtime: the daemon is stopping")
+	errLeaseLost = errors.New("runtime: the run lease was taken over")
+)
+
+type cancelError struct{ reason string }
+
+func (e *cancelError) Error() string { return "cancelled: " + e.reason }
+
+type interruptError struct{ by string }
+
+func (e *interruptError) Error() string { return "interrupted by run " + e.by }
+
+type watchdogError struct{ e expiry }
+
+func (e *watchdogError) Error() string {
+	return fmt.Sprintf("no progress for %s (%s tier)", e.e.Idle.Round(time.Second), e.e.Tier)
+}
+
+type deadlineError struct{ at time.Time }
+
+func (e *deadlineError) Error() string {
+	return "the run's deadline passed at " + e.at.UTC().Format(time.RFC3339)
+}
+
+type windowError struct{ p WindowPolicy }
+
+func (e *windowError) Error() string {
+	return fmt.Sprintf("%d of the last %d tool results failed", e.p.Threshold, e.p.Size)
+}
