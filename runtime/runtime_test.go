@@ -52,12 +52,12 @@ func hang(ctx context.Context, _ provider.Request, _ func(provider.Event) error)
 type bundle struct {
 	sleeps chan time.Duration
 	t      *testing.T
-	dir   string
-	clk   *clock.Fake
-	st    *fsstore.Store
-	rt    *Runtime
-	opts  Options
-	provs provider.Registry
+	dir    string
+	clk    *clock.Fake
+	st     *fsstore.Store
+	rt     *Runtime
+	opts   Options
+	provs  provider.Registry
 }
 
 func setup(t *testing.T, opts Options, provs ...provider.Provider) *bundle {
