@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -103,17 +104,17 @@ func (s *sideEffects) settle(id string, notExecuted bool) {
 	}
 	delete(s.pending, id)
 	if !notExecuted && s.settled == "" {
-		s.settled = name + " (" + id + ")"
+		s.settled = fmt.Sprintf("%q (call %s)", name, id)
 	}
 }
 
 // unsafe returns why a resend would repeat side effects, or "".
 func (s *sideEffects) unsafe() string {
 	if s.settled != "" {
-		return "tool call " + s.settled + " had side effects and settled"
+		return "tool " + s.settled + " had side effects and settled"
 	}
 	for id, name := range s.pending {
-		return "tool call " + name + " (" + id + ") has side effects and may have run"
+		return fmt.Sprintf("tool %q (call %s) has side effects and may have run", name, id)
 	}
 	return ""
 }

@@ -150,6 +150,19 @@ func (b *bundle) advanceWhen(d time.Duration, ready func() bool) {
 	b.clk.Advance(d)
 }
 
+// waitDelivery waits for the first delivery of a session.
+func (b *bundle) waitDelivery(session string) belay.Delivery {
+	b.t.Helper()
+	var ds []belay.Delivery
+	waitFor(b.t, func() bool {
+		var err error
+		ds, err = b.st.Deliveries(context.Background(), belay.DeliveryFilter{Session: session})
+		require.NoError(b.t, err)
+		return len(ds) > 0
+	})
+	return ds[0]
+}
+
 // sleeping waits until a runner started a backoff wait and returns its length.
 func (b *bundle) sleeping() time.Duration {
 	b.t.Helper()
@@ -210,11 +223,9 @@ func TestRunCompletesAndPostsItsDelivery(t *testing.T) {
 		}
 	}
 	require.Equal(t, "hello", text.Text)
-	ds, err := b.st.Deliveries(context.Background(), belay.DeliveryFilter{Session: run.Session})
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	require.Equal(t, DeliveryRunCompleted, ds[0].Type)
-	require.Equal(t, run.ID, ds[0].Key)
+	d := b.waitDelivery(run.Session)
+	require.Equal(t, DeliveryRunCompleted, d.Type)
+	require.Equal(t, run.ID, d.Key)
 }
 
 func TestSubmitIsIdempotent(t *testing.T) {
@@ -496,9 +507,7 @@ func TestNonRetryableFailsAtOnce(t *testing.T) {
 	run = b.waitStatus(run.ID, belay.RunFailed)
 	require.Equal(t, belay.ClassAuth, run.Error.Class)
 	require.Equal(t, int32(1), p.calls.Load())
-	ds, err := b.st.Deliveries(context.Background(), belay.DeliveryFilter{Session: run.Session})
-	require.NoError(t, err)
-	require.Equal(t, DeliveryRunFailed, ds[0].Type)
+	require.Equal(t, DeliveryRunFailed, b.waitDelivery(run.Session).Type)
 }
 
 // TestNoResendAfterSideEffects is the seed chain "auto-resend after tool
@@ -520,11 +529,9 @@ func TestNoResendAfterSideEffects(t *testing.T) {
 	b := setup(t, Options{}, p)
 	run := b.submit(SubmitRequest{Provider: "agent"})
 	run = b.waitStatus(run.ID, belay.RunStranded)
-	require.Contains(t, run.Reason, "send_email (c1) had side effects and settled")
+	require.Contains(t, run.Reason, `tool "send_email" (call c1) had side effects and settled`)
 	require.Equal(t, int32(1), effects.Load(), "the side effect ran once")
-	ds, err := b.st.Deliveries(context.Background(), belay.DeliveryFilter{Session: run.Session})
-	require.NoError(t, err)
-	require.Equal(t, DeliveryRunStranded, ds[0].Type)
+	require.Equal(t, DeliveryRunStranded, b.waitDelivery(run.Session).Type)
 }
 
 func TestResendWhenNoSideEffectRan(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/store"
 )
 
@@ -63,7 +64,10 @@ func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (store.PruneRepo
 		}
 		ss.mu.Lock()
 		ok, rule, last := ss.pruneVerdict(p, now)
-		size := ss.j.Size()
+		var size int64
+		if fi, err := s.fsys.Stat(filepath.Join(ss.dir, journal.FileName)); err == nil {
+			size = fi.Size()
+		}
 		ss.mu.Unlock()
 		if !ok {
 			rep.Kept++
@@ -115,7 +119,15 @@ func (s *Store) pruneSession(ss *session, p store.PrunePolicy, now time.Time) (b
 		delete(s.sessionKeys, ss.st.SessionKey)
 	}
 	s.idxMu.Unlock()
-	_ = ss.j.Close()
+	ss.jmu.Lock()
+	if ss.j != nil {
+		_ = ss.j.Close()
+		ss.j = nil
+	}
+	ss.jmu.Unlock()
+	s.openMu.Lock()
+	delete(s.open, ss)
+	s.openMu.Unlock()
 	if err := s.fsys.SyncDir(root); err != nil {
 		return true, fmt.Errorf("fsstore: prune %s: %w", ss.id, err)
 	}

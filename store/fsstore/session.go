@@ -19,12 +19,17 @@ import (
 // callers may not use it, so their ids never collide with the store's.
 const storeIDPrefix = "belay/"
 
-// session is one loaded session: its journal and folded state.
+// session is one loaded session: its folded state, and its journal while
+// it is open (see handle.go).
 type session struct {
 	id    string
 	dir   string
 	store *Store
-	j     *journal.Journal
+
+	jmu     sync.Mutex // guards j, refs and lastUse
+	j       *journal.Journal
+	refs    int
+	lastUse time.Time
 
 	mu        sync.Mutex // guards st and sinceSnap
 	st        *state
@@ -35,25 +40,26 @@ type session struct {
 	problem atomic.Pointer[error]
 	// pruned is set when the session was deleted under a caller.
 	pruned atomic.Bool
+	// lastSeq is the journal's last synced seq as of its last use.
+	lastSeq atomic.Uint64
 	// lastEvent is the time (unix nanos) of the newest event, raw events
 	// included; the folded state only tracks the store's own events.
 	lastEvent atomic.Int64
 }
 
-// openSession opens a session's journal and folds its state.
+// openSession loads a session: it opens its journal (recovering it), folds
+// the state, and closes the journal again.
 func (s *Store) openSession(id string) (*session, error) {
-	dir := filepath.Join(s.dir, SessionsName, id)
-	ss := &session{id: id, dir: dir, store: s}
-	j, err := journal.Open(dir, s.journalOptions(s.opts.ReadOnly))
-	var q *journal.QuarantineError
-	switch {
-	case errors.As(err, &q):
-		ss.setProblem(q)
-	case err != nil:
-		return nil, fmt.Errorf("fsstore: open session %s: %w", id, err)
+	ss := &session{id: id, dir: filepath.Join(s.dir, SessionsName, id), store: s}
+	j, err := ss.acquire()
+	if err != nil {
+		return nil, err
 	}
-	ss.j = j
-	if err := ss.fold(); err != nil {
+	defer func() {
+		ss.release()
+		ss.evict()
+	}()
+	if err := ss.fold(j); err != nil {
 		ss.setProblem(err)
 	}
 	if ss.st.Session.ID != id {
@@ -74,29 +80,35 @@ func (ss *session) setProblem(err error) {
 }
 
 // fault returns why the session cannot be written, or nil: a recorded
-// problem, or a journal that failed (a write or fsync error, or damage
-// found by a read).
+// problem, or an open journal that failed (a write or fsync error, or
+// damage found by a read).
 func (ss *session) fault() error {
 	if p := ss.problem.Load(); p != nil {
 		return *p
 	}
-	if err := ss.j.Err(); err != nil && !errors.Is(err, journal.ErrClosed) && !ss.store.opts.ReadOnly {
+	ss.jmu.Lock()
+	j := ss.j
+	ss.jmu.Unlock()
+	if j == nil || ss.store.opts.ReadOnly {
+		return nil
+	}
+	if err := j.Err(); err != nil && !errors.Is(err, journal.ErrClosed) {
 		return err
 	}
 	return nil
 }
 
 // fold rebuilds the state from the snapshot (if trusted) and the journal.
-func (ss *session) fold() error {
+func (ss *session) fold(j *journal.Journal) error {
 	ss.st = newState()
 	var after uint64
-	if raw, seq, ok := ss.j.Snapshot(); ok {
+	if raw, seq, ok := j.Snapshot(); ok {
 		if st, err := decodeState(raw); err == nil {
 			ss.st, after = st, seq
 		}
 	}
 	for {
-		evs, rerr := ss.j.Read(after, 4096)
+		evs, rerr := j.Read(after, 4096)
 		for i := range evs {
 			if err := ss.st.apply(&evs[i]); err != nil {
 				return err
@@ -118,7 +130,7 @@ func (ss *session) snapshotSession() belay.Session {
 	sess := ss.st.Session
 	active := ss.st.active()
 	ss.mu.Unlock()
-	sess.LastSeq = ss.j.LastSeq()
+	sess.LastSeq = ss.lastSeqNow()
 	if t := ss.lastEvent.Load(); t > sess.UpdatedAt.UnixNano() {
 		sess.UpdatedAt = unixNano(t)
 	}
@@ -139,7 +151,12 @@ func (ss *session) appendRaw(ctx context.Context, d belay.Durability, evs []bela
 	if err := ss.writable(); err != nil {
 		return nil, err
 	}
-	seqs, err := ss.j.Append(ctx, d, evs...)
+	j, err := ss.acquire()
+	if err != nil {
+		return nil, ss.wrap(err)
+	}
+	defer ss.release()
+	seqs, err := j.Append(ctx, d, evs...)
 	if err != nil {
 		return nil, ss.wrap(err)
 	}
@@ -205,7 +222,12 @@ func (ss *session) wrap(err error) error {
 // is durable. ss.mu is held.
 func (ss *session) commit(ctx context.Context, e belay.Event) (belay.Event, error) {
 	e.TS = ss.store.clock.Now().UTC()
-	seqs, err := ss.j.AppendUnique(ctx, journal.Sync, e)
+	j, err := ss.acquire()
+	if err != nil {
+		return e, ss.wrap(err)
+	}
+	defer ss.release()
+	seqs, err := j.AppendUnique(ctx, journal.Sync, e)
 	if err != nil {
 		return e, ss.wrap(err)
 	}
@@ -224,12 +246,23 @@ func (ss *session) commit(ctx context.Context, e belay.Event) (belay.Event, erro
 	return e, nil
 }
 
-// snapshotLocked writes a snapshot of the state. A failure is not an
-// error: the journal is canonical and the next open rebuilds. ss.mu is held.
+// snapshotLocked writes a snapshot of the state if its journal is open. A
+// failure is not an error: the journal is canonical and the next open
+// rebuilds. ss.mu is held.
 func (ss *session) snapshotLocked() {
 	if ss.sinceSnap == 0 || ss.writable() != nil {
 		return
 	}
+	ss.jmu.Lock()
+	j := ss.j
+	if j != nil {
+		ss.refs++
+	}
+	ss.jmu.Unlock()
+	if j == nil {
+		return
+	}
+	defer ss.release()
 	raw, err := json.Marshal(ss.st)
 	if err != nil {
 		return
@@ -237,17 +270,34 @@ func (ss *session) snapshotLocked() {
 	// The state folds only the store's own events, so it is the fold of the
 	// journal through any seq up to the next state change: the current
 	// synced seq will do.
-	if ss.j.WriteSnapshot(raw, ss.j.LastSeq()) == nil {
+	if j.WriteSnapshot(raw, j.LastSeq()) == nil {
 		ss.sinceSnap = 0
 	}
 }
 
-// close snapshots and closes the journal.
+// lastSeqNow returns the journal's last synced seq.
+func (ss *session) lastSeqNow() uint64 {
+	ss.jmu.Lock()
+	defer ss.jmu.Unlock()
+	if ss.j != nil {
+		return ss.j.LastSeq()
+	}
+	return ss.lastSeq.Load()
+}
+
+// close snapshots and closes the journal, whatever pins it.
 func (ss *session) close() error {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	ss.snapshotLocked()
-	return ss.j.Close()
+	ss.mu.Unlock()
+	ss.jmu.Lock()
+	defer ss.jmu.Unlock()
+	if ss.j == nil {
+		return nil
+	}
+	err := ss.j.Close()
+	ss.j = nil
+	return err
 }
 
 func marshal(v any) (json.RawMessage, error) {

@@ -50,6 +50,9 @@ type Options struct {
 	SnapshotEvery int
 	// BufferedDelay bounds how long Buffered appends wait to be written.
 	BufferedDelay time.Duration
+	// MaxOpen is how many idle session journals stay open
+	// (DefaultMaxOpen if 0); journals in use are never closed.
+	MaxOpen int
 	// ReadOnly opens without the lock and without changing any file, for
 	// offline inspection while a daemon may be running or down. Every
 	// mutation fails with belay.ErrReadOnly.
@@ -68,6 +71,9 @@ type Store struct {
 	lock     *lock.Lock
 	hb       *lock.Heartbeater
 	lockLost atomic.Pointer[error]
+
+	openMu sync.Mutex           // guards open
+	open   map[*session]struct{} // sessions whose journal is open
 
 	createMu sync.Mutex   // serializes CreateSession
 	mu       sync.RWMutex // guards sessions and closed
@@ -96,9 +102,13 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if opts.LockTTL <= 0 {
 		opts.LockTTL = 15 * time.Second
 	}
+	if opts.MaxOpen <= 0 {
+		opts.MaxOpen = DefaultMaxOpen
+	}
 	s := &Store{
 		dir: dir, opts: opts, fsys: opts.FS, clock: opts.Clock,
 		sessions:    map[string]*session{},
+		open:        map[*session]struct{}{},
 		runs:        map[string]string{},
 		deliveries:  map[string]string{},
 		sessionKeys: map[string]string{},
@@ -170,7 +180,7 @@ func (s *Store) load() error {
 			return err
 		}
 		if err := s.index(ss); err != nil {
-			_ = ss.j.Close()
+			_ = ss.close()
 			return err
 		}
 	}
@@ -307,7 +317,7 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 		return belay.Session{}, err
 	}
 	if err := s.index(ss); err != nil {
-		_ = ss.j.Close()
+		_ = ss.close()
 		return belay.Session{}, err
 	}
 	return ss.snapshotSession(), nil
@@ -435,9 +445,14 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 	if err != nil {
 		return nil, err
 	}
+	j, err := ss.acquire()
+	if err != nil {
+		return nil, ss.wrap(err)
+	}
+	defer ss.release()
 	// A quarantined session returns what precedes the damage together with
 	// the error: it is never read as if it simply ended.
-	evs, err := ss.j.Read(after, limit)
+	evs, err := j.Read(after, limit)
 	return evs, ss.wrap(err)
 }
 
@@ -447,7 +462,12 @@ func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
 	if err != nil {
 		return err
 	}
-	return ss.wrap(ss.j.Wait(ctx, after))
+	j, err := ss.acquire()
+	if err != nil {
+		return ss.wrap(err)
+	}
+	defer ss.release()
+	return ss.wrap(j.Wait(ctx, after))
 }
 
 // wrapJournal maps journal errors onto belay's sentinels.

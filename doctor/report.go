@@ -1,0 +1,194 @@
+package doctor
+
+import "time"
+
+// SchemaVersion is the version of the Report JSON schema. Fields may be
+// added within a version; none is renamed or changes meaning.
+const SchemaVersion = 1
+
+// Report is the diagnosis of one session. Its JSON form is a stable
+// contract (docs/doctor.md). It holds no prompt or answer text.
+type Report struct {
+	Schema      int       `json:"schema"`
+	GeneratedAt time.Time `json:"generatedAt"`
+
+	Session  string `json:"session"`
+	Provider string `json:"provider"`
+	Model    string `json:"model,omitempty"`
+	State    string `json:"state"`
+	// Problem says why a quarantined session is read-only (runtime text,
+	// scrubbed and truncated).
+	Problem   string    `json:"problem,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
+	Ref       Ref       `json:"ref"`
+
+	Offline bool           `json:"offline"`
+	Daemon  DaemonReport   `json:"daemon"`
+	Lock    *LockReport    `json:"lock,omitempty"`
+	Journal *JournalReport `json:"journal,omitempty"`
+
+	// ActiveRun is the queued or running run the session is busy with.
+	ActiveRun *RunReport `json:"activeRun,omitempty"`
+	// LastRun is the most recent finished run.
+	LastRun *RunReport `json:"lastRun,omitempty"`
+	// LastActivity is the active run's last progress event, when known.
+	LastActivity           time.Time `json:"lastActivity,omitzero"`
+	LastActivityAgeSeconds *int64    `json:"lastActivityAgeSeconds,omitempty"`
+	// Lease is the active run's lease.
+	Lease *LeaseReport `json:"lease,omitempty"`
+
+	Runs       RunCounts        `json:"runs"`
+	Deliveries DeliveryCounts   `json:"deliveries"`
+	Unsettled  []DeliveryReport `json:"unsettled"`
+	// PruneAt is when the session becomes eligible for pruning, when all
+	// its runs are finished and its deliveries settled.
+	PruneAt time.Time `json:"pruneAt,omitzero"`
+
+	Diagnostics []Diagnostic `json:"diagnostics"`
+
+	NextAction Action `json:"nextAction"`
+	// Reason is one sentence saying why NextAction.
+	Reason string `json:"reason"`
+	// Command is the exact command to run, "" for none.
+	Command string `json:"command"`
+	// RetryAt is when to run Command for retry_later, when known.
+	RetryAt time.Time `json:"retryAt,omitzero"`
+	// Rule names the decision-table rule that chose NextAction.
+	Rule string `json:"rule"`
+}
+
+// Ref is a redacted belay.ConversationRef.
+type Ref struct {
+	Kind string `json:"kind,omitempty"`
+	// ID and Target are shortened; URL keeps scheme, host and a shortened
+	// path (no user info, query or fragment).
+	ID        string `json:"id,omitempty"`
+	URL       string `json:"url,omitempty"`
+	Target    string `json:"target,omitempty"`
+	HasCursor bool   `json:"hasCursor"`
+}
+
+// DaemonReport says whether a daemon answered.
+type DaemonReport struct {
+	Reachable   bool   `json:"reachable"`
+	Incarnation string `json:"incarnation,omitempty"`
+}
+
+// Lock states in LockReport.State.
+const (
+	LockFree  = "free"
+	LockHeld  = "held"
+	LockStale = "stale"
+)
+
+// LockReport is the data-dir lock inspection.
+type LockReport struct {
+	Path string `json:"path,omitempty"`
+	// State is free, held or stale.
+	State  string        `json:"state"`
+	Reason string        `json:"reason"`
+	Stale  bool          `json:"stale"`
+	Alive  bool          `json:"alive"`
+	Local  bool          `json:"local"`
+	Holder *HolderReport `json:"holder,omitempty"`
+	Detail string        `json:"detail,omitempty"`
+}
+
+// HolderReport is the lock's owner record.
+type HolderReport struct {
+	PID         int       `json:"pid"`
+	Host        string    `json:"host"`
+	Purpose     string    `json:"purpose,omitempty"`
+	Incarnation string    `json:"incarnation,omitempty"`
+	AcquiredAt  time.Time `json:"acquiredAt,omitzero"`
+	HeartbeatAt time.Time `json:"heartbeatAt,omitzero"`
+	ExpiresAt   time.Time `json:"expiresAt,omitzero"`
+}
+
+// JournalReport is what opening the journal found.
+type JournalReport struct {
+	Path             string `json:"path,omitempty"`
+	Quarantined      bool   `json:"quarantined"`
+	QuarantineOffset int64  `json:"quarantineOffset,omitempty"`
+	LastGoodSeq      uint64 `json:"lastGoodSeq,omitempty"`
+	BrokenCopy       string `json:"brokenCopy,omitempty"`
+}
+
+// RunReport describes one run.
+type RunReport struct {
+	ID         string `json:"id"`
+	Status     string `json:"status"`
+	Phase      string `json:"phase"`
+	Attempt    int    `json:"attempt"`
+	Epoch      uint64 `json:"epoch"`
+	ErrorClass string `json:"errorClass,omitempty"`
+	// SideEffects names side-effecting tools that settled in the turn.
+	SideEffects []string  `json:"sideEffects,omitempty"`
+	CreatedAt   time.Time `json:"createdAt,omitzero"`
+	StartedAt   time.Time `json:"startedAt,omitzero"`
+	EndedAt     time.Time `json:"endedAt,omitzero"`
+	Deadline    time.Time `json:"deadline,omitzero"`
+}
+
+// Lease owner states in LeaseReport.OwnerState.
+const (
+	OwnerAlive   = "alive"
+	OwnerDead    = "dead"
+	OwnerUnknown = "unknown"
+)
+
+// LeaseReport is the active run's lease.
+type LeaseReport struct {
+	Owner     string    `json:"owner"`
+	Epoch     uint64    `json:"epoch"`
+	GrantedAt time.Time `json:"grantedAt,omitzero"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	Expired   bool      `json:"expired"`
+	// OwnerState is alive, dead or unknown; OwnerDetail says why.
+	OwnerState  string `json:"ownerState"`
+	OwnerDetail string `json:"ownerDetail"`
+}
+
+// RunCounts counts the session's runs by status.
+type RunCounts struct {
+	Total     int `json:"total"`
+	Queued    int `json:"queued"`
+	Running   int `json:"running"`
+	Complete  int `json:"complete"`
+	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled"`
+	Stranded  int `json:"stranded"`
+}
+
+// DeliveryCounts counts the session's deliveries by status.
+type DeliveryCounts struct {
+	Total     int `json:"total"`
+	Unsettled int `json:"unsettled"`
+	Pending   int `json:"pending"`
+	Leased    int `json:"leased"`
+	Done      int `json:"done"`
+	Error     int `json:"error"`
+}
+
+// DeliveryReport describes one unsettled delivery (never its data).
+type DeliveryReport struct {
+	ID             string    `json:"id"`
+	Type           string    `json:"type"`
+	Status         string    `json:"status"`
+	Priority       int       `json:"priority"`
+	Seq            uint64    `json:"seq"`
+	Epoch          uint64    `json:"epoch"`
+	Attempts       int       `json:"attempts"`
+	LeaseOwner     string    `json:"leaseOwner,omitempty"`
+	LeaseExpiresAt time.Time `json:"leaseExpiresAt,omitzero"`
+	NotBefore      time.Time `json:"notBefore,omitzero"`
+	CreatedAt      time.Time `json:"createdAt,omitzero"`
+}
+
+// Diagnostic is one finding.
+type Diagnostic struct {
+	// Code is a stable snake_case identifier (docs/doctor.md).
+	Code     string   `json:"code"`
+	Severity Severity `json:"severity"`
+	Message  string   `json:"message"`
+}

@@ -1,0 +1,325 @@
+package doctor
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/belayhq/belay"
+)
+
+// decision is what a matching rule decides.
+type decision struct {
+	action  Action
+	reason  string
+	command string
+	retryAt time.Time
+}
+
+// rule is one row of the decision table: the first rule that matches
+// decides the report's next action.
+type rule struct {
+	name  string
+	match func(d *diagnosis) (decision, bool)
+}
+
+// rules is the decision table, in order (docs/doctor.md, "Decision
+// table"). The last rule always matches.
+var rules = [...]rule{
+	{"journal_quarantined", ruleQuarantined},
+	{"lock_stale", ruleStaleLock},
+	{"daemon_down", ruleDaemonDown},
+	{"daemon_unresponsive", ruleDaemonUnresponsive},
+	{"lease_owner_dead", ruleOwnerDead},
+	{"blocked_on_user", ruleBlockedOnUser},
+	{"running_active", ruleRunningActive},
+	{"running_quiet", ruleRunningQuiet},
+	{"queued", ruleQueued},
+	{"retention_due", ruleRetention},
+	{"run_stranded", ruleStranded},
+	{"failed_auth", ruleFailedAuth},
+	{"failed_challenge", ruleFailedChallenge},
+	{"failed_after_side_effect", ruleFailedAfterSideEffect},
+	{"failed_backoff", ruleFailedBackoff},
+	{"failed_resendable", ruleFailedResendable},
+	{"failed_other", ruleFailedOther},
+	{"delivery_unsettled", ruleUnsettled},
+	{"run_complete", ruleComplete},
+	{"run_cancelled", ruleCancelled},
+	{"idle", ruleIdle},
+}
+
+func decide(a Action, command, format string, args ...any) (decision, bool) {
+	return decision{action: a, command: command, reason: fmt.Sprintf(format, args...)}, true
+}
+
+// running reports the active run when it is running.
+func (d *diagnosis) running() *belay.Run {
+	if r := d.active; r != nil && effectiveStatus(r) == belay.RunRunning {
+		return r
+	}
+	return nil
+}
+
+// failed reports the last run when it failed.
+func (d *diagnosis) failed() *belay.Run {
+	if d.active == nil && d.last != nil && d.lastSt == belay.RunFailed {
+		return d.last
+	}
+	return nil
+}
+
+func failedClass(r *belay.Run) belay.ErrorClass {
+	if r.Error == nil {
+		return ""
+	}
+	return r.Error.Class
+}
+
+func ruleQuarantined(d *diagnosis) (decision, bool) {
+	j := d.in.Journal
+	if !j.Quarantined && d.in.Session.State != belay.SessionQuarantined {
+		return decision{}, false
+	}
+	cmd := cmdRepair(j.Path, d.sid)
+	if j.Quarantined {
+		return decide(ActionRepairJournal, cmd, "The journal is damaged at byte %d after seq %d, so the session is read-only; repair the journal before anything else.", j.QuarantineOffset, j.LastGoodSeq)
+	}
+	return decide(ActionRepairJournal, cmd, "The session's journal is damaged before its tail, so the session is read-only; repair the journal before anything else.")
+}
+
+func ruleStaleLock(d *diagnosis) (decision, bool) {
+	if d.active == nil || !d.down || d.lockState != LockStale {
+		return decision{}, false
+	}
+	return decide(ActionReleaseStaleLock, cmdDaemonStart, "Run %s is %s but no daemon answers and the data-dir lock is stale (%s); starting the daemon reclaims the lock at once and resumes the run.",
+		token(d.active.ID), effectiveStatus(d.active), token(string(d.in.Daemon.Lock.Reason)))
+}
+
+func ruleDaemonDown(d *diagnosis) (decision, bool) {
+	if d.active == nil || !d.down || d.lockState == LockHeld || d.lockState == LockStale {
+		return decision{}, false
+	}
+	return decide(ActionStartDaemon, cmdDaemonStart, "Run %s is %s but no daemon answers, so nothing is executing it; start the daemon to resume it.",
+		token(d.active.ID), effectiveStatus(d.active))
+}
+
+func ruleDaemonUnresponsive(d *diagnosis) (decision, bool) {
+	if d.active == nil || !d.down || d.lockState != LockHeld {
+		return decision{}, false
+	}
+	also := ""
+	if d.ownerState == OwnerAlive {
+		also = "; that process holds the run's lease, so the run may still be progressing"
+	}
+	return decide(ActionRetryLater, cmdDaemonStatus, "Run %s is %s and the data dir is locked by a live process (%s) that does not answer as a daemon%s; check the daemon and retry when it answers.",
+		token(d.active.ID), effectiveStatus(d.active), holderText(d.in.Daemon.Lock), also)
+}
+
+func ruleOwnerDead(d *diagnosis) (decision, bool) {
+	r := d.running()
+	if r == nil || d.ownerState != OwnerDead {
+		return decision{}, false
+	}
+	return decide(ActionReattach, cmdWatch(token(r.ID)), "Run %s is in phase %s but its lease owner is dead (%s); reattaching lets the daemon reclaim it at once and resume it from the provider.",
+		token(r.ID), token(string(r.Phase)), d.ownerDetail)
+}
+
+func ruleBlockedOnUser(d *diagnosis) (decision, bool) {
+	r := d.running()
+	if r == nil || (r.Phase != belay.PhaseRetryWait && r.Phase != belay.PhaseRecovering) {
+		return decision{}, false
+	}
+	id := token(r.ID)
+	switch failedClass(r) {
+	case belay.ClassChallenge:
+		return decide(ActionSolveChallenge, cmdWatch(id), "Run %s is waiting (%s) on a challenge from provider %s; solve it in the provider's window, then watch the run continue.",
+			id, token(string(r.Phase)), token(r.Provider))
+	case belay.ClassAuth:
+		return decide(ActionReauth, cmdWatch(id), "Run %s is waiting (%s) because provider %s refused its credentials; re-authenticate, then watch the run continue.",
+			id, token(string(r.Phase)), token(r.Provider))
+	}
+	return decision{}, false
+}
+
+func ruleRunningActive(d *diagnosis) (decision, bool) {
+	r := d.running()
+	if r == nil || d.quiet {
+		return decision{}, false
+	}
+	id := token(r.ID)
+	if d.activity.IsZero() {
+		return decide(ActionWatch, cmdWatch(id), "Run %s is in phase %s under a live lease; watch it (the time of its last progress is not known).", id, token(string(r.Phase)))
+	}
+	return decide(ActionWatch, cmdWatch(id), "Run %s is in phase %s and made progress %s ago; watch it.", id, token(string(r.Phase)), age(d.quietFor))
+}
+
+func ruleRunningQuiet(d *diagnosis) (decision, bool) {
+	r := d.running()
+	if r == nil || !d.quiet {
+		return decision{}, false
+	}
+	id := token(r.ID)
+	switch {
+	case r.Deadline.IsZero():
+		return decide(ActionWait, cmdWait(id), "Run %s has made no progress for %s but its owner is alive; a quiet run is not a failure (the watchdog judges it), so wait for it.", id, age(d.quietFor))
+	case d.now.Before(r.Deadline):
+		return decide(ActionWait, cmdWait(id), "Run %s has made no progress for %s but its owner is alive and its deadline is %s away; a quiet run is not a failure, so wait for it.", id, age(d.quietFor), age(r.Deadline.Sub(d.now)))
+	}
+	return decide(ActionWait, cmdWait(id), "Run %s has made no progress for %s and its deadline passed %s ago; the daemon ends it, so wait for the outcome.", id, age(d.quietFor), age(d.now.Sub(r.Deadline)))
+}
+
+func ruleQueued(d *diagnosis) (decision, bool) {
+	r := d.active
+	if r == nil || effectiveStatus(r) != belay.RunQueued {
+		return decision{}, false
+	}
+	id := token(r.ID)
+	return decide(ActionWait, cmdWait(id), "Run %s is queued for admission or behind the session's active run; wait for it.", id)
+}
+
+func ruleRetention(d *diagnosis) (decision, bool) {
+	if !d.prunable {
+		return decision{}, false
+	}
+	return decide(ActionPrune, cmdPrune, "The session is %s and idle for %s, past its retention of %s, so prune deletes it.", d.pruneWhat, age(d.pruneAge), age(d.pruneKeep))
+}
+
+func ruleStranded(d *diagnosis) (decision, bool) {
+	if d.active != nil || d.last == nil || d.lastSt != belay.RunStranded {
+		return decision{}, false
+	}
+	r := d.last
+	id := token(r.ID)
+	if tools := d.sideEffects(r); len(tools) > 0 {
+		return decide(ActionResolveManually, cmdRead(id), "Run %s is stranded because side-effecting tool %q settled before the turn ended, so a resend could repeat it; read what happened and finish by hand.", id, tools[0])
+	}
+	return decide(ActionResolveManually, cmdRead(id), "Run %s is stranded: belay could not finish it without risking a repeated side effect; read what happened and finish by hand.", id)
+}
+
+func ruleFailedAuth(d *diagnosis) (decision, bool) {
+	r := d.failed()
+	if r == nil || failedClass(r) != belay.ClassAuth {
+		return decision{}, false
+	}
+	return decide(ActionReauth, cmdResend(d.sid, token(r.ID)), "Run %s failed because provider %s refused its credentials; re-authenticate, then resend.", token(r.ID), token(r.Provider))
+}
+
+func ruleFailedChallenge(d *diagnosis) (decision, bool) {
+	r := d.failed()
+	if r == nil || failedClass(r) != belay.ClassChallenge {
+		return decision{}, false
+	}
+	return decide(ActionSolveChallenge, cmdResend(d.sid, token(r.ID)), "Run %s failed on a challenge from provider %s; solve it in the provider's window, then resend.", token(r.ID), token(r.Provider))
+}
+
+func ruleFailedAfterSideEffect(d *diagnosis) (decision, bool) {
+	r := d.failed()
+	if r == nil {
+		return decision{}, false
+	}
+	tools := d.sideEffects(r)
+	if len(tools) == 0 {
+		return decision{}, false
+	}
+	return decide(ActionResolveManually, cmdRead(token(r.ID)), "Run %s failed (%s) after side-effecting tool %q settled, so a resend could repeat it; read what happened and finish by hand.", token(r.ID), errorClass(r), tools[0])
+}
+
+// retryAt is when a resend of a run that failed in a retryable class may
+// succeed.
+func (d *diagnosis) retryAt(r *belay.Run) time.Time {
+	if t := d.in.Facts[r.ID].RetryAt; !t.IsZero() {
+		return t
+	}
+	end := r.EndedAt
+	if end.IsZero() {
+		end = r.UpdatedAt
+	}
+	if end.IsZero() {
+		return time.Time{}
+	}
+	return end.Add(d.th.RetryBackoff)
+}
+
+func ruleFailedBackoff(d *diagnosis) (decision, bool) {
+	r := d.failed()
+	if r == nil || !failedClass(r).Retryable() {
+		return decision{}, false
+	}
+	at := d.retryAt(r)
+	if !d.now.Before(at) {
+		return decision{}, false
+	}
+	dec, _ := decide(ActionRetryLater, cmdResend(d.sid, token(r.ID)), "Run %s failed with %s; the provider needs %s more before a resend can succeed.", token(r.ID), errorClass(r), age(at.Sub(d.now)))
+	dec.retryAt = at
+	return dec, true
+}
+
+func ruleFailedResendable(d *diagnosis) (decision, bool) {
+	r := d.failed()
+	if r == nil {
+		return decision{}, false
+	}
+	switch c := failedClass(r); {
+	case c.Retryable(), c == belay.ClassTimeout, c == belay.ClassInternal:
+		return decide(ActionResend, cmdResend(d.sid, token(r.ID)), "Run %s failed with %s and no side-effecting tool call settled in it, so resending it is safe.", token(r.ID), errorClass(r))
+	}
+	return decision{}, false
+}
+
+func ruleFailedOther(d *diagnosis) (decision, bool) {
+	r := d.failed()
+	if r == nil {
+		return decision{}, false
+	}
+	return decide(ActionResolveManually, cmdRead(token(r.ID)), "Run %s failed with %s, which a resend would repeat; read the error, change the request or the setup, then send again.", token(r.ID), errorClass(r))
+}
+
+func ruleUnsettled(d *diagnosis) (decision, bool) {
+	if len(d.unsettled) == 0 {
+		return decision{}, false
+	}
+	n := len(d.unsettled)
+	var leased, waiting *belay.Delivery
+	for i := range d.unsettled {
+		dl := &d.unsettled[i]
+		switch {
+		case dl.Status == belay.DeliveryLeased && !dl.Lease.Expired(d.now):
+			if leased == nil {
+				leased = dl
+			}
+		case dl.Status != belay.DeliveryLeased && d.now.Before(dl.NotBefore):
+			if waiting == nil {
+				waiting = dl
+			}
+		default: // deliverable now
+			return decide(ActionAckDelivery, cmdInboxPoll(d.sid), "%d inbox item(s) are unsettled, first %s (%s); poll, handle and ack them.", n, token(dl.ID), token(dl.Type))
+		}
+	}
+	if leased != nil {
+		return decide(ActionAckDelivery, cmdInboxAck(token(leased.ID), leased.Lease.Epoch), "Inbox item %s (%s) is leased to %s until %s; ack it once it is handled.",
+			token(leased.ID), token(leased.Type), token(leased.Lease.Owner), stamp(leased.Lease.ExpiresAt))
+	}
+	return decide(ActionAckDelivery, cmdInboxPoll(d.sid), "Inbox item %s (%s) is due again at %s; poll, handle and ack it then.", token(waiting.ID), token(waiting.Type), stamp(waiting.NotBefore))
+}
+
+func ruleComplete(d *diagnosis) (decision, bool) {
+	if d.active != nil || d.last == nil || d.lastSt != belay.RunComplete {
+		return decision{}, false
+	}
+	id := token(d.last.ID)
+	return decide(ActionReadResult, cmdRead(id), "Run %s completed; read its result.", id)
+}
+
+func ruleCancelled(d *diagnosis) (decision, bool) {
+	if d.active != nil || d.last == nil || d.lastSt != belay.RunCancelled {
+		return decision{}, false
+	}
+	return decide(ActionNone, "", "Run %s was cancelled and nothing else is pending.", token(d.last.ID))
+}
+
+func ruleIdle(d *diagnosis) (decision, bool) {
+	if len(d.runs) == 0 {
+		return decide(ActionNone, "", "The session has no runs and nothing pending.")
+	}
+	return decide(ActionNone, "", "The session is idle with nothing pending.")
+}

@@ -1,0 +1,147 @@
+package fsstore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/belayhq/belay/journal"
+)
+
+// DefaultMaxOpen is how many session journals stay open when idle.
+const DefaultMaxOpen = 512
+
+// Journals are opened on demand and closed when idle, so that a store can
+// hold far more sessions than a process may have open files, and an idle
+// session costs only its folded state. acquire opens (or reuses) a
+// session's journal and pins it; release unpins it. Pinned journals are
+// never closed; beyond MaxOpen, the least recently used unpinned ones are
+// (after a snapshot, so that reopening them is cheap).
+
+// acquire returns the session's journal, opening it if needed, pinned
+// until release.
+func (ss *session) acquire() (*journal.Journal, error) {
+	ss.jmu.Lock()
+	if ss.j != nil {
+		ss.refs++
+		j := ss.j
+		ss.jmu.Unlock()
+		return j, nil
+	}
+	if ss.pruned.Load() {
+		ss.jmu.Unlock()
+		return nil, journal.ErrClosed
+	}
+	j, err := journal.Open(ss.dir, ss.store.journalOptions(ss.store.opts.ReadOnly))
+	var q *journal.QuarantineError
+	switch {
+	case errors.As(err, &q):
+		// Damage found on reopen: the journal still serves what precedes it.
+		ss.setProblem(q)
+	case err != nil:
+		ss.jmu.Unlock()
+		err = fmt.Errorf("fsstore: open session %s: %w", ss.id, err)
+		ss.setProblem(err)
+		return nil, err
+	}
+	ss.j = j
+	ss.refs++
+	ss.jmu.Unlock()
+	ss.store.opened(ss)
+	return j, nil
+}
+
+// release unpins the journal.
+func (ss *session) release() {
+	ss.jmu.Lock()
+	ss.refs--
+	ss.lastUse = time.Now()
+	if ss.j != nil {
+		ss.lastSeq.Store(ss.j.LastSeq())
+	}
+	ss.jmu.Unlock()
+}
+
+// closeIdle closes the journal if nothing pins it. It reports whether the
+// journal is closed afterwards.
+func (ss *session) closeIdle() bool {
+	ss.jmu.Lock()
+	defer ss.jmu.Unlock()
+	if ss.j == nil {
+		return true
+	}
+	if ss.refs > 0 {
+		return false
+	}
+	// A failed journal stays open: its failure must stay visible until the
+	// store is reopened.
+	if err := ss.j.Err(); err != nil && !ss.store.opts.ReadOnly {
+		return false
+	}
+	ss.lastSeq.Store(ss.j.LastSeq())
+	_ = ss.j.Close()
+	ss.j = nil
+	return true
+}
+
+// opened records an open journal and closes idle ones beyond the cap.
+func (s *Store) opened(ss *session) {
+	s.openMu.Lock()
+	s.open[ss] = struct{}{}
+	if len(s.open) <= s.opts.MaxOpen {
+		s.openMu.Unlock()
+		return
+	}
+	// Evict the least recently used idle journals, down to the cap.
+	type cand struct {
+		ss  *session
+		use time.Time
+	}
+	var cands []cand
+	for o := range s.open {
+		if o == ss {
+			continue
+		}
+		o.jmu.Lock()
+		if o.refs == 0 {
+			cands = append(cands, cand{o, o.lastUse})
+		}
+		o.jmu.Unlock()
+	}
+	excess := len(s.open) - s.opts.MaxOpen
+	s.openMu.Unlock()
+	for excess > 0 && len(cands) > 0 {
+		oldest := 0
+		for i := range cands {
+			if cands[i].use.Before(cands[oldest].use) {
+				oldest = i
+			}
+		}
+		c := cands[oldest]
+		cands = append(cands[:oldest], cands[oldest+1:]...)
+		if c.ss.evict() {
+			excess--
+		}
+	}
+}
+
+// evict snapshots and closes an idle journal.
+func (ss *session) evict() bool {
+	ss.mu.Lock()
+	ss.snapshotLocked()
+	ss.mu.Unlock()
+	if !ss.closeIdle() {
+		return false
+	}
+	ss.store.openMu.Lock()
+	delete(ss.store.open, ss)
+	ss.store.openMu.Unlock()
+	return true
+}
+
+// openJournals returns how many session journals are open.
+func (s *Store) openJournals() int {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	return len(s.open)
+}
