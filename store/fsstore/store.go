@@ -72,7 +72,7 @@ type Store struct {
 	hb       *lock.Heartbeater
 	lockLost atomic.Pointer[error]
 
-	openMu sync.Mutex           // guards open
+	openMu sync.Mutex            // guards open
 	open   map[*session]struct{} // sessions whose journal is open
 
 	createMu sync.Mutex   // serializes CreateSession
