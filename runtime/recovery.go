@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -81,19 +82,18 @@ func recoverableToolFailure(c belay.ErrorClass) bool {
 // unless its settlement says it never ran (permission denied): a call
 // whose settlement is missing may have run.
 type sideEffects struct {
-	pending map[string]string // call id -> tool name, intent without settlement
-	settled string            // the first side-effecting call that ran: "name (id)"
-	sideEff map[string]bool   // call id -> has side effects
+	pending map[string]string // call id -> tool name: intent, no settlement
+	ran     map[string]string // call id -> tool name: settled, and it ran
+	first   string            // the first call that ran, for reasons
 }
 
 func newSideEffects() *sideEffects {
-	return &sideEffects{pending: map[string]string{}, sideEff: map[string]bool{}}
+	return &sideEffects{pending: map[string]string{}, ran: map[string]string{}}
 }
 
 func (s *sideEffects) intent(id, name string, sideEffect bool) {
 	if sideEffect {
 		s.pending[id] = name
-		s.sideEff[id] = true
 	}
 }
 
@@ -103,18 +103,39 @@ func (s *sideEffects) settle(id string, notExecuted bool) {
 		return
 	}
 	delete(s.pending, id)
-	if !notExecuted && s.settled == "" {
-		s.settled = fmt.Sprintf("%q (call %s)", name, id)
+	if notExecuted {
+		return
+	}
+	s.ran[id] = name
+	if s.first == "" {
+		s.first = fmt.Sprintf("%q (call %s)", name, id)
 	}
 }
 
 // unsafe returns why a resend would repeat side effects, or "".
 func (s *sideEffects) unsafe() string {
-	if s.settled != "" {
-		return "tool " + s.settled + " had side effects and settled"
+	if s.first != "" {
+		return "tool " + s.first + " had side effects and settled"
 	}
 	for id, name := range s.pending {
 		return fmt.Sprintf("tool %q (call %s) has side effects and may have run", name, id)
 	}
 	return ""
+}
+
+// names returns the tools that ran or may have run, sorted.
+func (s *sideEffects) names() []string {
+	set := map[string]bool{}
+	for _, n := range s.ran {
+		set[n] = true
+	}
+	for _, n := range s.pending {
+		set[n] = true
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }

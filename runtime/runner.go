@@ -529,32 +529,7 @@ func (rn *runner) setPhase(p belay.RunPhase) {
 // scanEffects rebuilds the side-effect record of a reclaimed run from its
 // journal.
 func (rn *runner) scanEffects() error {
-	after := rn.run.InputSeq
-	for {
-		evs, err := rn.r.store.Events(bgCtx, rn.run.Session, after, 1024)
-		if err != nil {
-			return err
-		}
-		if len(evs) == 0 {
-			return nil
-		}
-		for _, e := range evs {
-			after = e.Seq
-			if e.Run != rn.id {
-				continue
-			}
-			switch e.Type {
-			case EventToolCall:
-				var c provider.Call
-				if json.Unmarshal(e.Data, &c) == nil {
-					rn.effects.intent(c.ID, c.Name, c.SideEffect)
-				}
-			case EventToolResult:
-				var res provider.Result
-				if json.Unmarshal(e.Data, &res) == nil {
-					rn.effects.settle(res.CallID, res.NotExecuted())
-				}
-			}
-		}
-	}
+	effects, err := scanRunEffects(bgCtx, rn.r.store, rn.run)
+	rn.effects = effects
+	return err
 }

@@ -742,3 +742,36 @@ func TestLeaseWaitsForAPost(t *testing.T) {
 }
 
 var _ = errors.New
+
+func TestDoctor(t *testing.T) {
+	t.Parallel()
+	g := newGate("slow")
+	b := setup(t, Options{}, g, &funcProvider{name: "agent", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		_ = emit(provider.Event{Kind: provider.ToolCall, Call: &provider.Call{ID: "c1", Name: "deploy", SideEffect: true}})
+		_ = emit(provider.Event{Kind: provider.ToolResult, Result: &provider.Result{CallID: "c1", Content: "secret answer text"}})
+		return provider.Errorf(belay.ClassTransient, "reset")
+	}})
+	ctx := context.Background()
+	run := b.submit(SubmitRequest{Provider: "slow", Prompt: "secret prompt text"})
+	b.waitRun(run.ID, func(r belay.Run) bool { return r.Phase == belay.PhaseStreaming })
+	rep, err := b.rt.Doctor(ctx, run.Session)
+	require.NoError(t, err)
+	require.Equal(t, "watch", string(rep.NextAction))
+	require.Equal(t, "belay watch "+run.ID, rep.Command)
+	g.release(run.ID)
+	b.waitStatus(run.ID, belay.RunComplete)
+	b.waitDelivery(run.Session)
+	rep, err = b.rt.Doctor(ctx, run.Session)
+	require.NoError(t, err)
+	require.Equal(t, "ack_delivery", string(rep.NextAction), "the completion is in the inbox")
+
+	stranded := b.submit(SubmitRequest{Provider: "agent", Prompt: "secret prompt text"})
+	b.waitStatus(stranded.ID, belay.RunStranded)
+	rep, err = b.rt.Doctor(ctx, stranded.Session)
+	require.NoError(t, err)
+	require.Equal(t, "resolve_manually", string(rep.NextAction))
+	require.Contains(t, rep.Reason, "deploy")
+	raw, err := json.Marshal(rep)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "secret", "doctor never shows prompt or answer text")
+}

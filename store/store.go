@@ -154,3 +154,22 @@ type PrunedSession struct {
 	Rule       string        `json:"rule"`
 	Bytes      int64         `json:"bytes"`
 }
+
+// JournalInspector is implemented by stores that keep a journal file per
+// session (fsstore), for doctor.
+type JournalInspector interface {
+	JournalInfo(session string) (JournalInfo, error)
+}
+
+// JournalInfo is what a session's journal files say.
+type JournalInfo struct {
+	Path string `json:"path"`
+	// Quarantined, QuarantineOffset and LastGoodSeq describe damage that
+	// made the session read-only.
+	Quarantined      bool   `json:"quarantined"`
+	QuarantineOffset int64  `json:"quarantineOffset,omitempty"`
+	LastGoodSeq      uint64 `json:"lastGoodSeq,omitempty"`
+	// BrokenCopies are the .broken-<time> copies kept when torn tails were
+	// cut, oldest first.
+	BrokenCopies []string `json:"brokenCopies,omitempty"`
+}

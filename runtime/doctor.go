@@ -1,0 +1,127 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/doctor"
+	"github.com/belayhq/belay/provider"
+	"github.com/belayhq/belay/store"
+)
+
+// Doctor diagnoses a session from the live runtime (G11). It only reads.
+func (r *Runtime) Doctor(ctx context.Context, session string) (doctor.Report, error) {
+	in, err := DoctorInput(ctx, r.store, session)
+	if err != nil {
+		return doctor.Report{}, err
+	}
+	in.Now = r.clk.Now()
+	in.Daemon = doctor.Daemon{Reachable: true, Incarnation: r.opts.Incarnation}
+	in.Retention = r.opts.Retention
+	r.mu.Lock()
+	for _, run := range in.Runs {
+		if rn := r.runners[run.ID]; rn != nil {
+			a := rn.activity()
+			f := in.Facts[run.ID]
+			f.LastActivity = a.LastProgress
+			if !a.LastProgress.IsZero() {
+				f.InactivityDeadline = a.LastProgress.Add(r.opts.Tiers.timeoutOf(a.Tier))
+			}
+			in.Facts[run.ID] = f
+		}
+	}
+	r.mu.Unlock()
+	return doctor.Diagnose(in), nil
+}
+
+func (t Tiers) timeoutOf(tier Tier) time.Duration {
+	w := watchdog{tiers: t.withDefaults()}
+	return w.timeout(tier)
+}
+
+// DoctorInput gathers what a store says about a session for doctor: the
+// session, its runs and deliveries, the side-effecting tool calls of its
+// unfinished or failed runs (names only), and the journal facts when the
+// store is the file store. The caller fills in the time, the daemon and
+// the retention policy. It reads no prompt or answer text into the input.
+func DoctorInput(ctx context.Context, st store.Store, session string) (doctor.Input, error) {
+	sess, err := st.Session(ctx, session)
+	if err != nil {
+		return doctor.Input{}, err
+	}
+	runs, err := st.Runs(ctx, belay.RunFilter{Session: session})
+	if err != nil {
+		return doctor.Input{}, err
+	}
+	ds, err := st.Deliveries(ctx, belay.DeliveryFilter{Session: session})
+	if err != nil {
+		return doctor.Input{}, err
+	}
+	in := doctor.Input{Session: sess, Runs: runs, Deliveries: ds, LastEventAt: sess.UpdatedAt, Facts: map[string]doctor.RunFacts{}}
+	for _, run := range runs {
+		if run.Status == belay.RunComplete || run.Status == belay.RunCancelled || run.Status == belay.RunQueued {
+			continue
+		}
+		names, err := settledSideEffects(ctx, st, run)
+		if err == nil && len(names) > 0 {
+			in.Facts[run.ID] = doctor.RunFacts{SideEffects: names}
+		}
+	}
+	if ji, ok := st.(store.JournalInspector); ok {
+		if info, err := ji.JournalInfo(session); err == nil {
+			in.Journal.Path = info.Path
+			in.Journal.Quarantined = info.Quarantined
+			in.Journal.QuarantineOffset = info.QuarantineOffset
+			in.Journal.LastGoodSeq = info.LastGoodSeq
+			if n := len(info.BrokenCopies); n > 0 {
+				in.Journal.BrokenCopy = info.BrokenCopies[n-1]
+			}
+		}
+	}
+	return in, nil
+}
+
+// settledSideEffects returns the names of the run's side-effecting tool
+// calls that ran (or may have), from its journal.
+func settledSideEffects(ctx context.Context, st store.Store, run belay.Run) ([]string, error) {
+	effects, err := scanRunEffects(ctx, st, run)
+	if err != nil {
+		return nil, err
+	}
+	return effects.names(), nil
+}
+
+// scanRunEffects rebuilds a run's side-effect record from its journal.
+func scanRunEffects(ctx context.Context, st store.Store, run belay.Run) (*sideEffects, error) {
+	effects := newSideEffects()
+	after := run.InputSeq
+	for {
+		evs, err := st.Events(ctx, run.Session, after, 1024)
+		if err != nil {
+			return effects, err
+		}
+		if len(evs) == 0 {
+			return effects, nil
+		}
+		for _, e := range evs {
+			after = e.Seq
+			if e.Run != run.ID {
+				continue
+			}
+			switch e.Type {
+			case EventToolCall:
+				var c provider.Call
+				if json.Unmarshal(e.Data, &c) == nil {
+					effects.intent(c.ID, c.Name, c.SideEffect)
+				}
+			case EventToolResult:
+				var res provider.Result
+				if json.Unmarshal(e.Data, &res) == nil {
+					effects.settle(res.CallID, res.NotExecuted())
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,31 @@
+package fsstore
+
+import (
+	"errors"
+	"path/filepath"
+	"sort"
+
+	"github.com/belayhq/belay/journal"
+	"github.com/belayhq/belay/store"
+)
+
+var _ store.JournalInspector = (*Store)(nil)
+
+// JournalInfo inspects a session's journal files. It changes nothing.
+func (s *Store) JournalInfo(id string) (store.JournalInfo, error) {
+	ss, err := s.session(id)
+	if err != nil {
+		return store.JournalInfo{}, err
+	}
+	info := store.JournalInfo{Path: filepath.Join(ss.dir, journal.FileName)}
+	if p := ss.problem.Load(); p != nil {
+		var q *journal.QuarantineError
+		if errors.As(*p, &q) {
+			info.Quarantined, info.QuarantineOffset, info.LastGoodSeq = true, q.Offset, q.LastSeq
+		}
+	}
+	broken, _ := filepath.Glob(info.Path + ".broken-*")
+	sort.Strings(broken)
+	info.BrokenCopies = broken
+	return info, nil
+}
