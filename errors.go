@@ -20,6 +20,9 @@ var (
 	ErrStoreLocked   = errors.New("belay: data dir in use")
 	ErrStoreClosed   = errors.New("belay: store closed")
 	ErrCorruptRecord = errors.New("belay: corrupt record")
+	// ErrStillRunning is a local wait's timeout: the run goes on (G8). It is
+	// never a failure of the run.
+	ErrStillRunning = errors.New("belay: still running")
 )
 
 // ErrorClass classifies every failure a provider or the runtime reports.

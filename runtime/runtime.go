@@ -65,7 +65,8 @@ type Runtime struct {
 	wg       sync.WaitGroup // runners and background work
 	stopBg   context.CancelFunc
 
-	inbox inbox
+	inbox    inbox
+	submitMu [64]sync.Mutex // striped by session
 
 	// sleepHook, if set (by tests), is called when a runner starts a backoff
 	// wait, after its timer is armed.
@@ -232,6 +233,11 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 			return belay.Run{}, ErrConversationBusy
 		}
 	}
+	// Creating and queueing a session's runs happen together, so that the
+	// conversation runs them in the order the journal records them.
+	stripe := &r.submitMu[stripeOf(sessionID)]
+	stripe.Lock()
+	defer stripe.Unlock()
 	input, err := json.Marshal(Input{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
 	if err != nil {
 		return belay.Run{}, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
@@ -258,6 +264,14 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 		return belay.Run{}, err
 	}
 	return r.store.Run(ctx, run.ID)
+}
+
+func stripeOf(session string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(session); i++ {
+		h = (h ^ uint32(session[i])) * 16777619
+	}
+	return int(h % 64)
 }
 
 func (r *Runtime) admitting() error {
@@ -359,6 +373,32 @@ func (r *Runtime) Cancel(ctx context.Context, id, reason string) (belay.Run, err
 		return r.store.CancelQueuedRun(ctx, id, reason)
 	}
 	return run, fmt.Errorf("%w: run %s is not executing here", belay.ErrNotLeased, id)
+}
+
+// Wait blocks until the run ends and returns it. If ctx ends first it
+// returns the run as it is with belay.ErrStillRunning: a local timeout is
+// never terminal, and the run goes on (G8).
+func (r *Runtime) Wait(ctx context.Context, id string) (belay.Run, error) {
+	for {
+		run, err := r.store.Run(ctx, id)
+		if err != nil {
+			return run, err
+		}
+		if run.Status.Terminal() {
+			return run, nil
+		}
+		sess, err := r.store.Session(ctx, run.Session)
+		if err != nil {
+			return run, err
+		}
+		if err := r.store.WaitEvents(ctx, run.Session, sess.LastSeq); err != nil {
+			if ctx.Err() != nil {
+				run, _ = r.store.Run(context.WithoutCancel(ctx), id)
+				return run, fmt.Errorf("%w: run %s is %s after the local wait: %v", belay.ErrStillRunning, id, run.Phase, context.Cause(ctx))
+			}
+			return run, err
+		}
+	}
 }
 
 // Activity is what the runtime knows of an active run's liveness.

@@ -775,3 +775,114 @@ func TestDoctor(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), "secret", "doctor never shows prompt or answer text")
 }
+
+// TestLocalWaitTimeoutIsNotTerminal is the seed chain "a local poll timeout
+// marked the session timeout and watch treated it as terminal while the
+// provider kept streaming".
+func TestLocalWaitTimeoutIsNotTerminal(t *testing.T) {
+	t.Parallel()
+	g := newGate("slow")
+	b := setup(t, Options{}, g)
+	run := b.submit(SubmitRequest{Provider: "slow"})
+	waitFor(t, func() bool { return len(g.running()) == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	got, err := b.rt.Wait(ctx, run.ID)
+	require.ErrorIs(t, err, belay.ErrStillRunning)
+	require.Equal(t, belay.RunRunning, got.Status)
+	require.Len(t, g.running(), 1, "the run goes on")
+	done := make(chan belay.Run, 1)
+	go func() {
+		r, err := b.rt.Wait(context.Background(), run.ID)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	g.release(run.ID)
+	select {
+	case r := <-done:
+		require.Equal(t, belay.RunComplete, r.Status)
+	case <-time.After(20 * time.Second):
+		t.Fatal("wait did not return when the run ended")
+	}
+}
+
+// TestAcceptPostedWhileNoAgentPolls is the seed chain "an accept posted
+// while no agent polls, then a restart": the item waits, durably, and is
+// delivered once.
+func TestAcceptPostedWhileNoAgentPolls(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Options{}, &funcProvider{name: "echo", run: echo})
+	ctx := context.Background()
+	sess, err := b.st.CreateSession(ctx, belay.SessionInput{Provider: "echo"})
+	require.NoError(t, err)
+	posted, created, err := b.rt.Post(ctx, belay.DeliveryInput{Session: sess.ID, Type: "ui.accept", Key: "click-1", Priority: 1, Data: json.RawMessage(`{"choice":"yes"}`)})
+	require.NoError(t, err)
+	require.True(t, created)
+	b.restart()
+	_, created, err = b.rt.Post(ctx, belay.DeliveryInput{Session: sess.ID, Type: "ui.accept", Key: "click-1"})
+	require.NoError(t, err)
+	require.False(t, created, "the browser's retry of the post is dropped")
+	got, err := b.rt.Lease(ctx, sess.ID, "agent", time.Minute, 10, 0)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, posted.ID, got[0].ID)
+	require.JSONEq(t, `{"choice":"yes"}`, string(got[0].Data))
+	_, err = b.rt.Settle(ctx, posted.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: got[0].Epoch})
+	require.NoError(t, err)
+	got, err = b.rt.Lease(ctx, sess.ID, "agent", time.Minute, 10, 0)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+// TestConcurrentFollowUps is the seed chain "a concurrent follow-up on the
+// same conversation": follow-ups sent at once run one at a time, all of
+// them, none lost.
+func TestConcurrentFollowUps(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	active, maxActive := 0, 0
+	var order []string
+	p := &funcProvider{name: "conv", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		mu.Lock()
+		active++
+		maxActive = max(maxActive, active)
+		order = append(order, req.Run)
+		mu.Unlock()
+		defer func() { mu.Lock(); active--; mu.Unlock() }()
+		time.Sleep(time.Millisecond)
+		return echo(ctx, req, emit)
+	}}
+	b := setup(t, Options{}, p)
+	first := b.submit(SubmitRequest{Provider: "conv", Prompt: "0"})
+	var wg sync.WaitGroup
+	ids := make([]string, 8)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run, err := b.rt.Submit(context.Background(), SubmitRequest{Session: first.Session, Prompt: fmt.Sprint(i + 1)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = run.ID
+		}()
+	}
+	wg.Wait()
+	for _, id := range append(ids, first.ID) {
+		b.waitStatus(id, belay.RunComplete)
+	}
+	require.Equal(t, 1, maxActive, "one active run per conversation")
+	// They ran in the order the journal accepted them.
+	runs, err := b.st.Runs(context.Background(), belay.RunFilter{Session: first.Session})
+	require.NoError(t, err)
+	var created []string
+	for _, r := range runs {
+		created = append(created, r.ID)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, created, order)
+}
