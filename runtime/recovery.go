@@ -85,19 +85,32 @@ type sideEffects struct {
 	pending map[string]string // call id -> tool name: intent, no settlement
 	ran     map[string]string // call id -> tool name: settled, and it ran
 	first   string            // the first call that ran, for reasons
+	calls   map[string]bool   // every call id journaled
+	results map[string]bool   // every call id whose result was journaled
 }
 
 func newSideEffects() *sideEffects {
-	return &sideEffects{pending: map[string]string{}, ran: map[string]string{}}
+	return &sideEffects{pending: map[string]string{}, ran: map[string]string{}, calls: map[string]bool{}, results: map[string]bool{}}
+}
+
+// mayHaveRun reports whether a side-effecting call with this id was
+// journaled and not settled as not executed: running it again would repeat
+// its effect.
+func (s *sideEffects) mayHaveRun(id string) bool {
+	_, p := s.pending[id]
+	_, r := s.ran[id]
+	return p || r
 }
 
 func (s *sideEffects) intent(id, name string, sideEffect bool) {
+	s.calls[id] = true
 	if sideEffect {
 		s.pending[id] = name
 	}
 }
 
 func (s *sideEffects) settle(id string, notExecuted bool) {
+	s.results[id] = true
 	name, ok := s.pending[id]
 	if !ok {
 		return

@@ -278,6 +278,14 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 			return provider.Errorf(belay.ClassInternal, "tool call event without a call")
 		}
 		wd.progress(TierToolRunning)
+		if rn.effects.calls[ev.Call.ID] {
+			// A resumed stream replays a call the journal already holds.
+			if ev.Call.SideEffect && rn.effects.mayHaveRun(ev.Call.ID) {
+				// Refusing it stops the provider before it runs it again.
+				return &replayError{call: ev.Call.ID, tool: ev.Call.Name}
+			}
+			return nil
+		}
 		// The intent is durable before the tool can run (G9).
 		if err := rn.append(belay.Sync, EventToolCall, ev.Call); err != nil {
 			return err
@@ -289,6 +297,9 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 			return provider.Errorf(belay.ClassInternal, "tool result event without a result")
 		}
 		wd.progress(TierStreaming)
+		if rn.effects.results[ev.Result.CallID] {
+			return nil // replayed by a resumed stream: already journaled
+		}
 		if err := rn.append(belay.Sync, EventToolResult, ev.Result); err != nil {
 			return err
 		}
@@ -354,10 +365,16 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		iErr   *interruptError
 		dlErr  *deadlineError
 		stErr  *storeError
+		rpErr  *replayError
 	)
 	switch {
 	case err == nil:
 		rn.end(belay.PhaseComplete, nil, "")
+		return false, false
+	case errors.As(err, &rpErr):
+		reason := rpErr.Error() + "; running it again would repeat its side effects"
+		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt})
+		rn.end(belay.PhaseStranded, &belay.RunError{Class: belay.ClassInternal, Message: "resuming would repeat side effects"}, reason)
 		return false, false
 	case errors.As(err, &stErr):
 		// The journal refused a write: nothing more can be recorded.
@@ -486,6 +503,14 @@ func (rn *runner) end(phase belay.RunPhase, runErr *belay.RunError, reason strin
 	}
 	rn.setPhase(phase)
 	rn.r.postOutcome(bgCtx, run)
+}
+
+// replayError is returned to a provider that replays a side-effecting
+// tool call the journal already holds.
+type replayError struct{ call, tool string }
+
+func (e *replayError) Error() string {
+	return fmt.Sprintf("the provider replayed tool %q (call %s) after a resume", e.tool, e.call)
 }
 
 // storeError marks a failed journal write from inside an attempt.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,7 +21,13 @@ import (
 	"github.com/belayhq/belay/store/fsstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashChildEnv); dir != "" {
+		crashChild(dir)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // funcProvider is a provider whose behaviour is a Go function.
 type funcProvider struct {
