@@ -135,6 +135,10 @@ type RunUpdate struct {
 	Ref     *ConversationRef
 	// Data is journaled with the update event.
 	Data json.RawMessage
+	// Deliver, if set, posts this delivery in the same durable write as the
+	// update (idempotent by its Key and Type), so that a run never ends
+	// without the inbox item that announces it.
+	Deliver *DeliveryInput
 }
 
 // RunFilter selects runs. Zero values match everything.

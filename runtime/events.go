@@ -8,15 +8,15 @@ import (
 )
 
 // Event types the runtime journals about a run, besides the store's own
-// state changes. Text, thinking and usage are Buffered; the rest are Sync.
+// state changes (run.updated carries the attempt start as its data
+// {attempt, resume}, and the turn end as {stopReason} with phase
+// finishing). Text, thinking and usage are Buffered; the rest are Sync.
 const (
-	EventAttempt    = "run.attempt"     // an attempt starts: {attempt, resume}
 	EventText       = "run.text"        // answer text: {text}
 	EventThinking   = "run.thinking"    // reasoning text: {text}
 	EventToolCall   = "run.tool_call"   // a tool call's intent: provider.Call
 	EventToolResult = "run.tool_result" // a tool call's settlement: provider.Result
 	EventUsage      = "run.usage"       // token counts: provider.Tokens
-	EventTurnEnd    = "run.turn_end"    // the model ended its turn: {stopReason}
 	EventError      = "run.error"       // an attempt failed: {class, message, retryAfter}
 	EventWatchdog   = "run.watchdog"    // an inactivity tier expired: {tier, idleSeconds}
 	EventRecovery   = "run.recovery"    // what the runtime decided: {decision, reason, attempt}

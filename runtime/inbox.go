@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -149,26 +148,24 @@ func (r *Runtime) Settle(ctx context.Context, id string, s belay.Settlement) (be
 	return d, nil
 }
 
-// postOutcome posts the delivery for a run that ended: completed, failed or
-// stranded. It is idempotent (keyed by run id), so reconciliation can post
-// again whatever a crash may have left unposted.
-func (r *Runtime) postOutcome(ctx context.Context, run belay.Run) {
+// outcomeDelivery is the inbox item announcing a run's end: completed,
+// failed or stranded (nil for cancelled). It is keyed by run id, so it is
+// posted once.
+func outcomeDelivery(run belay.Run, phase belay.RunPhase, runErr *belay.RunError, reason string, at time.Time) *belay.DeliveryInput {
 	var typ string
-	switch run.Status {
-	case belay.RunComplete:
+	switch phase {
+	case belay.PhaseComplete:
 		typ = DeliveryRunCompleted
-	case belay.RunFailed:
+	case belay.PhaseFailed:
 		typ = DeliveryRunFailed
-	case belay.RunStranded:
+	case belay.PhaseStranded:
 		typ = DeliveryRunStranded
 	default:
-		return
+		return nil
 	}
-	data := deliveryData{Run: run.ID, Status: run.Status, Reason: run.Reason, At: run.EndedAt}
-	if run.Error != nil {
-		data.Class = run.Error.Class
+	data := deliveryData{Run: run.ID, Status: phase.Status(), Reason: reason, At: at.UTC()}
+	if runErr != nil {
+		data.Class = runErr.Class
 	}
-	if _, _, err := r.Post(ctx, belay.DeliveryInput{Session: run.Session, Type: typ, Key: run.ID, Data: mustJSON(data)}); err != nil {
-		r.log.Warn("post run outcome", "run", run.ID, "err", fmt.Sprint(err))
-	}
+	return &belay.DeliveryInput{Session: run.Session, Type: typ, Key: run.ID, Data: mustJSON(data)}
 }

@@ -12,9 +12,9 @@ import (
 // reconcile takes over what a previous incarnation left: runs in flight
 // are reclaimed at once (resumed through their provider if it can, else
 // resent if no side effect could repeat, else stranded); queued runs are
-// scheduled again in their order; finished runs get any delivery a crash
-// kept from being posted; and the delivery lease timer is re-armed from
-// the persisted leases.
+// scheduled again in their order; and the delivery lease timer is
+// re-armed from the persisted leases. (A finished run's delivery is posted
+// in the same write that finishes it, so no crash leaves one unposted.)
 func (r *Runtime) reconcile(ctx context.Context) error {
 	running, err := r.store.Runs(ctx, belay.RunFilter{Status: belay.RunRunning})
 	if err != nil {
@@ -23,15 +23,6 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 	queued, err := r.store.Runs(ctx, belay.RunFilter{Status: belay.RunQueued})
 	if err != nil {
 		return fmt.Errorf("runtime: reconcile: %w", err)
-	}
-	for _, st := range []belay.RunStatus{belay.RunComplete, belay.RunFailed, belay.RunStranded} {
-		done, err := r.store.Runs(ctx, belay.RunFilter{Status: st})
-		if err != nil {
-			return fmt.Errorf("runtime: reconcile: %w", err)
-		}
-		for _, run := range done {
-			r.postOutcome(ctx, run)
-		}
 	}
 	sort.SliceStable(queued, func(i, j int) bool { return queued[i].CreatedAt.Before(queued[j].CreatedAt) })
 

@@ -239,10 +239,8 @@ func (rn *runner) attemptOnce(in Input, resume bool) error {
 	rn.cancelAttempt, rn.wd = cancel, wd
 	rn.mu.Unlock()
 
-	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt}); err != nil {
-		return err
-	}
-	if err := rn.append(belay.Sync, EventAttempt, attemptData{Attempt: rn.attempt, Resume: resume}); err != nil {
+	// The update that starts an attempt records it (attempt and resume).
+	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt, Data: mustJSON(attemptData{Attempt: rn.attempt, Resume: resume})}); err != nil {
 		return err
 	}
 	req := provider.Request{
@@ -325,10 +323,7 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		}
 	case provider.TurnEnd:
 		wd.progress(TierAfterTurnEnd)
-		if err := rn.append(belay.Sync, EventTurnEnd, turnEndData{StopReason: ev.StopReason}); err != nil {
-			return err
-		}
-		return rn.update(belay.RunUpdate{Phase: belay.PhaseFinishing})
+		return rn.update(belay.RunUpdate{Phase: belay.PhaseFinishing, Data: mustJSON(turnEndData{StopReason: ev.StopReason})})
 	}
 	return nil
 }
@@ -496,13 +491,21 @@ func (rn *runner) sleep(d time.Duration) error {
 // path that finishes a run goes through here, so a run never stays
 // "running" without a reason.
 func (rn *runner) end(phase belay.RunPhase, runErr *belay.RunError, reason string) {
-	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, belay.RunUpdate{Phase: phase, Error: runErr, Reason: reason})
+	u := belay.RunUpdate{Phase: phase, Error: runErr, Reason: reason}
+	// The delivery is posted in the same durable write as the end.
+	u.Deliver = outcomeDelivery(rn.run, phase, runErr, reason, rn.r.clk.Now())
+	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
 	if err != nil {
 		rn.log().warn("finish run", err)
 		return
 	}
 	rn.setPhase(phase)
-	rn.r.postOutcome(bgCtx, run)
+	if u.Deliver != nil {
+		rn.r.inbox.notify()
+	}
+	if h := rn.r.opts.OnRunEnd; h != nil {
+		h(run)
+	}
 }
 
 // replayError is returned to a provider that replays a side-effecting

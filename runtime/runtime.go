@@ -41,6 +41,9 @@ type Options struct {
 	Retention  store.PrunePolicy
 	PruneEvery time.Duration
 	Logger     *slog.Logger
+	// OnRunEnd, if set, is called after a run's terminal state is durable.
+	// It must not block.
+	OnRunEnd func(belay.Run)
 }
 
 // Defaults.

@@ -220,9 +220,12 @@ func TestRunCompletesAndPostsItsDelivery(t *testing.T) {
 	require.Nil(t, run.Lease)
 	evs := b.events(run.Session)
 	require.Equal(t, []string{
-		store.EventRunCreated, store.EventRunLeased, store.EventRunUpdated, EventAttempt,
-		store.EventRunUpdated, EventText, EventTurnEnd, store.EventRunUpdated, store.EventRunUpdated,
+		store.EventRunCreated, store.EventRunLeased, store.EventRunUpdated,
+		store.EventRunUpdated, EventText, store.EventRunUpdated, store.EventRunUpdated,
 	}, types(evs, run.ID))
+	last := evs[len(evs)-1]
+	require.Equal(t, store.EventDeliveryPosted, last.Type, "the delivery is posted with the end, in one write")
+	require.Equal(t, run.ID, evs[len(evs)-2].Run)
 	var text textData
 	for _, e := range evs {
 		if e.Type == EventText {
@@ -892,4 +895,40 @@ func TestConcurrentFollowUps(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, created, order)
+}
+
+// TestNoiseDoesNotResetTheWatchdog checks that keepalives and usage are not
+// progress (G8): a provider that only sends them is judged stalled.
+func TestNoiseDoesNotResetTheWatchdog(t *testing.T) {
+	t.Parallel()
+	noise := make(chan struct{})
+	p := &funcProvider{name: "noisy", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-noise:
+				_ = emit(provider.Event{Kind: provider.Keepalive})
+				_ = emit(provider.Event{Kind: provider.Usage, Tokens: &provider.Tokens{Input: 1}})
+			}
+		}
+	}}
+	b := setup(t, Options{Tiers: Tiers{AwaitingFirst: 2 * time.Minute}, Recovery: RecoveryPolicy{MaxAttempts: 1}}, p)
+	run := b.submit(SubmitRequest{Provider: "noisy"})
+	b.waitRun(run.ID, func(r belay.Run) bool { return r.Phase == belay.PhaseAwaitingResponse })
+	for i := 0; i < 3; i++ {
+		b.clk.Advance(30 * time.Second)
+		noise <- struct{}{}
+	}
+	b.clk.Advance(30 * time.Second) // two minutes of noise, no progress
+	evs := func() []belay.Event { return b.events(run.Session) }
+	waitFor(t, func() bool { return countType(evs(), EventWatchdog) == 1 })
+	var wd watchdogData
+	for _, e := range evs() {
+		if e.Type == EventWatchdog {
+			require.NoError(t, json.Unmarshal(e.Data, &wd))
+		}
+	}
+	require.Equal(t, TierAwaitingFirst, wd.Tier)
+	require.Equal(t, 120.0, wd.IdleSeconds)
 }

@@ -20,8 +20,87 @@ func newBenchCmd(stdio Stdio) *cobra.Command {
 		Short: "Measure belay on this machine",
 		Args:  noArgs,
 	}
-	cmd.AddCommand(newBenchJournalCmd(stdio))
+	cmd.AddCommand(newBenchJournalCmd(stdio), newBenchRunsCmd(stdio))
 	return cmd
+}
+
+type benchRunsOptions struct {
+	Runs       int
+	Sessions   int
+	Submitters int
+	Idle       int
+	Dir        string
+	Data       string
+	JSON       bool
+}
+
+func newBenchRunsCmd(stdio Stdio) *cobra.Command {
+	var opts benchRunsOptions
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "Measure end-to-end durable runs per second, submit-to-complete latency, and memory per idle session",
+		Long: `Runs durable no-op runs end to end (the fake provider with zero latency)
+through the runtime and the embedded store on the data directory's
+filesystem: every run is created, leased, started, completed and announced
+in its session's inbox, each state change fsynced. Reports runs per second
+and submit-to-complete latency p50/p99. Then it loads --idle idle sessions
+into a fresh store and reports the resident memory they take.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchRuns(cmd, stdio, opts) },
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Runs, "runs", 20000, "runs to submit")
+	f.IntVar(&opts.Sessions, "sessions", 1000, "sessions the runs are spread over")
+	f.IntVar(&opts.Submitters, "submitters", 16, "concurrent submitters")
+	f.IntVar(&opts.Idle, "idle", 100000, "idle sessions for the memory measurement (0 to skip)")
+	f.StringVar(&opts.Dir, "dir", "", "scratch directory (default: inside the data directory)")
+	f.StringVar(&opts.Data, "data", "", "data directory (default $BELAY_HOME, $XDG_STATE_HOME/belay, ~/.local/state/belay)")
+	f.BoolVar(&opts.JSON, "json", false, "print JSON")
+	return cmd
+}
+
+func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error {
+	if opts.Runs < 1 || opts.Sessions < 1 || opts.Submitters < 1 || opts.Idle < 0 {
+		return usagef("belay bench runs --runs 20000 --sessions 1000", "--runs, --sessions and --submitters must be at least 1, --idle at least 0")
+	}
+	dir, err := benchDir(stdio, opts.Dir, opts.Data)
+	if err != nil {
+		return err
+	}
+	res, err := bench.Runs(cmd.Context(), bench.RunsConfig{
+		Dir: dir, Runs: opts.Runs, Sessions: opts.Sessions, Submitters: opts.Submitters, IdleSessions: opts.Idle,
+		Progress: func(s string) { fmt.Fprintf(stdio.Err, "… %s\n", s) },
+	})
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(stdio.Out, res)
+	}
+	w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters\n\n", res.Runs, res.Sessions, res.Submitters)
+	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run")
+	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun)
+	if res.IdleSessions > 0 {
+		fmt.Fprintln(w, "\nidle sessions\tRSS\tper session\tload time\topen files")
+		fmt.Fprintf(w, "%d\t%s\t%.0f B\t%.2f s\t%d\n", res.IdleSessions, sizeString(res.IdleRSSBytes), res.IdleBytesPerSess, res.IdleLoadSeconds, res.IdleOpenJournals)
+	}
+	return w.Flush()
+}
+
+// benchDir returns the scratch directory: --dir, else the data directory.
+func benchDir(stdio Stdio, dir, data string) (string, error) {
+	if dir == "" {
+		d, err := datadir.Resolve(data, stdio.Getenv)
+		if err != nil {
+			return "", err
+		}
+		dir = d
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	return dir, nil
 }
 
 type benchJournalOptions struct {
@@ -78,16 +157,9 @@ func runBenchJournal(cmd *cobra.Command, stdio Stdio, opts benchJournalOptions) 
 	if opts.Writers < 0 || opts.Sessions < 0 {
 		return usagef("belay bench journal --writers 64 --sessions 1", "--writers and --sessions must be positive")
 	}
-	dir := opts.Dir
-	if dir == "" {
-		data, err := datadir.Resolve(opts.Data, stdio.Getenv)
-		if err != nil {
-			return err
-		}
-		dir = data
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("bench: %w", err)
+	dir, err := benchDir(stdio, opts.Dir, opts.Data)
+	if err != nil {
+		return err
 	}
 	cfg := bench.JournalConfig{
 		Dir: dir, Duration: opts.Duration, EventSize: opts.EventSize, OpenSize: openSize,

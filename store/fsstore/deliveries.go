@@ -17,10 +17,7 @@ const maxDeliveryType = 64
 
 // PostDelivery adds an inbox item, once per (Key, Type) in the session.
 func (s *Store) PostDelivery(ctx context.Context, in belay.DeliveryInput) (belay.Delivery, bool, error) {
-	if in.Type == "" || len(in.Type) > maxDeliveryType {
-		return belay.Delivery{}, false, fmt.Errorf("%w: a delivery type is 1-%d characters", belay.ErrInvalid, maxDeliveryType)
-	}
-	if err := checkJSON("delivery data", in.Data); err != nil {
+	if err := checkDeliveryInput(in); err != nil {
 		return belay.Delivery{}, false, err
 	}
 	ss, err := s.session(in.Session)
@@ -29,26 +26,49 @@ func (s *Store) PostDelivery(ctx context.Context, in belay.DeliveryInput) (belay
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if in.Key != "" {
-		if id, ok := ss.st.DeliveryKeys[deliveryKey(in.Type, in.Key)]; ok {
+	if err := ss.writable(); err != nil {
+		if id, ok := ss.st.DeliveryKeys[deliveryKey(in.Type, in.Key)]; ok && in.Key != "" {
 			return copyDelivery(ss.st.deliveries[id]), false, nil
 		}
-	}
-	if err := ss.writable(); err != nil {
 		return belay.Delivery{}, false, err
+	}
+	ev, id, err := s.postEvent(ss, in)
+	if err != nil {
+		return belay.Delivery{}, false, err
+	}
+	if id == "" {
+		return copyDelivery(ss.st.deliveries[ss.st.DeliveryKeys[deliveryKey(in.Type, in.Key)]]), false, nil
+	}
+	if _, err := ss.commit(ctx, ev); err != nil {
+		return belay.Delivery{}, false, err
+	}
+	s.idxMu.Lock()
+	s.deliveries[id] = ss.id
+	s.idxMu.Unlock()
+	return copyDelivery(ss.st.deliveries[id]), true, nil
+}
+
+func checkDeliveryInput(in belay.DeliveryInput) error {
+	if in.Type == "" || len(in.Type) > maxDeliveryType {
+		return fmt.Errorf("%w: a delivery type is 1-%d characters", belay.ErrInvalid, maxDeliveryType)
+	}
+	return checkJSON("delivery data", in.Data)
+}
+
+// postEvent returns the event that posts in, and the new delivery's id; an
+// empty id means a delivery with the same (Key, Type) exists. ss.mu is held.
+func (s *Store) postEvent(ss *session, in belay.DeliveryInput) (belay.Event, string, error) {
+	if in.Key != "" {
+		if _, ok := ss.st.DeliveryKeys[deliveryKey(in.Type, in.Key)]; ok {
+			return belay.Event{}, "", nil
+		}
 	}
 	p := deliveryPosted{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data}
 	data, err := marshal(p)
 	if err != nil {
-		return belay.Delivery{}, false, err
+		return belay.Event{}, "", err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventDeliveryPosted, Data: data}); err != nil {
-		return belay.Delivery{}, false, err
-	}
-	s.idxMu.Lock()
-	s.deliveries[p.ID] = ss.id
-	s.idxMu.Unlock()
-	return copyDelivery(ss.st.deliveries[p.ID]), true, nil
+	return belay.Event{Type: store.EventDeliveryPosted, Data: data}, p.ID, nil
 }
 
 // deliverySession finds the session holding a delivery, locked.

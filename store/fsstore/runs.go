@@ -243,6 +243,11 @@ func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.
 	if u.Error != nil && u.Error.Class == "" {
 		return belay.Run{}, fmt.Errorf("%w: a run error needs a class", belay.ErrInvalid)
 	}
+	if d := u.Deliver; d != nil {
+		if err := checkDeliveryInput(*d); err != nil {
+			return belay.Run{}, err
+		}
+	}
 	ss, r, err := s.runSession(id)
 	if err != nil {
 		return belay.Run{}, err
@@ -262,8 +267,27 @@ func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, 
 	if err != nil {
 		return belay.Run{}, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunUpdated, Run: r.ID, Epoch: epoch, Data: data}); err != nil {
+	evs := []belay.Event{{Type: store.EventRunUpdated, Run: r.ID, Epoch: epoch, Data: data}}
+	var posted string
+	if d := u.Deliver; d != nil {
+		if d.Session != "" && d.Session != ss.id {
+			return belay.Run{}, fmt.Errorf("%w: a run's delivery goes to its own session", belay.ErrInvalid)
+		}
+		ev, id, err := s.postEvent(ss, *d)
+		if err != nil {
+			return belay.Run{}, err
+		}
+		if id != "" {
+			evs, posted = append(evs, ev), id
+		}
+	}
+	if _, err := ss.commitAll(ctx, evs...); err != nil {
 		return belay.Run{}, err
+	}
+	if posted != "" {
+		s.idxMu.Lock()
+		s.deliveries[posted] = ss.id
+		s.idxMu.Unlock()
 	}
 	return copyRun(r), nil
 }

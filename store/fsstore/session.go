@@ -221,29 +221,44 @@ func (ss *session) wrap(err error) error {
 // commit journals one state change as a Sync event and applies it once it
 // is durable. ss.mu is held.
 func (ss *session) commit(ctx context.Context, e belay.Event) (belay.Event, error) {
-	e.TS = ss.store.clock.Now().UTC()
+	evs, err := ss.commitAll(ctx, e)
+	if len(evs) == 1 {
+		e = evs[0]
+	}
+	return e, err
+}
+
+// commitAll journals state changes in one Sync append, so that they are
+// durable together (one fdatasync), and applies them. ss.mu is held.
+func (ss *session) commitAll(ctx context.Context, evs ...belay.Event) ([]belay.Event, error) {
+	now := ss.store.clock.Now().UTC()
+	for i := range evs {
+		evs[i].TS = now
+	}
 	j, err := ss.acquire()
 	if err != nil {
-		return e, ss.wrap(err)
+		return evs, ss.wrap(err)
 	}
 	defer ss.release()
-	seqs, err := j.AppendUnique(ctx, journal.Sync, e)
+	seqs, err := j.AppendUnique(ctx, journal.Sync, evs...)
 	if err != nil {
-		return e, ss.wrap(err)
+		return evs, ss.wrap(err)
 	}
-	e.Seq = seqs[0]
-	ss.touch(e.TS)
-	if err := ss.st.apply(&e); err != nil {
-		// The event is durable but does not fold: stop writing to this
-		// session rather than diverge from its journal.
-		ss.setProblem(err)
-		return e, err
+	ss.touch(now)
+	for i := range evs {
+		evs[i].Seq = seqs[i]
+		if err := ss.st.apply(&evs[i]); err != nil {
+			// The event is durable but does not fold: stop writing to this
+			// session rather than diverge from its journal.
+			ss.setProblem(err)
+			return evs, err
+		}
 	}
-	ss.sinceSnap++
+	ss.sinceSnap += len(evs)
 	if ss.sinceSnap >= ss.store.opts.SnapshotEvery {
 		ss.snapshotLocked()
 	}
-	return e, nil
+	return evs, nil
 }
 
 // snapshotLocked writes a snapshot of the state if its journal is open. A

@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 		"DeliveryRace":         testDeliveryRace,
 		"Redelivery":           testRedelivery,
 		"InvalidJSON":          testInvalidJSON,
+		"RunEndDelivers":       testRunEndDelivers,
 		"Prune":                testPrune,
 		"Reopen":               testReopen,
 	}
@@ -632,6 +633,38 @@ func testRedelivery(t *testing.T, h Harness) {
 	all, err := b.s.Deliveries(b.ctx, belay.DeliveryFilter{Session: sess.ID, Status: belay.DeliveryDone})
 	require.NoError(t, err)
 	require.Len(t, all, n)
+}
+
+// testRunEndDelivers checks that a run's end can post its delivery in the
+// same durable write, idempotently.
+func testRunEndDelivers(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	r := b.run(sess.ID)
+	l, err := b.s.AcquireRunLease(b.ctx, r.ID, "w", time.Minute, 0)
+	require.NoError(t, err)
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete, Deliver: &belay.DeliveryInput{Key: "x"}})
+	require.ErrorIs(t, err, belay.ErrInvalid, "invalid deliveries are refused before anything is written")
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete, Deliver: &belay.DeliveryInput{Session: b.session().ID, Type: "run.completed", Key: r.ID}})
+	require.ErrorIs(t, err, belay.ErrInvalid, "a run's delivery goes to its own session")
+	done, err := b.s.UpdateRun(b.ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete,
+		Deliver: &belay.DeliveryInput{Type: "run.completed", Key: r.ID, Data: json.RawMessage(`{"run":"` + r.ID + `"}`)}})
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, done.Status)
+	b.reopen()
+	ds, err := b.s.Deliveries(b.ctx, belay.DeliveryFilter{Session: sess.ID})
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, "run.completed", ds[0].Type)
+	require.Equal(t, r.ID, ds[0].Key)
+	_, created, err := b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "run.completed", Key: r.ID})
+	require.NoError(t, err)
+	require.False(t, created)
+	evs, err := b.s.Events(b.ctx, sess.ID, 0, 0)
+	require.NoError(t, err)
+	n := len(evs)
+	require.Equal(t, store.EventRunUpdated, evs[n-2].Type)
+	require.Equal(t, store.EventDeliveryPosted, evs[n-1].Type)
 }
 
 func testInvalidJSON(t *testing.T, h Harness) {

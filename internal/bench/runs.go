@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/vfs"
+	"github.com/belayhq/belay/provider"
+	"github.com/belayhq/belay/provider/fake"
+	brt "github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store/fsstore"
+)
+
+// RunsConfig configures the runs benchmark.
+type RunsConfig struct {
+	// Dir is where the scratch data directories go.
+	Dir string
+	// Runs to submit and complete, spread over Sessions.
+	Runs     int
+	Sessions int
+	// Submitters submit concurrently.
+	Submitters int
+	// IdleSessions is how many idle sessions to load for the memory
+	// measurement (0 skips it).
+	IdleSessions int
+	Progress     func(string)
+}
+
+// RunsResult is `belay bench runs --json`.
+type RunsResult struct {
+	Runs        int     `json:"runs"`
+	Sessions    int     `json:"sessions"`
+	Submitters  int     `json:"submitters"`
+	RunsPerSec  float64 `json:"runs_per_sec"`
+	P50Millis   float64 `json:"submit_to_complete_p50_ms"`
+	P99Millis   float64 `json:"submit_to_complete_p99_ms"`
+	SyncsPerRun float64 `json:"journal_events_per_run"`
+	// Idle sessions: RSS growth after loading them, per session.
+	IdleSessions      int     `json:"idle_sessions,omitempty"`
+	IdleRSSBytes      int64   `json:"idle_rss_bytes,omitempty"`
+	IdleBytesPerSess  float64 `json:"idle_rss_bytes_per_session,omitempty"`
+	IdleLoadSeconds   float64 `json:"idle_load_seconds,omitempty"`
+	IdleOpenJournals  int     `json:"idle_open_files,omitempty"`
+	IdleCreateSeconds float64 `json:"idle_create_seconds,omitempty"`
+}
+
+// Runs runs the end-to-end runs benchmark: durable no-op runs through the
+// fake provider with zero latency, submitted and completed.
+func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
+	if cfg.Runs <= 0 {
+		cfg.Runs = 20000
+	}
+	if cfg.Sessions <= 0 {
+		cfg.Sessions = 1000
+	}
+	if cfg.Submitters <= 0 {
+		cfg.Submitters = 16
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = func(string) {}
+	}
+	root, err := os.MkdirTemp(cfg.Dir, "belay-bench-runs-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(root)
+	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters}
+	if err := benchRuns(ctx, cfg, filepath.Join(root, "runs"), res); err != nil {
+		return nil, err
+	}
+	if cfg.IdleSessions > 0 {
+		if err := benchIdle(ctx, cfg, filepath.Join(root, "idle"), res); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult) error {
+	st, err := fsstore.Open(ctx, dir, fsstore.Options{MaxOpen: cfg.Sessions + 64})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var (
+		mu       sync.Mutex
+		submitAt = map[string]time.Time{}
+		lat      = make([]float64, 0, cfg.Runs)
+		ended    atomic.Int64
+		allDone  = make(chan struct{})
+		lastEnd  atomic.Int64
+	)
+	onEnd := func(run belay.Run) {
+		now := time.Now()
+		mu.Lock()
+		if t, ok := submitAt[run.ID]; ok {
+			lat = append(lat, float64(now.Sub(t).Microseconds())/1000)
+		}
+		mu.Unlock()
+		lastEnd.Store(now.UnixNano())
+		if ended.Add(1) == int64(cfg.Runs) {
+			close(allDone)
+		}
+	}
+	rt, err := brt.New(brt.Options{
+		Store: st, Providers: provider.Registry{"fake": fake.New(fake.Options{})},
+		PruneEvery: -1, OnRunEnd: onEnd,
+	})
+	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	defer rt.Stop(context.WithoutCancel(ctx))
+
+	cfg.Progress(fmt.Sprintf("creating %d sessions", cfg.Sessions))
+	sessions := make([]string, cfg.Sessions)
+	for i := range sessions {
+		sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+		if err != nil {
+			return err
+		}
+		sessions[i] = sess.ID
+	}
+	beforeSeq := totalSeq(ctx, st, sessions)
+
+	cfg.Progress(fmt.Sprintf("submitting %d runs from %d submitters", cfg.Runs, cfg.Submitters))
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, cfg.Submitters)
+	for w := 0; w < cfg.Submitters; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(cfg.Runs) {
+					return
+				}
+				t := time.Now()
+				run, err := rt.Submit(ctx, brt.SubmitRequest{Session: sessions[i%int64(cfg.Sessions)], Prompt: "ok"})
+				if err != nil {
+					errc <- err
+					return
+				}
+				mu.Lock()
+				submitAt[run.ID] = t
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return err
+	}
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Minute):
+		return fmt.Errorf("bench: only %d of %d runs finished", ended.Load(), cfg.Runs)
+	}
+	elapsed := time.Unix(0, lastEnd.Load()).Sub(start)
+	res.RunsPerSec = float64(cfg.Runs) / elapsed.Seconds()
+	mu.Lock()
+	res.P50Millis = percentile(lat, 0.50)
+	res.P99Millis = percentile(lat, 0.99)
+	mu.Unlock()
+	res.SyncsPerRun = float64(totalSeq(ctx, st, sessions)-beforeSeq) / float64(cfg.Runs)
+	return nil
+}
+
+func totalSeq(ctx context.Context, st *fsstore.Store, sessions []string) uint64 {
+	var n uint64
+	for _, id := range sessions {
+		if s, err := st.Session(ctx, id); err == nil {
+			n += s.LastSeq
+		}
+	}
+	return n
+}
+
+// benchIdle creates idle sessions (without fsync, to be quick), then
+// measures the memory a fresh store takes to hold them.
+func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult) error {
+	cfg.Progress(fmt.Sprintf("creating %d idle sessions", cfg.IdleSessions))
+	t0 := time.Now()
+	gen, err := fsstore.Open(ctx, dir, fsstore.Options{FS: noSyncFS{vfs.OS}})
+	if err != nil {
+		return err
+	}
+	for i := 0; i < cfg.IdleSessions; i++ {
+		if _, err := gen.CreateSession(ctx, belay.SessionInput{Provider: "fake", Model: "echo"}); err != nil {
+			_ = gen.Close()
+			return err
+		}
+	}
+	if err := gen.Close(); err != nil {
+		return err
+	}
+	res.IdleCreateSeconds = time.Since(t0).Seconds()
+
+	cfg.Progress(fmt.Sprintf("loading %d idle sessions", cfg.IdleSessions))
+	before := rss()
+	t1 := time.Now()
+	st, err := fsstore.Open(ctx, dir, fsstore.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	res.IdleLoadSeconds = time.Since(t1).Seconds()
+	debug.FreeOSMemory()
+	after := rss()
+	list, err := st.Sessions(ctx, belay.SessionFilter{Limit: 1})
+	if err != nil || len(list) != 1 {
+		return fmt.Errorf("bench: idle sessions not loaded: %v", err)
+	}
+	runtime.KeepAlive(st)
+	res.IdleSessions = cfg.IdleSessions
+	res.IdleRSSBytes = after - before
+	res.IdleBytesPerSess = float64(after-before) / float64(cfg.IdleSessions)
+	res.IdleOpenJournals = openFiles() - 0
+	return nil
+}
+
+// rss returns the process's resident set size in bytes (Linux), after a GC.
+func rss() int64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	raw, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.Sys)
+	}
+	f := strings.Fields(string(raw))
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+// openFiles counts the process's open file descriptors (Linux).
+func openFiles() int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(entries)
+}
+
+// noSyncFS skips fsync: only for generating benchmark fixtures.
+type noSyncFS struct{ vfs.FS }
+
+func (f noSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return noSyncFile{file}, nil
+}
+
+func (noSyncFS) SyncDir(string) error { return nil }
+
+type noSyncFile struct{ vfs.File }
+
+func (noSyncFile) Sync() error { return nil }
+

@@ -1,0 +1,22 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRunsBenchRuns runs the runs benchmark at toy sizes: it checks the
+// measurement end to end, not any speed.
+func TestRunsBenchRuns(t *testing.T) {
+	t.Parallel()
+	res, err := Runs(context.Background(), RunsConfig{Dir: t.TempDir(), Runs: 300, Sessions: 30, Submitters: 4, IdleSessions: 300})
+	require.NoError(t, err)
+	require.Positive(t, res.RunsPerSec)
+	require.Positive(t, res.P50Millis)
+	require.LessOrEqual(t, res.P50Millis, res.P99Millis)
+	require.Greater(t, res.SyncsPerRun, 3.0)
+	require.Equal(t, 300, res.IdleSessions)
+	require.Positive(t, res.IdleLoadSeconds)
+}
