@@ -277,4 +277,3 @@ func (noSyncFS) SyncDir(string) error { return nil }
 type noSyncFile struct{ vfs.File }
 
 func (noSyncFile) Sync() error { return nil }
-
