@@ -273,6 +273,9 @@ func (j *Journal) commit(b *batch) error {
 		return fmt.Errorf("%w: fdatasync %s: %v", ErrReadOnly, j.path, err)
 	}
 	took := time.Since(start)
+	if j.observe != nil {
+		j.observe(took)
+	}
 	j.mu.Lock()
 	j.stats.Commits++
 	j.stats.Events += uint64(len(b.recs))

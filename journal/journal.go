@@ -30,6 +30,8 @@ type Options struct {
 	BufferedDelay time.Duration
 	// Now supplies event timestamps; time.Now if nil.
 	Now func() time.Time
+	// ObserveSync, if set, is told how long each fdatasync took.
+	ObserveSync func(time.Duration)
 	// ReadOnly opens without changing anything on disk: a torn tail is left
 	// in place (and not read), appends fail with ErrReadOnly, and a missing
 	// journal is an error. Doctor and offline readers use it.
@@ -60,6 +62,7 @@ type Journal struct {
 	delay    time.Duration
 	readOnly bool
 	recovery Recovery
+	observe  func(time.Duration)
 	// snapIndexMax bounds the index entries a snapshot keeps (tests lower it).
 	snapIndexMax int
 
@@ -104,6 +107,7 @@ func Open(dir string, opts Options) (*Journal, error) {
 		now:      opts.Now,
 		delay:    opts.BufferedDelay,
 		readOnly: opts.ReadOnly,
+		observe:  opts.ObserveSync,
 		changed:  make(chan struct{}),
 		recovery: Recovery{TornAt: -1},
 

@@ -390,6 +390,9 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassTimeout, Message: dlErr.Error()}, dlErr.Error())
 		return false, false
 	case errors.As(err, &wdErr):
+		if h := rn.r.opts.OnWatchdog; h != nil {
+			h(wdErr.e.Tier)
+		}
 		_ = rn.append(belay.Sync, EventWatchdog, watchdogData{Tier: wdErr.e.Tier, IdleSeconds: wdErr.e.Idle.Seconds()})
 		if wdErr.e.Tier == TierAfterTurnEnd {
 			// The model ended its turn and the answer is in the journal; the

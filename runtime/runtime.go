@@ -44,6 +44,8 @@ type Options struct {
 	// OnRunEnd, if set, is called after a run's terminal state is durable.
 	// It must not block.
 	OnRunEnd func(belay.Run)
+	// OnWatchdog, if set, is called when an inactivity tier expires.
+	OnWatchdog func(Tier)
 }
 
 // Defaults.

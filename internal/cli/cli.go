@@ -109,8 +109,18 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return flagErr{err} })
 	root.AddCommand(
-		newVersionCmd(stdio),
+		newServeCmd(stdio),
+		newDaemonCmd(stdio),
+		newSendCmd(stdio),
+		newWatchCmd(stdio),
+		newWaitCmd(stdio),
+		newReadCmd(stdio),
+		newCancelCmd(stdio),
+		newSessionsCmd(stdio),
+		newInboxCmd(stdio),
+		newDoctorCmd(stdio),
 		newBenchCmd(stdio),
+		newVersionCmd(stdio),
 	)
 	return root
 }
@@ -129,3 +139,5 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+func asExit(err error, target **exitError) bool { return errors.As(err, target) }

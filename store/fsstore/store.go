@@ -50,6 +50,8 @@ type Options struct {
 	SnapshotEvery int
 	// BufferedDelay bounds how long Buffered appends wait to be written.
 	BufferedDelay time.Duration
+	// ObserveSync, if set, is told how long each journal fdatasync took.
+	ObserveSync func(time.Duration)
 	// MaxOpen is how many idle session journals stay open
 	// (DefaultMaxOpen if 0); journals in use are never closed.
 	MaxOpen int
@@ -371,7 +373,7 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 }
 
 func (s *Store) journalOptions(readOnly bool) journal.Options {
-	return journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly}
+	return journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly, ObserveSync: s.opts.ObserveSync}
 }
 
 // Session returns one session.

@@ -1,0 +1,85 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/runtime"
+)
+
+// Error codes: the stable "code" of error responses.
+const (
+	CodeInvalid          = "invalid_argument"
+	CodeNotFound         = "not_found"
+	CodeExists           = "already_exists"
+	CodeStaleEpoch       = "stale_epoch"
+	CodeLeaseExpired     = "lease_expired"
+	CodeLeaseHeld        = "lease_held"
+	CodeNotLeased        = "not_leased"
+	CodeTerminal         = "already_finished"
+	CodeConversationBusy = "conversation_busy"
+	CodeReadOnly         = "read_only"
+	CodeUnavailable      = "unavailable"
+	CodeUnauthenticated  = "unauthenticated"
+	CodeTooLarge         = "too_large"
+	CodeMethod           = "method_not_allowed"
+	CodeInternal         = "internal"
+)
+
+// statusOf maps an error onto an HTTP status and code.
+func statusOf(err error) (int, string) {
+	var stale *belay.StaleEpochError
+	switch {
+	case errors.Is(err, belay.ErrLeaseExpired):
+		return http.StatusConflict, CodeLeaseExpired
+	case errors.As(err, &stale), errors.Is(err, belay.ErrStaleEpoch):
+		return http.StatusConflict, CodeStaleEpoch
+	case errors.Is(err, runtime.ErrConversationBusy):
+		return http.StatusConflict, CodeConversationBusy
+	case errors.Is(err, belay.ErrInvalid):
+		return http.StatusBadRequest, CodeInvalid
+	case errors.Is(err, belay.ErrNotFound):
+		return http.StatusNotFound, CodeNotFound
+	case errors.Is(err, belay.ErrExists):
+		return http.StatusConflict, CodeExists
+	case errors.Is(err, belay.ErrLeaseHeld):
+		return http.StatusConflict, CodeLeaseHeld
+	case errors.Is(err, belay.ErrNotLeased):
+		return http.StatusConflict, CodeNotLeased
+	case errors.Is(err, belay.ErrTerminal):
+		return http.StatusConflict, CodeTerminal
+	case errors.Is(err, belay.ErrActive):
+		return http.StatusConflict, CodeConversationBusy
+	case errors.Is(err, belay.ErrReadOnly):
+		return http.StatusServiceUnavailable, CodeReadOnly
+	case errors.Is(err, belay.ErrStoreClosed):
+		return http.StatusServiceUnavailable, CodeUnavailable
+	}
+	return http.StatusInternalServerError, CodeInternal
+}
+
+// writeError writes err as an API error.
+func writeError(w http.ResponseWriter, err error) {
+	status, code := statusOf(err)
+	var details map[string]any
+	var stale *belay.StaleEpochError
+	if errors.As(err, &stale) {
+		details = map[string]any{"kind": stale.Kind, "id": stale.ID, "epoch": stale.Got, "currentEpoch": stale.Current}
+	}
+	writeErrorCode(w, status, code, err.Error(), details)
+}
+
+func writeErrorCode(w http.ResponseWriter, status int, code, msg string, details map[string]any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(Error{Error: ErrorBody{Code: code, Message: msg, Details: details}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,152 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+)
+
+// maxEventsPage caps the events of one long-poll response.
+const maxEventsPage = 1000
+
+// events serves GET /v1/sessions/{id}/events: a long-poll JSON page of the
+// events after ?after=N, or, with Accept: text/event-stream, an SSE stream
+// whose ids are seqs, resumable with Last-Event-ID (G2).
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Session)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	var after uint64
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "after must be a seq (a non-negative integer)", nil)
+			return
+		}
+		after = n
+	}
+	if _, err := s.st.Session(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		if v := r.Header.Get("Last-Event-ID"); v != "" {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "Last-Event-ID must be a seq", nil)
+				return
+			}
+			after = n
+		}
+		s.sse(w, r, id, after)
+		return
+	}
+	limit := maxEventsPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "limit must be a positive integer", nil)
+			return
+		}
+		limit = min(n, maxEventsPage)
+	}
+	wait, ok := waitFor(w, r, "wait")
+	if !ok {
+		return
+	}
+	evs, err := s.st.Events(r.Context(), id, after, limit)
+	if err == nil && len(evs) == 0 && wait > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		werr := s.st.WaitEvents(ctx, id, after)
+		cancel()
+		if werr == nil {
+			evs, err = s.st.Events(r.Context(), id, after, limit)
+		} else if r.Context().Err() == nil && !errors.Is(werr, context.DeadlineExceeded) {
+			err = werr
+		}
+	}
+	if err != nil && len(evs) == 0 {
+		writeError(w, err)
+		return
+	}
+	sess, serr := s.st.Session(r.Context(), id)
+	if serr != nil {
+		writeError(w, serr)
+		return
+	}
+	if evs == nil {
+		evs = []belay.Event{}
+	}
+	writeJSON(w, http.StatusOK, EventList{Events: evs, LastSeq: sess.LastSeq, State: sess.State})
+}
+
+// sse streams events as Server-Sent Events until the client goes away or
+// the daemon stops, with keepalive comments between events.
+func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, after uint64) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(w, "retry: 1000\n\n")
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	ctx := r.Context()
+	for {
+		evs, err := s.st.Events(ctx, session, after, maxEventsPage)
+		for _, e := range evs {
+			data, merr := json.Marshal(e)
+			if merr != nil {
+				return
+			}
+			if _, werr := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, data); werr != nil {
+				return
+			}
+			after = e.Seq
+		}
+		if len(evs) > 0 {
+			if rc.Flush() != nil {
+				return
+			}
+		}
+		if err != nil {
+			// A damaged or failed session: say so once, then end the stream.
+			_, code := statusOf(err)
+			body, _ := json.Marshal(ErrorBody{Code: code, Message: err.Error()})
+			fmt.Fprintf(w, "event: error\ndata: %s\n\n", body)
+			_ = rc.Flush()
+			return
+		}
+		if len(evs) == maxEventsPage {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, s.opts.Keepalive)
+		werr := s.st.WaitEvents(wctx, session, after)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(werr, context.DeadlineExceeded):
+			if _, err := fmt.Fprintf(w, ": keepalive %s\n\n", time.Now().UTC().Format(time.RFC3339)); err != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+		case errors.Is(werr, belay.ErrStoreClosed):
+			return // the daemon is stopping; the client reconnects with Last-Event-ID
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/runtime"
+)
+
+// Metrics are the daemon's Prometheus metrics.
+type Metrics struct {
+	reg       *prometheus.Registry
+	fsync     prometheus.Histogram
+	watchdogs *prometheus.CounterVec
+	ended     *prometheus.CounterVec
+}
+
+// NewMetrics registers belay's metrics, reading live values from rt.
+func NewMetrics(rt *runtime.Runtime) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "belay_journal_fsync_seconds",
+			Help:    "Latency of journal fdatasync calls (one per group commit).",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18),
+		}),
+		watchdogs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "belay_watchdog_firings_total",
+			Help: "Inactivity tier expiries, by tier.",
+		}, []string{"tier"}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "belay_runs_ended_total",
+			Help: "Runs that reached a terminal status since the daemon started, by status.",
+		}, []string{"status"}),
+	}
+	m.reg.MustRegister(m.fsync, m.watchdogs, m.ended, &liveCollector{rt: rt},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// ObserveFsync records one fdatasync.
+func (m *Metrics) ObserveFsync(d time.Duration) { m.fsync.Observe(d.Seconds()) }
+
+// Watchdog counts a watchdog firing.
+func (m *Metrics) Watchdog(tier runtime.Tier) { m.watchdogs.WithLabelValues(string(tier)).Inc() }
+
+// RunEnded counts a run that ended.
+func (m *Metrics) RunEnded(run belay.Run) { m.ended.WithLabelValues(string(run.Status)).Inc() }
+
+// liveCollector reports values read at scrape time.
+type liveCollector struct{ rt *runtime.Runtime }
+
+var (
+	descRuns       = prometheus.NewDesc("belay_runs", "Runs in the store, by status.", []string{"status"}, nil)
+	descQueue      = prometheus.NewDesc("belay_queue_depth", "Runs waiting for admission.", nil, nil)
+	descActive     = prometheus.NewDesc("belay_active_runs", "Runs executing (holding a run lease).", nil, nil)
+	descDeliveries = prometheus.NewDesc("belay_deliveries", "Inbox items, by status; leased ones hold an active delivery lease.", []string{"status"}, nil)
+)
+
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descRuns
+	ch <- descQueue
+	ch <- descActive
+	ch <- descDeliveries
+}
+
+func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.rt.Stats()
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(st.Queued))
+	ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(st.Active))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts := map[belay.RunStatus]int{}
+	if runs, err := c.rt.Store().Runs(ctx, belay.RunFilter{}); err == nil {
+		for _, r := range runs {
+			counts[r.Status]++
+		}
+	}
+	for _, s := range []belay.RunStatus{belay.RunQueued, belay.RunRunning, belay.RunComplete, belay.RunFailed, belay.RunCancelled, belay.RunStranded} {
+		ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(counts[s]), string(s))
+	}
+	dcounts := map[belay.DeliveryStatus]int{}
+	if ds, err := c.rt.Store().Deliveries(ctx, belay.DeliveryFilter{}); err == nil {
+		for _, d := range ds {
+			dcounts[d.Status]++
+		}
+	}
+	for _, s := range []belay.DeliveryStatus{belay.DeliveryPending, belay.DeliveryLeased, belay.DeliveryDone, belay.DeliveryError} {
+		ch <- prometheus.MustNewConstMetric(descDeliveries, prometheus.GaugeValue, float64(dcounts[s]), string(s))
+	}
+}

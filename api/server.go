@@ -1,0 +1,531 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store"
+)
+
+// Body size limits.
+const (
+	MaxBody    = 1 << 20  // most requests
+	MaxRunBody = 16 << 20 // run creation: prompts can be long
+)
+
+// Limits on waits a client may ask for.
+const (
+	MaxWait          = 60 * time.Second
+	DefaultKeepalive = 15 * time.Second
+)
+
+// Options configure a Server.
+type Options struct {
+	Runtime *runtime.Runtime
+	Version string
+	DataDir string
+	// Keepalive is the SSE keepalive interval (DefaultKeepalive if 0).
+	Keepalive time.Duration
+	Logger    *slog.Logger
+	Metrics   *Metrics
+	// Export writes a session's transcript in a format; nil disables the
+	// endpoint.
+	Export func(ctx context.Context, w io.Writer, session, format string) error
+	// DaemonDoctor reports on the daemon, store and locks.
+	DaemonDoctor func(ctx context.Context) (any, error)
+}
+
+// Server serves the API.
+type Server struct {
+	opts    Options
+	rt      *runtime.Runtime
+	st      store.Store
+	started time.Time
+	log     *slog.Logger
+}
+
+// NewServer returns a Server.
+func NewServer(opts Options) *Server {
+	if opts.Keepalive <= 0 {
+		opts.Keepalive = DefaultKeepalive
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{opts: opts, rt: opts.Runtime, st: opts.Runtime.Store(), started: time.Now(), log: opts.Logger}
+}
+
+// Handler returns the API's handler. With a non-empty token every request
+// except /healthz must carry "Authorization: Bearer <token>" (TCP).
+func (s *Server) Handler(token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.health)
+	if s.opts.Metrics != nil {
+		mux.Handle("GET /metrics", s.opts.Metrics.Handler())
+	}
+	mux.HandleFunc("POST /v1/sessions", s.createSession)
+	mux.HandleFunc("GET /v1/sessions", s.listSessions)
+	mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
+	mux.HandleFunc("GET /v1/sessions/{id}/runs", s.listRuns)
+	mux.HandleFunc("POST /v1/sessions/{id}/runs", s.createRun)
+	mux.HandleFunc("GET /v1/sessions/{id}/events", s.events)
+	mux.HandleFunc("GET /v1/sessions/{id}/doctor", s.doctor)
+	mux.HandleFunc("GET /v1/sessions/{id}/transcript", s.transcript)
+	mux.HandleFunc("GET /v1/sessions/{id}/inbox", s.listInbox)
+	mux.HandleFunc("POST /v1/sessions/{id}/inbox", s.post)
+	mux.HandleFunc("POST /v1/runs", s.createRun)
+	mux.HandleFunc("GET /v1/runs/{id}", s.getRun)
+	mux.HandleFunc("GET /v1/runs/{id}/wait", s.waitRun)
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.cancelRun)
+	mux.HandleFunc("POST /v1/inbox/lease", s.lease)
+	mux.HandleFunc("POST /v1/inbox/{id}/settle", s.settle)
+	mux.HandleFunc("POST /v1/prune", s.prune)
+	mux.HandleFunc("GET /v1/doctor", s.daemonDoctor)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErrorCode(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, nil)
+	})
+	var h http.Handler = mux
+	if token != "" {
+		h = requireToken(token, h)
+	}
+	return s.recoverer(h)
+}
+
+// requireToken checks the bearer token in constant time.
+func requireToken(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			got := []byte(r.Header.Get("Authorization"))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="belay"`)
+				writeErrorCode(w, http.StatusUnauthorized, CodeUnauthenticated, "a valid bearer token is required (see the token file in the data directory)", nil)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverer turns a panic into a 500 and a log line: no input brings the
+// daemon down.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				writeErrorCode(w, http.StatusInternalServerError, CodeInternal, "internal error", nil)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// decode reads a JSON body of at most limit bytes into v, strictly.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeErrorCode(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit), nil)
+			return false
+		}
+		if errors.Is(err, io.EOF) {
+			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body is empty; send a JSON object", nil)
+			return false
+		}
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body is not valid JSON for this endpoint: "+err.Error(), nil)
+		return false
+	}
+	if dec.More() {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body has data after the JSON object", nil)
+		return false
+	}
+	return true
+}
+
+// pathID returns the {id} path value if it follows the grammar of prefix.
+func pathID(w http.ResponseWriter, r *http.Request, prefix string) (string, bool) {
+	id := r.PathValue("id")
+	if err := ids.Check(prefix, id); err != nil {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+		return "", false
+	}
+	return id, true
+}
+
+func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	k := r.Header.Get("Idempotency-Key")
+	if len(k) > 200 || strings.ContainsAny(k, "\x00\r\n") {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "Idempotency-Key must be at most 200 printable bytes", nil)
+		return "", false
+	}
+	return k, true
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	st := s.rt.Stats()
+	writeJSON(w, http.StatusOK, Health{
+		Status: "ok", Version: s.opts.Version, Incarnation: s.rt.Incarnation(), PID: os.Getpid(),
+		DataDir: s.opts.DataDir, StartedAt: s.started, Active: st.Active, Queued: st.Queued,
+	})
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	var req CreateSessionRequest
+	if !decode(w, r, MaxBody, &req) {
+		return
+	}
+	sess, err := s.st.CreateSession(r.Context(), belay.SessionInput{
+		Provider: req.Provider, Model: req.Model, Labels: req.Labels, Options: req.Options, IdempotencyKey: key,
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sess)
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := belay.SessionFilter{State: belay.SessionState(q.Get("state")), Provider: q.Get("provider")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "limit must be a non-negative integer", nil)
+			return
+		}
+		f.Limit = n
+	}
+	list, err := s.st.Sessions(r.Context(), f)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if list == nil {
+		list = []belay.Session{}
+	}
+	writeJSON(w, http.StatusOK, SessionList{Sessions: list})
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Session)
+	if !ok {
+		return
+	}
+	sess, err := s.st.Session(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *Server) withActivity(run belay.Run) Run {
+	out := Run{Run: run}
+	if a, ok := s.rt.Activity(run.ID); ok {
+		out.Activity = &a
+	}
+	return out
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Session)
+	if !ok {
+		return
+	}
+	runs, err := s.st.Runs(r.Context(), belay.RunFilter{Session: id, Status: belay.RunStatus(r.URL.Query().Get("status"))})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := RunList{Runs: []Run{}}
+	for _, run := range runs {
+		out.Runs = append(out.Runs, s.withActivity(run))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	var req CreateRunRequest
+	if !decode(w, r, MaxRunBody, &req) {
+		return
+	}
+	if r.PathValue("id") != "" {
+		id, ok := pathID(w, r, ids.Session)
+		if !ok {
+			return
+		}
+		req.Session = id
+	} else if req.Session != "" {
+		if err := ids.Check(ids.Session, req.Session); err != nil {
+			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+			return
+		}
+	}
+	if req.Session == "" && req.Provider == "" {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "a run needs a session or a provider", nil)
+		return
+	}
+	if req.Deadline < 0 {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "deadline must not be negative", nil)
+		return
+	}
+	run, err := s.rt.Submit(r.Context(), runtime.SubmitRequest{
+		Session: req.Session, Provider: req.Provider, Model: req.Model, Prompt: req.Prompt,
+		Script: req.Script, Options: req.Options, Policy: req.Policy, Priority: req.Priority,
+		Deadline: time.Duration(req.Deadline), IdempotencyKey: key, Labels: req.Labels,
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.withActivity(run))
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	run, err := s.st.Run(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withActivity(run))
+}
+
+// waitFor reads the wait/timeout query parameter, capped at MaxWait.
+func waitFor(w http.ResponseWriter, r *http.Request, name string) (time.Duration, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, name+" must be a duration such as 30s", nil)
+		return 0, false
+	}
+	return min(d, MaxWait), true
+}
+
+// waitRun long-polls until the run ends or the wait (at most a minute)
+// passes; then it answers with the run as it is: a timeout is not an error.
+func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	d, ok := waitFor(w, r, "timeout")
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	defer cancel()
+	run, err := s.rt.Wait(ctx, id)
+	if err != nil && !errors.Is(err, belay.ErrStillRunning) {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withActivity(run))
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	var body struct {
+		Reason string `json:"reason,omitempty"`
+	}
+	if r.ContentLength != 0 && !decode(w, r, MaxBody, &body) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	run, err := s.rt.Cancel(ctx, id, body.Reason)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withActivity(run))
+}
+
+func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Session)
+	if !ok {
+		return
+	}
+	rep, err := s.rt.Doctor(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (s *Server) daemonDoctor(w http.ResponseWriter, r *http.Request) {
+	if s.opts.DaemonDoctor == nil {
+		writeErrorCode(w, http.StatusNotFound, CodeNotFound, "daemon doctor is not available", nil)
+		return
+	}
+	rep, err := s.opts.DaemonDoctor(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (s *Server) transcript(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Session)
+	if !ok {
+		return
+	}
+	if s.opts.Export == nil {
+		writeErrorCode(w, http.StatusNotFound, CodeNotFound, "transcript export is not available", nil)
+		return
+	}
+	format := r.URL.Query().Get("format")
+	if _, err := s.st.Session(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	if err := s.opts.Export(r.Context(), w, id, format); err != nil {
+		writeError(w, err)
+	}
+}
+
+func (s *Server) post(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Session)
+	if !ok {
+		return
+	}
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	var req PostRequest
+	if !decode(w, r, MaxBody, &req) {
+		return
+	}
+	if req.Key == "" {
+		req.Key = key
+	}
+	d, created, err := s.rt.Post(r.Context(), belay.DeliveryInput{Session: id, Type: req.Type, Key: req.Key, Priority: req.Priority, Data: req.Data})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	status := http.StatusCreated
+	if !created {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, d)
+}
+
+func (s *Server) listInbox(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Session)
+	if !ok {
+		return
+	}
+	ds, err := s.st.Deliveries(r.Context(), belay.DeliveryFilter{Session: id, Status: belay.DeliveryStatus(r.URL.Query().Get("status"))})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if ds == nil {
+		ds = []belay.Delivery{}
+	}
+	writeJSON(w, http.StatusOK, DeliveryList{Deliveries: ds})
+}
+
+func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
+	var req LeaseRequest
+	if !decode(w, r, MaxBody, &req) {
+		return
+	}
+	if req.Session != "" {
+		if err := ids.Check(ids.Session, req.Session); err != nil {
+			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+			return
+		}
+	}
+	if req.TTL <= 0 {
+		req.TTL = Duration(time.Minute)
+	}
+	if req.Max <= 0 {
+		req.Max = 1
+	}
+	wait := min(time.Duration(req.Wait), MaxWait)
+	ds, err := s.rt.Lease(r.Context(), req.Session, req.Owner, time.Duration(req.TTL), min(req.Max, 100), wait)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if ds == nil {
+		ds = []belay.Delivery{}
+	}
+	writeJSON(w, http.StatusOK, DeliveryList{Deliveries: ds})
+}
+
+func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Delivery)
+	if !ok {
+		return
+	}
+	var req SettleRequest
+	if !decode(w, r, MaxBody, &req) {
+		return
+	}
+	d, err := s.rt.Settle(r.Context(), id, belay.Settlement{Kind: req.Kind, Epoch: req.Epoch, Result: req.Result, Delay: time.Duration(req.Delay)})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
+	var req PruneRequest
+	if r.ContentLength != 0 && !decode(w, r, MaxBody, &req) {
+		return
+	}
+	rep, err := s.rt.Prune(r.Context(), req.DryRun)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+var _ store.Store // the API reads through the runtime's store

@@ -1,0 +1,144 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/runtime"
+)
+
+// CreateSessionRequest is the body of POST /v1/sessions.
+type CreateSessionRequest struct {
+	Provider string            `json:"provider"`
+	Model    string            `json:"model,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Options  json.RawMessage   `json:"options,omitempty"`
+}
+
+// SessionList is the body of GET /v1/sessions.
+type SessionList struct {
+	Sessions []belay.Session `json:"sessions"`
+}
+
+// CreateRunRequest is the body of POST /v1/runs (and of POST
+// /v1/sessions/{id}/runs, where Session comes from the path).
+type CreateRunRequest struct {
+	Session  string            `json:"session,omitempty"`
+	Provider string            `json:"provider,omitempty"`
+	Model    string            `json:"model,omitempty"`
+	Prompt   string            `json:"prompt"`
+	Script   json.RawMessage   `json:"script,omitempty"`
+	Options  json.RawMessage   `json:"options,omitempty"`
+	Policy   runtime.Policy    `json:"policy,omitempty"`
+	Priority int               `json:"priority,omitempty"`
+	Deadline Duration          `json:"deadline,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+}
+
+// Run is a run with its live activity, when the daemon is executing it.
+type Run struct {
+	belay.Run
+	Activity *runtime.Activity `json:"activity,omitempty"`
+}
+
+// RunList is the body of GET /v1/sessions/{id}/runs.
+type RunList struct {
+	Runs []Run `json:"runs"`
+}
+
+// EventList is the body of a long-poll GET /v1/sessions/{id}/events.
+type EventList struct {
+	Events []belay.Event `json:"events"`
+	// LastSeq is the session's last synced seq when the response was made.
+	LastSeq uint64 `json:"lastSeq"`
+	// State is the session's state then.
+	State belay.SessionState `json:"state"`
+}
+
+// PostRequest is the body of POST /v1/sessions/{id}/inbox. The key may also
+// come from the Idempotency-Key header.
+type PostRequest struct {
+	Type     string          `json:"type"`
+	Key      string          `json:"key,omitempty"`
+	Priority int             `json:"priority,omitempty"`
+	Data     json.RawMessage `json:"data,omitempty"`
+}
+
+// LeaseRequest is the body of POST /v1/inbox/lease.
+type LeaseRequest struct {
+	Session string   `json:"session,omitempty"`
+	Owner   string   `json:"owner"`
+	TTL     Duration `json:"ttl,omitempty"`
+	Max     int      `json:"max,omitempty"`
+	Wait    Duration `json:"wait,omitempty"`
+}
+
+// DeliveryList is the body of a lease response and of GET
+// /v1/sessions/{id}/inbox.
+type DeliveryList struct {
+	Deliveries []belay.Delivery `json:"deliveries"`
+}
+
+// SettleRequest is the body of POST /v1/inbox/{id}/settle.
+type SettleRequest struct {
+	Kind   belay.SettleKind `json:"kind"`
+	Epoch  uint64           `json:"epoch"`
+	Result string           `json:"result,omitempty"`
+	Delay  Duration         `json:"delay,omitempty"`
+}
+
+// PruneRequest is the body of POST /v1/prune.
+type PruneRequest struct {
+	DryRun bool `json:"dryRun"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status      string    `json:"status"`
+	Version     string    `json:"version"`
+	Incarnation string    `json:"incarnation"`
+	PID         int       `json:"pid"`
+	DataDir     string    `json:"dataDir"`
+	StartedAt   time.Time `json:"startedAt"`
+	Active      int       `json:"active"`
+	Queued      int       `json:"queued"`
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is an API error.
+type ErrorBody struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s") or
+// a number of seconds.
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads "1m30s" or 90.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return err
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}

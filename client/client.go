@@ -1,0 +1,305 @@
+// Package client is the typed Go client of belay's HTTP API v1. The CLI
+// talks to the daemon only through it, over the daemon's unix socket or
+// over TCP with a bearer token.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/doctor"
+	"github.com/belayhq/belay/store"
+)
+
+// Client talks to one daemon.
+type Client struct {
+	base  string // "http://belay" for a socket, or the TCP base URL
+	token string
+	hc    *http.Client
+}
+
+// Options say how to reach the daemon: a unix socket, or a base URL
+// ("http://127.0.0.1:7070") with a token.
+type Options struct {
+	Socket  string
+	BaseURL string
+	Token   string
+	// Timeout bounds requests that do not wait by design (default 30s).
+	Timeout time.Duration
+}
+
+// New returns a client.
+func New(opts Options) *Client {
+	tr := &http.Transport{
+		MaxIdleConns: 16, IdleConnTimeout: 30 * time.Second,
+		ResponseHeaderTimeout: 0, // long polls and streams wait by design
+	}
+	base := strings.TrimRight(opts.BaseURL, "/")
+	if opts.Socket != "" {
+		sock := opts.Socket
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}
+		base = "http://belay"
+	}
+	return &Client{base: base, token: opts.Token, hc: &http.Client{Transport: tr}}
+}
+
+// Error is an error response of the API.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	Details map[string]any
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is maps API codes onto belay's sentinel errors, so callers can use
+// errors.Is(err, belay.ErrNotFound) across the wire.
+func (e *Error) Is(target error) bool {
+	switch e.Code {
+	case api.CodeInvalid:
+		return target == belay.ErrInvalid
+	case api.CodeNotFound:
+		return target == belay.ErrNotFound
+	case api.CodeExists:
+		return target == belay.ErrExists
+	case api.CodeStaleEpoch:
+		return target == belay.ErrStaleEpoch
+	case api.CodeLeaseExpired:
+		return target == belay.ErrLeaseExpired || target == belay.ErrStaleEpoch
+	case api.CodeLeaseHeld:
+		return target == belay.ErrLeaseHeld
+	case api.CodeNotLeased:
+		return target == belay.ErrNotLeased
+	case api.CodeTerminal:
+		return target == belay.ErrTerminal
+	case api.CodeConversationBusy:
+		return target == belay.ErrActive
+	case api.CodeReadOnly:
+		return target == belay.ErrReadOnly
+	case api.CodeUnavailable:
+		return target == belay.ErrStoreClosed
+	}
+	return false
+}
+
+// UnreachableError says the daemon did not answer.
+type UnreachableError struct{ Err error }
+
+func (e *UnreachableError) Error() string { return "the belay daemon is not reachable: " + e.Err.Error() }
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// IsUnreachable reports whether err means no daemon answered.
+func IsUnreachable(err error) bool {
+	var u *UnreachableError
+	return errors.As(err, &u)
+}
+
+// do sends a request and decodes a JSON answer into out (if not nil).
+func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return &UnreachableError{Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return decodeError(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if w, ok := out.(io.Writer); ok {
+		_, err := io.Copy(w, resp.Body)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("client: decode %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func decodeError(resp *http.Response) error {
+	var e api.Error
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+		return &Error{Status: resp.StatusCode, Code: api.CodeInternal, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))}
+	}
+	return &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
+}
+
+func keyHeader(key string) http.Header {
+	h := http.Header{}
+	if key != "" {
+		h.Set("Idempotency-Key", key)
+	}
+	return h
+}
+
+// Health checks the daemon.
+func (c *Client) Health(ctx context.Context) (api.Health, error) {
+	var h api.Health
+	return h, c.do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+}
+
+// CreateSession creates a session; key makes it idempotent.
+func (c *Client) CreateSession(ctx context.Context, req api.CreateSessionRequest, key string) (belay.Session, error) {
+	var s belay.Session
+	return s, c.do(ctx, http.MethodPost, "/v1/sessions", keyHeader(key), req, &s)
+}
+
+// Session returns one session.
+func (c *Client) Session(ctx context.Context, id string) (belay.Session, error) {
+	var s belay.Session
+	return s, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil, nil, &s)
+}
+
+// Sessions lists sessions.
+func (c *Client) Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error) {
+	q := url.Values{}
+	if f.State != "" {
+		q.Set("state", string(f.State))
+	}
+	if f.Provider != "" {
+		q.Set("provider", f.Provider)
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var out api.SessionList
+	return out.Sessions, c.do(ctx, http.MethodGet, "/v1/sessions?"+q.Encode(), nil, nil, &out)
+}
+
+// Runs lists a session's runs.
+func (c *Client) Runs(ctx context.Context, session string) ([]api.Run, error) {
+	var out api.RunList
+	return out.Runs, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/runs", nil, nil, &out)
+}
+
+// CreateRun submits a run; key makes it idempotent.
+func (c *Client) CreateRun(ctx context.Context, req api.CreateRunRequest, key string) (api.Run, error) {
+	var r api.Run
+	return r, c.do(ctx, http.MethodPost, "/v1/runs", keyHeader(key), req, &r)
+}
+
+// Run returns one run.
+func (c *Client) Run(ctx context.Context, id string) (api.Run, error) {
+	var r api.Run
+	return r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, &r)
+}
+
+// WaitRun long-polls until the run ends or timeout (at most a minute)
+// passes, and returns the run as it is then.
+func (c *Client) WaitRun(ctx context.Context, id string, timeout time.Duration) (api.Run, error) {
+	var r api.Run
+	return r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/wait?timeout="+timeout.String(), nil, nil, &r)
+}
+
+// CancelRun cancels a run.
+func (c *Client) CancelRun(ctx context.Context, id, reason string) (api.Run, error) {
+	var r api.Run
+	var body any
+	if reason != "" {
+		body = map[string]string{"reason": reason}
+	}
+	return r, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, body, &r)
+}
+
+// Events long-polls a page of a session's events after seq after.
+func (c *Client) Events(ctx context.Context, session string, after uint64, limit int, wait time.Duration) (api.EventList, error) {
+	q := url.Values{"after": {strconv.FormatUint(after, 10)}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	var out api.EventList
+	return out, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/events?"+q.Encode(), nil, nil, &out)
+}
+
+// Doctor diagnoses a session.
+func (c *Client) Doctor(ctx context.Context, session string) (doctor.Report, error) {
+	var r doctor.Report
+	return r, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/doctor", nil, nil, &r)
+}
+
+// DaemonDoctor reports on the daemon, its store and locks.
+func (c *Client) DaemonDoctor(ctx context.Context) (json.RawMessage, error) {
+	var r json.RawMessage
+	return r, c.do(ctx, http.MethodGet, "/v1/doctor", nil, nil, &r)
+}
+
+// Transcript writes a session's transcript in a format to w.
+func (c *Client) Transcript(ctx context.Context, session, format string, w io.Writer) error {
+	return c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/transcript?format="+url.QueryEscape(format), nil, nil, w)
+}
+
+// Post adds an item to a session's inbox.
+func (c *Client) Post(ctx context.Context, session string, req api.PostRequest) (belay.Delivery, error) {
+	var d belay.Delivery
+	return d, c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/inbox", nil, req, &d)
+}
+
+// Inbox lists a session's inbox.
+func (c *Client) Inbox(ctx context.Context, session string, status belay.DeliveryStatus) ([]belay.Delivery, error) {
+	var out api.DeliveryList
+	return out.Deliveries, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/inbox?status="+url.QueryEscape(string(status)), nil, nil, &out)
+}
+
+// Lease leases deliverable items, waiting up to req.Wait.
+func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) ([]belay.Delivery, error) {
+	var out api.DeliveryList
+	return out.Deliveries, c.do(ctx, http.MethodPost, "/v1/inbox/lease", nil, req, &out)
+}
+
+// Settle acks, releases or retries a leased item.
+func (c *Client) Settle(ctx context.Context, id string, req api.SettleRequest) (belay.Delivery, error) {
+	var d belay.Delivery
+	return d, c.do(ctx, http.MethodPost, "/v1/inbox/"+url.PathEscape(id)+"/settle", nil, req, &d)
+}
+
+// Prune prunes sessions by the daemon's retention policy.
+func (c *Client) Prune(ctx context.Context, dryRun bool) (store.PruneReport, error) {
+	var r store.PruneReport
+	return r, c.do(ctx, http.MethodPost, "/v1/prune", nil, api.PruneRequest{DryRun: dryRun}, &r)
+}

@@ -1,0 +1,140 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/api"
+)
+
+// ErrStop, returned by a Follow callback, ends Follow without error.
+var ErrStop = errors.New("client: stop following")
+
+// Stream reads a session's events after seq after as Server-Sent Events and
+// calls fn for each, in order, until the stream ends (the daemon stopped or
+// the connection broke: it returns the error, or io.EOF), ctx is done, or
+// fn returns an error.
+func (c *Client) Stream(ctx context.Context, session string, after uint64, fn func(belay.Event) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/sessions/"+url.PathEscape(session)+"/events", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Last-Event-ID", strconv.FormatUint(after, 10))
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return &UnreachableError{Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return decodeError(resp)
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	var typ, data string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			if err == io.EOF {
+				return io.EOF
+			}
+			return &UnreachableError{Err: err}
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if data != "" {
+				if typ == "error" {
+					var e api.ErrorBody
+					_ = json.Unmarshal([]byte(data), &e)
+					return &Error{Status: http.StatusOK, Code: e.Code, Message: e.Message}
+				}
+				var ev belay.Event
+				if err := json.Unmarshal([]byte(data), &ev); err != nil {
+					return fmt.Errorf("client: bad event in stream: %w", err)
+				}
+				if err := fn(ev); err != nil {
+					return err
+				}
+			}
+			typ, data = "", ""
+		case strings.HasPrefix(line, ":"):
+			// keepalive comment
+		case strings.HasPrefix(line, "event:"):
+			typ = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:"):
+			data += strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
+		}
+	}
+}
+
+// FollowOptions tune Follow.
+type FollowOptions struct {
+	// OnDisconnect is told when the stream broke and Follow is about to
+	// reconnect (from the last seq it delivered).
+	OnDisconnect func(err error, lastSeq uint64)
+	// MaxBackoff caps the wait between reconnects (default 2s).
+	MaxBackoff time.Duration
+}
+
+// Follow is Stream that reconnects, with backoff, whenever the connection
+// breaks or the daemon restarts, resuming after the last event it
+// delivered: fn sees every event exactly once, in order (G2). It returns
+// when fn returns ErrStop (nil), another error, or ctx is done.
+func (c *Client) Follow(ctx context.Context, session string, after uint64, opts FollowOptions, fn func(belay.Event) error) error {
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 2 * time.Second
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		err := c.Stream(ctx, session, after, func(ev belay.Event) error {
+			if ev.Seq <= after {
+				return nil // never deliver an event twice
+			}
+			if err := fn(ev); err != nil {
+				return err
+			}
+			after = ev.Seq
+			backoff = 50 * time.Millisecond
+			return nil
+		})
+		switch {
+		case errors.Is(err, ErrStop):
+			return nil
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case err == io.EOF || IsUnreachable(err) || errors.Is(err, belay.ErrStoreClosed):
+			if opts.OnDisconnect != nil {
+				opts.OnDisconnect(err, after)
+			}
+		default:
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, opts.MaxBackoff)
+	}
+}

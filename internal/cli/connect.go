@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/belayhq/belay/client"
+	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/internal/datadir"
+	"github.com/belayhq/belay/store/fsstore"
+)
+
+// globalOptions are flags every command that talks to a daemon takes.
+type globalOptions struct {
+	Data string
+	JSON bool
+}
+
+func (g *globalOptions) dataDir(stdio Stdio) (string, error) {
+	return datadir.Resolve(g.Data, stdio.Getenv)
+}
+
+// errUnreachable is exit 6.
+func errUnreachable(err error) error {
+	return &exitError{code: ExitUnreachable, err: fmt.Errorf("%w\nTry: belay daemon start (or unset BELAY_NO_AUTOSTART)", err)}
+}
+
+// newClient returns a client for the daemon: over TCP if BELAY_URL is set
+// (with BELAY_TOKEN, or the data directory's token file), else over the
+// data directory's unix socket.
+func newClient(stdio Stdio, dir string) *client.Client {
+	if u := stdio.Getenv("BELAY_URL"); u != "" {
+		token := stdio.Getenv("BELAY_TOKEN")
+		if token == "" {
+			if raw, err := os.ReadFile(filepath.Join(dir, daemon.TokenName)); err == nil {
+				token = strings.TrimSpace(string(raw))
+			}
+		}
+		return client.New(client.Options{BaseURL: u, Token: token})
+	}
+	return client.New(client.Options{Socket: filepath.Join(dir, daemon.SocketName)})
+}
+
+// connect returns a client of a daemon that answers, starting one in the
+// background if none does (unless BELAY_NO_AUTOSTART=1 or autostart is
+// false).
+func connect(ctx context.Context, stdio Stdio, g globalOptions, autostart bool) (*client.Client, error) {
+	dir, err := g.dataDir(stdio)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(stdio, dir)
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = c.Health(hctx)
+	cancel()
+	if err == nil {
+		return c, nil
+	}
+	if !client.IsUnreachable(err) {
+		return nil, err
+	}
+	if !autostart || stdio.Getenv("BELAY_NO_AUTOSTART") == "1" || stdio.Getenv("BELAY_URL") != "" {
+		return nil, errUnreachable(err)
+	}
+	if err := startDaemon(ctx, stdio, dir); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// startDaemon starts `belay serve` detached (its own session, output to
+// <data>/daemon.log) and waits until it answers.
+func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find the belay executable to start the daemon: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, daemon.LogName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, "serve", "--data", dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = os.Environ()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the daemon: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	c := client.New(client.Options{Socket: filepath.Join(dir, daemon.SocketName)})
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			// It exited: most likely another daemon won the race; use it.
+			if _, herr := c.Health(ctx); herr == nil {
+				return nil
+			}
+			return fmt.Errorf("the daemon exited at start (%v); see %s", err, filepath.Join(dir, daemon.LogName))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if _, err := c.Health(ctx); err == nil {
+			fmt.Fprintf(stdio.Err, "belay: started the daemon (pid %d, log %s)\n", cmd.Process.Pid, filepath.Join(dir, daemon.LogName))
+			return nil
+		}
+	}
+	return errUnreachable(errors.New("the daemon did not answer within 15s; see " + filepath.Join(dir, daemon.LogName)))
+}
+
+// openOffline opens the data directory's store read-only, for commands
+// that fall back to the files when no daemon answers.
+func openOffline(ctx context.Context, stdio Stdio, g globalOptions) (*fsstore.Store, error) {
+	dir, err := g.dataDir(stdio)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("no data directory at %s: nothing to read", dir)
+	}
+	return fsstore.Open(ctx, dir, fsstore.Options{ReadOnly: true})
+}
+
+func offlineNote(stdio Stdio) {
+	fmt.Fprintln(stdio.Err, "belay: the daemon is not running; read from the files (read-only)")
+}

@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/belayhq/belay/client"
+	"github.com/belayhq/belay/internal/proc"
+	"github.com/belayhq/belay/lock"
+	"github.com/belayhq/belay/store/fsstore"
+)
+
+func newDaemonCmd(stdio Stdio) *cobra.Command {
+	cmd := &cobra.Command{Use: "daemon", Short: "Start, stop or check the background daemon", Args: noArgs}
+	cmd.AddCommand(newDaemonStartCmd(stdio), newDaemonStopCmd(stdio), newDaemonStatusCmd(stdio))
+	return cmd
+}
+
+// daemonStatus is `belay daemon status --json`.
+type daemonStatus struct {
+	Running     bool         `json:"running"`
+	DataDir     string       `json:"dataDir"`
+	PID         int          `json:"pid,omitempty"`
+	Incarnation string       `json:"incarnation,omitempty"`
+	Version     string       `json:"version,omitempty"`
+	StartedAt   *time.Time   `json:"startedAt,omitempty"`
+	Active      int          `json:"active"`
+	Queued      int          `json:"queued"`
+	Lock        *lock.Status `json:"lock,omitempty"`
+}
+
+func newDaemonStartCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	cmd := &cobra.Command{
+		Use: "start", Short: "Start the daemon in the background (no-op if it runs)", Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := connect(cmd.Context(), stdio, g, true); err != nil {
+				return err
+			}
+			return printDaemonStatus(cmd.Context(), stdio, g)
+		},
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newDaemonStatusCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	cmd := &cobra.Command{
+		Use: "status", Short: "Say whether the daemon runs, and what it does", Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return printDaemonStatus(cmd.Context(), stdio, g) },
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	return cmd
+}
+
+func readDaemonStatus(ctx context.Context, stdio Stdio, g globalOptions) (daemonStatus, error) {
+	dir, err := g.dataDir(stdio)
+	if err != nil {
+		return daemonStatus{}, err
+	}
+	st := daemonStatus{DataDir: dir}
+	if ls, err := lock.Inspect(filepath.Join(dir, fsstore.LockName), lock.Options{}); err == nil && ls.Holder != nil {
+		st.Lock = &ls
+	}
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	h, err := newClient(stdio, dir).Health(hctx)
+	if err != nil {
+		if client.IsUnreachable(err) {
+			return st, nil
+		}
+		return st, err
+	}
+	st.Running, st.PID, st.Incarnation, st.Version = true, h.PID, h.Incarnation, h.Version
+	st.StartedAt, st.Active, st.Queued = &h.StartedAt, h.Active, h.Queued
+	return st, nil
+}
+
+func printDaemonStatus(ctx context.Context, stdio Stdio, g globalOptions) error {
+	st, err := readDaemonStatus(ctx, stdio, g)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		if err := writeJSON(stdio.Out, st); err != nil {
+			return err
+		}
+	} else if st.Running {
+		fmt.Fprintf(stdio.Out, "daemon running: pid %d, %d active, %d queued runs, data %s (up %s)\n",
+			st.PID, st.Active, st.Queued, st.DataDir, time.Since(*st.StartedAt).Round(time.Second))
+	} else {
+		fmt.Fprintf(stdio.Out, "daemon not running (data %s)\n", st.DataDir)
+		if st.Lock != nil && st.Lock.Holder != nil {
+			fmt.Fprintf(stdio.Out, "lock: held by pid %d on %s, %s (%s)\n", st.Lock.Holder.PID, st.Lock.Holder.Host, st.Lock.Reason, verdictWord(st.Lock.Stale))
+		}
+	}
+	if !st.Running {
+		return &exitError{code: ExitUnreachable, err: errors.New("the daemon is not running\nTry: belay daemon start")}
+	}
+	return nil
+}
+
+func verdictWord(stale bool) string {
+	if stale {
+		return "stale: the next start takes it over"
+	}
+	return "live"
+}
+
+func newDaemonStopCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "stop",
+		Short: "Stop the daemon gracefully (runs in flight resume at the next start)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := readDaemonStatus(cmd.Context(), stdio, g)
+			if err != nil {
+				return err
+			}
+			if !st.Running {
+				fmt.Fprintln(stdio.Out, "daemon not running")
+				return nil
+			}
+			if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
+				return fmt.Errorf("signal daemon pid %d: %w", st.PID, err)
+			}
+			deadline := time.Now().Add(timeout)
+			for time.Now().Before(deadline) {
+				if alive, _ := proc.Alive(st.PID); !alive {
+					fmt.Fprintf(stdio.Out, "daemon stopped (pid %d)\n", st.PID)
+					return nil
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return fmt.Errorf("the daemon (pid %d) did not stop within %s", st.PID, timeout)
+		},
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().DurationVar(&timeout, "timeout", 40*time.Second, "how long to wait for the daemon to exit")
+	return cmd
+}

@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+)
+
+// readResult is `belay read RUN --json`.
+type readResult struct {
+	Run     string          `json:"run"`
+	Session string          `json:"session"`
+	Status  belay.RunStatus `json:"status"`
+	Prompt  string          `json:"prompt"`
+	Answer  string          `json:"answer"`
+}
+
+func newReadCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	cmd := &cobra.Command{
+		Use:   "read RUN|SESSION",
+		Short: "Print a run's answer, or a session's transcript (works with the daemon down)",
+		Args:  exactArgs(1, "belay read run_..."),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			id := args[0]
+			isRun, isSession := ids.Check(ids.Run, id) == nil, ids.Check(ids.Session, id) == nil
+			if !isRun && !isSession {
+				return usagef("belay sessions list", "%q is neither a run id (run_...) nor a session id (ses_...)", id)
+			}
+			src, err := openSource(ctx, stdio, g)
+			if err != nil {
+				return err
+			}
+			defer src.close()
+			if isRun {
+				run, err := src.run(ctx, id)
+				if err != nil {
+					return err
+				}
+				evs, err := allEvents(ctx, src, run.Session, run.InputSeq-1)
+				if err != nil && len(evs) == 0 {
+					return err
+				}
+				res := readResult{Run: run.ID, Session: run.Session, Status: run.Status, Prompt: promptOf(evs, run.ID), Answer: answer(evs, run.ID)}
+				if g.JSON {
+					return writeJSON(stdio.Out, res)
+				}
+				fmt.Fprint(stdio.Out, res.Answer)
+				if !strings.HasSuffix(res.Answer, "\n") {
+					fmt.Fprintln(stdio.Out)
+				}
+				if !run.Status.Terminal() {
+					fmt.Fprintf(stdio.Err, "belay: run %s is still %s; this is the answer so far\n", run.ID, run.Phase)
+				} else if run.Status != belay.RunComplete {
+					fmt.Fprintf(stdio.Err, "belay: run %s is %s\n", run.ID, run.Status)
+				}
+				return nil
+			}
+			runs, err := src.runs(ctx, id)
+			if err != nil {
+				return err
+			}
+			evs, err := allEvents(ctx, src, id, 0)
+			if err != nil && len(evs) == 0 {
+				return err
+			}
+			var out []readResult
+			for _, r := range runs {
+				out = append(out, readResult{Run: r.ID, Session: id, Status: r.Status, Prompt: promptOf(evs, r.ID), Answer: answer(evs, r.ID)})
+			}
+			if g.JSON {
+				if out == nil {
+					out = []readResult{}
+				}
+				return writeJSON(stdio.Out, map[string]any{"session": id, "runs": out})
+			}
+			for _, r := range out {
+				fmt.Fprintf(stdio.Out, "## %s (%s)\n\n> %s\n\n%s\n\n", r.Run, r.Status, strings.ReplaceAll(strings.TrimSpace(r.Prompt), "\n", "\n> "), strings.TrimSpace(r.Answer))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newCancelCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel RUN",
+		Short: "Cancel a run: a queued one is dropped, a running one is stopped",
+		Args:  exactArgs(1, "belay cancel run_..."),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := ids.Check(ids.Run, args[0]); err != nil {
+				return usagef("belay cancel run_...", "%v", err)
+			}
+			c, err := connect(cmd.Context(), stdio, g, true)
+			if err != nil {
+				return err
+			}
+			run, err := c.CancelRun(cmd.Context(), args[0], reason)
+			if err != nil {
+				return apiError(err)
+			}
+			if g.JSON {
+				return writeJSON(stdio.Out, waitResult{Run: run.ID, Session: run.Session, Status: run.Status, Phase: run.Phase, Error: run.Error, Reason: run.Reason})
+			}
+			fmt.Fprintf(stdio.Out, "%s %s\n", run.ID, run.Status)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (journaled with the run)")
+	return cmd
+}

@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/runtime"
+)
+
+type sendOptions struct {
+	globalOptions
+	Session        string
+	Provider       string
+	Model          string
+	Policy         string
+	Priority       int
+	Deadline       time.Duration
+	IdempotencyKey string
+	Watch          bool
+	Wait           bool
+	File           string
+	Script         string
+	Timeout        time.Duration
+	Prompt         string
+}
+
+// sendResult is `belay send --json`.
+type sendResult struct {
+	Session string `json:"session"`
+	Run     string `json:"run"`
+	Status  string `json:"status"`
+	Phase   string `json:"phase"`
+}
+
+func newSendCmd(stdio Stdio) *cobra.Command {
+	var opts sendOptions
+	cmd := &cobra.Command{
+		Use:   "send [PROMPT | -]",
+		Short: "Send a prompt as a durable run; returns at once with its handle",
+		Long: `Creates a run in a session (a new one unless --session is given) and
+returns at once. The prompt is the argument, standard input ("-"), or
+--file. With --watch it streams the run; with --wait it waits for its end.
+The run goes on whatever happens to this command: follow it again with
+belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usagef("belay send --provider fake \"your prompt\"", "send takes one prompt argument; quote it")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				opts.Prompt = args[0]
+			}
+			return runSend(cmd, stdio, opts, len(args) == 1)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Data, "data", "", dataFlagHelp)
+	f.BoolVar(&opts.JSON, "json", false, `print {"session","run","status","phase"} (with --wait: the wait result)`)
+	f.StringVar(&opts.Session, "session", "", "session to send in (default: a new one)")
+	f.StringVar(&opts.Provider, "provider", "", "provider for a new session: fake, or one from config.toml")
+	f.StringVar(&opts.Model, "model", "", "model (the provider's default if empty)")
+	f.StringVar(&opts.Policy, "policy", "enqueue", "if the session is busy: enqueue, reject, interrupt or replace")
+	f.IntVar(&opts.Priority, "priority", 0, "admission priority (higher first)")
+	f.DurationVar(&opts.Deadline, "deadline", 0, "absolute deadline for the run (default: the provider's)")
+	f.StringVar(&opts.IdempotencyKey, "idempotency-key", "", "makes the send idempotent: the same key returns the same run")
+	f.BoolVar(&opts.Watch, "watch", false, "stream the run's output after sending")
+	f.BoolVar(&opts.Wait, "wait", false, "wait for the run to end after sending")
+	f.StringVar(&opts.File, "file", "", "read the prompt from a file")
+	f.StringVar(&opts.Script, "script", "", "fake provider: a JSON script file (see docs/providers.md)")
+	f.DurationVar(&opts.Timeout, "timeout", 0, "with --watch/--wait: stop following after this long (exit 5; the run goes on)")
+	return cmd
+}
+
+func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) error {
+	switch {
+	case opts.Watch && opts.Wait:
+		return usagef("belay send --watch ...", "give --watch or --wait, not both")
+	case opts.Session == "" && opts.Provider == "":
+		return usagef("belay send --provider fake \"hello\"", "give --provider for a new session, or --session")
+	case !runtime.Policy(opts.Policy).Valid():
+		return usagef("belay send --policy enqueue ...", "--policy %q is not enqueue, reject, interrupt or replace", opts.Policy)
+	case opts.Session != "" && ids.Check(ids.Session, opts.Session) != nil:
+		return usagef("belay sessions list", "--session %q is not a session id", opts.Session)
+	case opts.File != "" && hasArg:
+		return usagef("belay send --file prompt.txt", "give the prompt as an argument or --file, not both")
+	}
+	prompt := opts.Prompt
+	switch {
+	case opts.File != "":
+		b, err := os.ReadFile(opts.File)
+		if err != nil {
+			return fmt.Errorf("read prompt: %w", err)
+		}
+		prompt = string(b)
+	case prompt == "-" || (!hasArg && opts.Script == ""):
+		if !hasArg && isTerminal(stdio.In) {
+			return usagef("belay send --provider fake \"hello\"", "no prompt: give it as an argument, \"-\" for standard input, or --file")
+		}
+		b, err := io.ReadAll(io.LimitReader(stdio.In, api.MaxRunBody))
+		if err != nil {
+			return fmt.Errorf("read prompt: %w", err)
+		}
+		prompt = string(b)
+	}
+	var script json.RawMessage
+	if opts.Script != "" {
+		b, err := os.ReadFile(opts.Script)
+		if err != nil {
+			return fmt.Errorf("read script: %w", err)
+		}
+		if !json.Valid(b) {
+			return usagef("belay send --provider fake --script script.json", "%s is not JSON", opts.Script)
+		}
+		script = b
+	}
+	ctx := cmd.Context()
+	c, err := connect(ctx, stdio, opts.globalOptions, true)
+	if err != nil {
+		return err
+	}
+	run, err := c.CreateRun(ctx, api.CreateRunRequest{
+		Session: opts.Session, Provider: opts.Provider, Model: opts.Model, Prompt: prompt, Script: script,
+		Policy: runtime.Policy(opts.Policy), Priority: opts.Priority, Deadline: api.Duration(opts.Deadline),
+	}, opts.IdempotencyKey)
+	if err != nil {
+		return apiError(err)
+	}
+	switch {
+	case opts.Wait:
+		return waitRun(ctx, stdio, c, run.ID, opts.Timeout, opts.JSON)
+	case opts.Watch:
+		if !opts.JSON {
+			fmt.Fprintf(stdio.Err, "belay: run %s in session %s\n", run.ID, run.Session)
+		}
+		return watchRun(ctx, stdio, c, run.Run, 0, opts.Timeout, opts.JSON)
+	}
+	if opts.JSON {
+		return writeJSON(stdio.Out, sendResult{Session: run.Session, Run: run.ID, Status: string(run.Status), Phase: string(run.Phase)})
+	}
+	fmt.Fprintf(stdio.Out, "%s %s %s\n", run.ID, run.Session, run.Status)
+	fmt.Fprintf(stdio.Err, "Follow it: belay watch %s   Read it: belay read %s\n", run.ID, run.ID)
+	return nil
+}
+
+// isTerminal reports whether r is an interactive terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+var _ = strings.TrimSpace

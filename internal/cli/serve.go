@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/daemon"
+)
+
+type serveOptions struct {
+	globalOptions
+	Listen    string
+	LogFormat string
+	LogLevel  string
+}
+
+func newServeCmd(stdio Stdio) *cobra.Command {
+	var opts serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the belay daemon in the foreground",
+		Long: `Runs the daemon: it owns the data directory (a second daemon on the same
+directory exits naming the holder), executes runs, and serves the HTTP API
+on <data>/belay.sock (mode 0600, directory 0700). With --listen
+tcp:127.0.0.1:PORT it also serves TCP, requiring the bearer token in
+<data>/token (generated, mode 0600).
+
+SIGTERM or SIGINT stops it gracefully: no new runs are admitted and runs in
+flight are handed to the next start, which resumes them. A second signal
+forces the exit.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), stdio, opts) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Data, "data", "", dataFlagHelp)
+	f.StringVar(&opts.Listen, "listen", "", "also listen on TCP: tcp:HOST:PORT (requires the bearer token)")
+	f.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}
+
+const dataFlagHelp = "data directory (default $BELAY_HOME, $XDG_STATE_HOME/belay, ~/.local/state/belay)"
+
+func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(opts.LogLevel)); err != nil {
+		return usagef("belay serve --log-level info", "--log-level %q is not debug, info, warn or error", opts.LogLevel)
+	}
+	var h slog.Handler
+	switch opts.LogFormat {
+	case "text":
+		h = slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: level})
+	case "json":
+		h = slog.NewJSONHandler(stdio.Err, &slog.HandlerOptions{Level: level})
+	default:
+		return usagef("belay serve --log-format json", "--log-format %q is not text or json", opts.LogFormat)
+	}
+	dir, err := opts.dataDir(stdio)
+	if err != nil {
+		return err
+	}
+	// The first signal cancels ctx (main); a second one forces the exit.
+	go func() {
+		<-ctx.Done()
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		<-sig
+		fmt.Fprintln(stdio.Err, "belay: second signal: exiting now")
+		os.Exit(ExitError)
+	}()
+	err = daemon.Run(ctx, daemon.Options{DataDir: dir, Listen: opts.Listen, Version: Version, Logger: slog.New(h)})
+	if errors.Is(err, belay.ErrStoreLocked) {
+		return &exitError{code: ExitError, err: err}
+	}
+	return err
+}

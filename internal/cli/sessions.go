@@ -1,0 +1,238 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/doctor"
+	"github.com/belayhq/belay/internal/ids"
+)
+
+func newSessionsCmd(stdio Stdio) *cobra.Command {
+	cmd := &cobra.Command{Use: "sessions", Short: "List, show, diagnose, prune and export sessions", Args: noArgs}
+	cmd.AddCommand(newSessionsListCmd(stdio), newSessionsShowCmd(stdio), newSessionsDoctorCmd(stdio),
+		newSessionsPruneCmd(stdio), newSessionsExportCmd(stdio))
+	return cmd
+}
+
+func sessionArg(args []string) error {
+	if err := ids.Check(ids.Session, args[0]); err != nil {
+		return usagef("belay sessions list", "%v", err)
+	}
+	return nil
+}
+
+func newSessionsListCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	var f belay.SessionFilter
+	var state string
+	cmd := &cobra.Command{
+		Use: "list", Short: "List sessions, newest first (works with the daemon down)", Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.State = belay.SessionState(state)
+			src, err := openSource(cmd.Context(), stdio, g)
+			if err != nil {
+				return err
+			}
+			defer src.close()
+			list, err := src.sessions(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				if list == nil {
+					list = []belay.Session{}
+				}
+				return writeJSON(stdio.Out, map[string]any{"sessions": list})
+			}
+			w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "SESSION\tPROVIDER\tMODEL\tSTATE\tUPDATED\tEVENTS")
+			for _, s := range list {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%d\n", s.ID, s.Provider, s.Model, s.State, time.Since(s.UpdatedAt).Round(time.Second), s.LastSeq)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&state, "state", "", "only sessions in this state: idle, active or quarantined")
+	cmd.Flags().StringVar(&f.Provider, "provider", "", "only sessions of this provider")
+	cmd.Flags().IntVar(&f.Limit, "limit", 0, "at most this many")
+	return cmd
+}
+
+func newSessionsShowCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	cmd := &cobra.Command{
+		Use: "show SESSION", Short: "Show a session and its runs (works with the daemon down)", Args: exactArgs(1, "belay sessions show ses_..."),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := sessionArg(args); err != nil {
+				return err
+			}
+			src, err := openSource(cmd.Context(), stdio, g)
+			if err != nil {
+				return err
+			}
+			defer src.close()
+			sess, err := src.session(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			runs, err := src.runs(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				if runs == nil {
+					runs = []belay.Run{}
+				}
+				return writeJSON(stdio.Out, map[string]any{"session": sess, "runs": runs})
+			}
+			fmt.Fprintf(stdio.Out, "session %s\nprovider %s %s\nstate %s\nupdated %s\nevents %d\n", sess.ID, sess.Provider, sess.Model, sess.State, sess.UpdatedAt.Format(time.RFC3339), sess.LastSeq)
+			if sess.Problem != "" {
+				fmt.Fprintf(stdio.Out, "problem %s\n", sess.Problem)
+			}
+			w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "\nRUN\tSTATUS\tPHASE\tATTEMPT\tCREATED\tREASON")
+			for _, r := range runs {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Status, r.Phase, r.Attempt, r.CreatedAt.Format(time.RFC3339), r.Reason)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newSessionsDoctorCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	cmd := &cobra.Command{
+		Use:   "doctor SESSION",
+		Short: "Diagnose a session: what happened and exactly what to do next (read-only; works with the daemon down)",
+		Args:  exactArgs(1, "belay sessions doctor ses_..."),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := sessionArg(args); err != nil {
+				return err
+			}
+			src, err := openSource(cmd.Context(), stdio, g)
+			if err != nil {
+				return err
+			}
+			defer src.close()
+			rep, err := src.doctor(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				return writeJSON(stdio.Out, rep)
+			}
+			printDoctor(stdio, rep)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().BoolVar(&g.JSON, "json", false, `print the report ({"nextAction","reason","command",...})`)
+	return cmd
+}
+
+func printDoctor(stdio Stdio, rep doctor.Report) {
+	fmt.Fprintf(stdio.Out, "session %s (%s", rep.Session, rep.Provider)
+	if rep.Model != "" {
+		fmt.Fprintf(stdio.Out, " %s", rep.Model)
+	}
+	fmt.Fprintf(stdio.Out, "): %s\n", rep.State)
+	if rep.ActiveRun != nil {
+		fmt.Fprintf(stdio.Out, "active run %s: %s/%s\n", rep.ActiveRun.ID, rep.ActiveRun.Status, rep.ActiveRun.Phase)
+	}
+	if rep.LastActivityAgeSeconds != nil {
+		fmt.Fprintf(stdio.Out, "last activity %ds ago\n", *rep.LastActivityAgeSeconds)
+	}
+	for _, d := range rep.Diagnostics {
+		fmt.Fprintf(stdio.Out, "%s: %s\n", d.Severity, d.Message)
+	}
+	fmt.Fprintf(stdio.Out, "\nnext: %s: %s\n", rep.NextAction, rep.Reason)
+	if rep.Command != "" {
+		fmt.Fprintf(stdio.Out, "run:  %s\n", rep.Command)
+	}
+}
+
+func newSessionsPruneCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	var dry bool
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Delete finished sessions past the retention policy (complete 14 days, failed 30 days)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := connect(cmd.Context(), stdio, g, true)
+			if err != nil {
+				return err
+			}
+			rep, err := c.Prune(cmd.Context(), dry)
+			if err != nil {
+				return apiError(err)
+			}
+			if g.JSON {
+				return writeJSON(stdio.Out, rep)
+			}
+			verb := "pruned"
+			if dry {
+				verb = "would prune"
+			}
+			for _, p := range rep.Pruned {
+				fmt.Fprintf(stdio.Out, "%s %s (%s, %s)\n", verb, p.ID, p.Rule, sizeString(p.Bytes))
+			}
+			fmt.Fprintf(stdio.Out, "%s %d sessions, kept %d\n", verb, len(rep.Pruned), rep.Kept)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "say what would be pruned, delete nothing")
+	return cmd
+}
+
+func newSessionsExportCmd(stdio Stdio) *cobra.Command {
+	var g globalOptions
+	var format, out string
+	cmd := &cobra.Command{
+		Use:   "export SESSION",
+		Short: "Export a session's transcript in a format",
+		Args:  exactArgs(1, "belay sessions export ses_... --format belay"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := sessionArg(args); err != nil {
+				return err
+			}
+			c, err := connect(cmd.Context(), stdio, g, true)
+			if err != nil {
+				return err
+			}
+			w := stdio.Out
+			if out != "" && out != "-" {
+				f, err := os.OpenFile(out, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				w = f
+			}
+			if err := c.Transcript(cmd.Context(), args[0], format, w); err != nil {
+				return apiError(err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
+	cmd.Flags().StringVar(&format, "format", "belay", "transcript format")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this new file instead of standard output")
+	return cmd
+}
+
+var _ = strings.TrimSpace

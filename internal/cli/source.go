@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/client"
+	"github.com/belayhq/belay/doctor"
+	"github.com/belayhq/belay/lock"
+	brt "github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store/fsstore"
+)
+
+// source is where read-only commands read from: the daemon, or the files
+// when it is down.
+type source interface {
+	run(ctx context.Context, id string) (belay.Run, error)
+	runs(ctx context.Context, session string) ([]belay.Run, error)
+	session(ctx context.Context, id string) (belay.Session, error)
+	sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error)
+	events(ctx context.Context, session string, after uint64, limit int) ([]belay.Event, error)
+	doctor(ctx context.Context, session string) (doctor.Report, error)
+	close()
+}
+
+// openSource connects to the daemon without starting one; if none answers
+// it opens the files read-only and says so.
+func openSource(ctx context.Context, stdio Stdio, g globalOptions) (source, error) {
+	c, err := connect(ctx, stdio, g, false)
+	if err == nil {
+		return onlineSource{c}, nil
+	}
+	var ee *exitError
+	if !(asExit(err, &ee) && ee.code == ExitUnreachable) || stdio.Getenv("BELAY_URL") != "" {
+		return nil, err
+	}
+	st, err := openOffline(ctx, stdio, g)
+	if err != nil {
+		return nil, err
+	}
+	offlineNote(stdio)
+	dir, _ := g.dataDir(stdio)
+	return offlineSource{st: st, dir: dir}, nil
+}
+
+type onlineSource struct{ c *client.Client }
+
+func (s onlineSource) run(ctx context.Context, id string) (belay.Run, error) {
+	r, err := s.c.Run(ctx, id)
+	return r.Run, apiError(err)
+}
+
+func (s onlineSource) runs(ctx context.Context, session string) ([]belay.Run, error) {
+	rs, err := s.c.Runs(ctx, session)
+	out := make([]belay.Run, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.Run)
+	}
+	return out, apiError(err)
+}
+
+func (s onlineSource) session(ctx context.Context, id string) (belay.Session, error) {
+	sess, err := s.c.Session(ctx, id)
+	return sess, apiError(err)
+}
+
+func (s onlineSource) sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error) {
+	l, err := s.c.Sessions(ctx, f)
+	return l, apiError(err)
+}
+
+func (s onlineSource) events(ctx context.Context, session string, after uint64, limit int) ([]belay.Event, error) {
+	l, err := s.c.Events(ctx, session, after, limit, 0)
+	return l.Events, apiError(err)
+}
+
+func (s onlineSource) doctor(ctx context.Context, session string) (doctor.Report, error) {
+	r, err := s.c.Doctor(ctx, session)
+	return r, apiError(err)
+}
+
+func (onlineSource) close() {}
+
+type offlineSource struct {
+	st  *fsstore.Store
+	dir string
+}
+
+func (s offlineSource) run(ctx context.Context, id string) (belay.Run, error) { return s.st.Run(ctx, id) }
+func (s offlineSource) runs(ctx context.Context, session string) ([]belay.Run, error) {
+	return s.st.Runs(ctx, belay.RunFilter{Session: session})
+}
+func (s offlineSource) session(ctx context.Context, id string) (belay.Session, error) {
+	return s.st.Session(ctx, id)
+}
+func (s offlineSource) sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error) {
+	return s.st.Sessions(ctx, f)
+}
+func (s offlineSource) events(ctx context.Context, session string, after uint64, limit int) ([]belay.Event, error) {
+	return s.st.Events(ctx, session, after, limit)
+}
+
+func (s offlineSource) doctor(ctx context.Context, session string) (doctor.Report, error) {
+	in, err := brt.DoctorInput(ctx, s.st, session)
+	if err != nil {
+		return doctor.Report{}, err
+	}
+	in.Now, in.Offline = time.Now(), true
+	if ls, err := lock.Inspect(filepath.Join(s.dir, fsstore.LockName), lock.Options{}); err == nil {
+		in.Daemon.Lock = &ls
+	}
+	return doctor.Diagnose(in), nil
+}
+
+func (s offlineSource) close() { _ = s.st.Close() }
+
+// allEvents reads a session's events after seq after.
+func allEvents(ctx context.Context, src source, session string, after uint64) ([]belay.Event, error) {
+	var out []belay.Event
+	for {
+		evs, err := src.events(ctx, session, after, 1000)
+		out = append(out, evs...)
+		if err != nil || len(evs) == 0 {
+			return out, err
+		}
+		after = evs[len(evs)-1].Seq
+	}
+}
+
+// answer returns a run's answer text: the text of its last attempt (a
+// resumed attempt continues the text before it; a resent one replaces it).
+func answer(evs []belay.Event, run string) string {
+	var b strings.Builder
+	for _, e := range evs {
+		if e.Run != run {
+			continue
+		}
+		switch e.Type {
+		case "run.updated":
+			var d struct {
+				Data struct {
+					Attempt int  `json:"attempt"`
+					Resume  bool `json:"resume"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(e.Data, &d) == nil && d.Data.Attempt > 1 && !d.Data.Resume {
+				b.Reset()
+			}
+		case brt.EventText:
+			var d struct{ Text string }
+			_ = json.Unmarshal(e.Data, &d)
+			b.WriteString(d.Text)
+		}
+	}
+	return b.String()
+}
+
+// promptOf returns the prompt of a run from its run.created event.
+func promptOf(evs []belay.Event, run string) string {
+	for _, e := range evs {
+		if e.Type == "run.created" && e.Run == run {
+			var d struct {
+				Input struct {
+					Prompt string `json:"prompt"`
+				} `json:"input"`
+			}
+			_ = json.Unmarshal(e.Data, &d)
+			return d.Input.Prompt
+		}
+	}
+	return ""
+}

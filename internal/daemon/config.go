@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store"
+)
+
+// ConfigName is the optional configuration file in the data directory.
+const ConfigName = "config.toml"
+
+// Config is <data>/config.toml. Every part is optional.
+type Config struct {
+	Limits struct {
+		Global      int            `toml:"global"`
+		PerProvider map[string]int `toml:"per_provider"`
+	} `toml:"limits"`
+	Watchdog struct {
+		AwaitingFirst duration `toml:"awaiting_first"`
+		Streaming     duration `toml:"streaming"`
+		ToolRunning   duration `toml:"tool_running"`
+		AfterTurnEnd  duration `toml:"after_turn_end"`
+	} `toml:"watchdog"`
+	Retry struct {
+		MaxRetries int      `toml:"max_retries"`
+		Base       duration `toml:"base"`
+		Max        duration `toml:"max"`
+	} `toml:"retry"`
+	Recovery struct {
+		MaxAttempts int `toml:"max_attempts"`
+	} `toml:"recovery"`
+	Deadlines struct {
+		Default duration            `toml:"default"`
+		Per     map[string]duration `toml:"per"`
+	} `toml:"deadlines"`
+	Retention struct {
+		KeepComplete duration `toml:"keep_complete"`
+		KeepFailed   duration `toml:"keep_failed"`
+		Grace        duration `toml:"grace"`
+		Every        duration `toml:"every"`
+	} `toml:"retention"`
+	// Providers are named provider instances: [providers.NAME] with a type.
+	Providers map[string]toml.Primitive `toml:"providers"`
+	Webhooks  []WebhookConfig           `toml:"webhooks"`
+	Hooks     []HookConfig              `toml:"hooks"`
+
+	md toml.MetaData
+}
+
+// WebhookConfig is one [[webhooks]] entry: deliveries are POSTed to URL,
+// signed per the Standard Webhooks spec with Secret.
+type WebhookConfig struct {
+	URL string `toml:"url"`
+	// Secret is "whsec_" followed by base64; SecretEnv names an
+	// environment variable holding it instead.
+	Secret    string `toml:"secret"`
+	SecretEnv string `toml:"secret_env"`
+	// Sessions and Types filter what is sent (empty: everything).
+	Sessions []string `toml:"sessions"`
+	Types    []string `toml:"types"`
+}
+
+// HookConfig is one [[hooks]] entry: Command runs with the delivery JSON on
+// its standard input.
+type HookConfig struct {
+	Command  []string `toml:"command"`
+	Sessions []string `toml:"sessions"`
+	Types    []string `toml:"types"`
+	Timeout  duration `toml:"timeout"`
+}
+
+type duration time.Duration
+
+func (d *duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = duration(v)
+	return nil
+}
+
+// LoadConfig reads <dir>/config.toml; a missing file is an empty config. A
+// file holding secrets must not be readable by others.
+func LoadConfig(dir string) (*Config, error) {
+	path := filepath.Join(dir, ConfigName)
+	var cfg Config
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &cfg, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	md, err := toml.DecodeFile(path, &cfg)
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: %w", path, err)
+	}
+	if undec := md.Undecoded(); len(undec) > 0 {
+		for _, k := range undec {
+			if len(k) > 0 && k[0] == "providers" {
+				continue // decoded per provider type
+			}
+			return nil, fmt.Errorf("config: %s: unknown key %q", path, k.String())
+		}
+	}
+	cfg.md = md
+	if fi.Mode().Perm()&0o077 != 0 && (md.IsDefined("providers") || len(cfg.Webhooks) > 0) {
+		return nil, fmt.Errorf("config: %s may hold secrets and is readable by others (mode %v); run: chmod 600 %s", path, fi.Mode().Perm(), path)
+	}
+	return &cfg, nil
+}
+
+// runtimeOptions applies the config to runtime options.
+func (c *Config) runtimeOptions(o *runtime.Options) {
+	o.Limits = runtime.Limits{Global: c.Limits.Global, PerProvider: c.Limits.PerProvider}
+	o.Tiers = runtime.Tiers{
+		AwaitingFirst: time.Duration(c.Watchdog.AwaitingFirst), Streaming: time.Duration(c.Watchdog.Streaming),
+		ToolRunning: time.Duration(c.Watchdog.ToolRunning), AfterTurnEnd: time.Duration(c.Watchdog.AfterTurnEnd),
+	}
+	o.Retry = runtime.RetryPolicy{MaxRetries: c.Retry.MaxRetries, Base: time.Duration(c.Retry.Base), Max: time.Duration(c.Retry.Max)}
+	o.Recovery = runtime.RecoveryPolicy{MaxAttempts: c.Recovery.MaxAttempts}
+	o.DefaultDeadline = time.Duration(c.Deadlines.Default)
+	if len(c.Deadlines.Per) > 0 {
+		o.Deadlines = map[string]time.Duration{}
+		for k, v := range c.Deadlines.Per {
+			o.Deadlines[k] = time.Duration(v)
+		}
+	}
+	o.Retention = store.PrunePolicy{
+		KeepComplete: time.Duration(c.Retention.KeepComplete), KeepFailed: time.Duration(c.Retention.KeepFailed),
+		Grace: time.Duration(c.Retention.Grace),
+	}
+	o.PruneEvery = time.Duration(c.Retention.Every)
+}
+
+// decode decodes a provider's TOML table strictly.
+func (c *Config) decode(prim any, v any) error {
+	p, ok := prim.(toml.Primitive)
+	if !ok {
+		return fmt.Errorf("not a table")
+	}
+	return c.md.PrimitiveDecode(p, v)
+}

@@ -1,0 +1,224 @@
+// Package daemon is `belay serve`: it owns a data directory through its
+// lock, runs the runtime on the embedded store, and serves the HTTP API on
+// a unix socket (and, optionally, on TCP with a bearer token).
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/internal/atomicfile"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/internal/vfs"
+	"github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store/fsstore"
+)
+
+// Names in the data directory.
+const (
+	SocketName = "belay.sock"
+	TokenName  = "token"
+	LogName    = "daemon.log"
+)
+
+// Options configure Run.
+type Options struct {
+	DataDir string
+	// Listen is "" or "tcp:HOST:PORT": serve TCP too, with a bearer token.
+	Listen  string
+	Version string
+	Logger  *slog.Logger
+	// Ready, if set, is called once the daemon serves.
+	Ready func()
+}
+
+// ErrLocked wraps the error of a second daemon on the same data directory.
+var ErrLocked = belay.ErrStoreLocked
+
+// Run serves until ctx is done, then stops gracefully: it stops admitting,
+// suspends in-flight runs for the next incarnation, and closes the store.
+func Run(ctx context.Context, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dir := opts.DataDir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("daemon: data dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("daemon: data dir: %w", err)
+	}
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return err
+	}
+	providers, err := buildProviders(cfg, dir)
+	if err != nil {
+		return err
+	}
+	for _, k := range cfg.md.Undecoded() {
+		return fmt.Errorf("config: unknown key %q", k.String())
+	}
+
+	incarnation := ids.New("inc_")
+	var metrics *api.Metrics
+	st, err := fsstore.Open(ctx, dir, fsstore.Options{
+		Purpose: "daemon", Incarnation: incarnation,
+		ObserveSync: func(d time.Duration) {
+			if metrics != nil {
+				metrics.ObserveFsync(d)
+			}
+		},
+		OnLockLost: func(err error) { log.Error("data dir lock lost; the store is read-only", "err", err) },
+	})
+	if err != nil {
+		if errors.Is(err, belay.ErrStoreLocked) {
+			return fmt.Errorf("another belay daemon owns %s: %w", dir, err)
+		}
+		return err
+	}
+	defer st.Close()
+
+	ropts := runtime.Options{Store: st, Providers: providers, Incarnation: incarnation, Logger: log}
+	cfg.runtimeOptions(&ropts)
+	notifier := newNotifier(cfg, st, log)
+	var rt *runtime.Runtime
+	ropts.OnRunEnd = func(run belay.Run) {
+		if metrics != nil {
+			metrics.RunEnded(run)
+		}
+	}
+	ropts.OnWatchdog = func(t runtime.Tier) {
+		if metrics != nil {
+			metrics.Watchdog(t)
+		}
+	}
+	rt, err = runtime.New(ropts)
+	if err != nil {
+		return err
+	}
+	metrics = api.NewMetrics(rt)
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	notifier.start(ctx)
+
+	srv := api.NewServer(api.Options{
+		Runtime: rt, Version: opts.Version, DataDir: dir, Logger: log, Metrics: metrics,
+		Export:       exporter(st),
+		DaemonDoctor: func(ctx context.Context) (any, error) { return Inspect(ctx, dir, st, true) },
+	})
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	var servers []*http.Server
+	serve := func(l net.Listener, h http.Handler) {
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return baseCtx }}
+		servers = append(servers, hs)
+		go func() {
+			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("serve", "addr", l.Addr().String(), "err", err)
+			}
+		}()
+	}
+
+	sock := filepath.Join(dir, SocketName)
+	// The lock is ours, so a socket file left there is a dead daemon's.
+	if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("daemon: remove stale socket: %w", err)
+	}
+	ul, err := listenUnix(sock)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(sock)
+	serve(ul, srv.Handler(""))
+	log.Info("serving", "socket", sock, "data", dir, "incarnation", incarnation, "pid", os.Getpid())
+
+	if opts.Listen != "" {
+		addr, ok := strings.CutPrefix(opts.Listen, "tcp:")
+		if !ok {
+			return fmt.Errorf("daemon: --listen %q: want tcp:HOST:PORT", opts.Listen)
+		}
+		token, err := ensureToken(dir)
+		if err != nil {
+			return err
+		}
+		tl, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("daemon: listen %s: %w", addr, err)
+		}
+		serve(tl, srv.Handler(token))
+		log.Info("serving", "tcp", tl.Addr().String(), "token_file", filepath.Join(dir, TokenName))
+	}
+	if opts.Ready != nil {
+		opts.Ready()
+	}
+
+	<-ctx.Done()
+	log.Info("stopping: no new runs; in-flight runs are handed to the next start")
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, hs := range servers {
+		_ = hs.Close() // ends long polls and streams; clients reconnect
+	}
+	cancelBase()
+	notifier.stop()
+	if err := rt.Stop(stopCtx); err != nil {
+		log.Warn("stop runtime", "err", err)
+	}
+	return nil
+}
+
+// listenUnix listens on a socket that only the owner can use.
+func listenUnix(path string) (net.Listener, error) {
+	old := umask(0o177)
+	l, err := net.Listen("unix", path)
+	umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: listen %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("daemon: chmod %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// ensureToken returns the TCP bearer token, generating it into a 0600 file
+// on first use.
+func ensureToken(dir string) (string, error) {
+	path := filepath.Join(dir, TokenName)
+	raw, err := os.ReadFile(path)
+	if err == nil {
+		fi, serr := os.Stat(path)
+		if serr == nil && fi.Mode().Perm()&0o077 != 0 {
+			return "", fmt.Errorf("daemon: %s is readable by others; run: chmod 600 %s", path, path)
+		}
+		if t := strings.TrimSpace(string(raw)); len(t) >= 32 {
+			return t, nil
+		}
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(b[:])
+	if err := atomicfile.WriteFile(vfs.OS, path, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("daemon: write token: %w", err)
+	}
+	return token, nil
+}

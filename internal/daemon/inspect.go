@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/lock"
+	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/store/fsstore"
+)
+
+// Report is `belay doctor`: the daemon, the store and the locks.
+type Report struct {
+	DataDir     string               `json:"dataDir"`
+	Daemon      DaemonState          `json:"daemon"`
+	Lock        *lock.Status         `json:"lock,omitempty"`
+	Socket      FileState            `json:"socket"`
+	Token       *FileState           `json:"token,omitempty"`
+	Config      FileState            `json:"config"`
+	Sessions    map[string]int       `json:"sessions"`
+	Quarantined []QuarantinedSession `json:"quarantined"`
+	Problems    []string             `json:"problems"`
+	NextAction  string               `json:"nextAction"`
+	Command     string               `json:"command"`
+}
+
+// DaemonState says whether a daemon answers.
+type DaemonState struct {
+	Running bool `json:"running"`
+	// Offline: this report was made from the files.
+	Offline bool `json:"offline"`
+}
+
+// FileState describes a file of the data directory.
+type FileState struct {
+	Path   string `json:"path"`
+	Exists bool   `json:"exists"`
+	Mode   string `json:"mode,omitempty"`
+	OK     bool   `json:"ok"`
+}
+
+// QuarantinedSession is a session whose journal is damaged.
+type QuarantinedSession struct {
+	Session string `json:"session"`
+	Journal string `json:"journal"`
+	Offset  int64  `json:"offset"`
+	Problem string `json:"problem"`
+}
+
+func fileState(path string, maxPerm fs.FileMode) FileState {
+	st := FileState{Path: path}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		st.OK = errors.Is(err, fs.ErrNotExist)
+		return st
+	}
+	st.Exists, st.Mode = true, fi.Mode().Perm().String()
+	st.OK = fi.Mode().Perm()&^maxPerm == 0
+	return st
+}
+
+// Inspect reports on a data directory. It changes nothing. st may be nil
+// (offline and no readable store).
+func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Report, error) {
+	rep := Report{DataDir: dir, Daemon: DaemonState{Running: running, Offline: !running}, Sessions: map[string]int{},
+		Quarantined: []QuarantinedSession{}, Problems: []string{}}
+	if ls, err := lock.Inspect(filepath.Join(dir, fsstore.LockName), lock.Options{}); err == nil {
+		rep.Lock = &ls
+	}
+	rep.Socket = fileState(filepath.Join(dir, SocketName), 0o600)
+	if t := fileState(filepath.Join(dir, TokenName), 0o600); t.Exists {
+		rep.Token = &t
+		if !t.OK {
+			rep.Problems = append(rep.Problems, "the TCP token file is readable by others: chmod 600 "+t.Path)
+		}
+	}
+	rep.Config = fileState(filepath.Join(dir, ConfigName), 0o600)
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		rep.Problems = append(rep.Problems, "the data directory is open to others: chmod 700 "+dir)
+	}
+	if !rep.Socket.OK {
+		rep.Problems = append(rep.Problems, "the socket is open to others")
+	}
+	if st != nil {
+		sessions, err := st.Sessions(ctx, belay.SessionFilter{})
+		if err != nil {
+			return rep, err
+		}
+		for _, s := range sessions {
+			rep.Sessions[string(s.State)]++
+			if s.State == belay.SessionQuarantined {
+				q := QuarantinedSession{Session: s.ID, Problem: s.Problem}
+				if ji, ok := st.(store.JournalInspector); ok {
+					if info, err := ji.JournalInfo(s.ID); err == nil {
+						q.Journal, q.Offset = info.Path, info.QuarantineOffset
+					}
+				}
+				rep.Quarantined = append(rep.Quarantined, q)
+			}
+		}
+	}
+	switch {
+	case len(rep.Quarantined) > 0:
+		rep.NextAction, rep.Command = "repair_journal", "belay sessions doctor "+rep.Quarantined[0].Session
+	case !running && rep.Lock != nil && rep.Lock.Stale:
+		rep.NextAction, rep.Command = "release_stale_lock", "belay daemon start"
+	case !running:
+		rep.NextAction, rep.Command = "start_daemon", "belay daemon start"
+	case len(rep.Problems) > 0:
+		rep.NextAction = "resolve_manually"
+	default:
+		rep.NextAction = "none"
+	}
+	return rep, nil
+}
+
+// exporter returns the transcript export of the API: for now belay's own
+// format, the session's journal events as JSON lines.
+func exporter(st store.Store) func(ctx context.Context, w io.Writer, session, format string) error {
+	return func(ctx context.Context, w io.Writer, session, format string) error {
+		return ExportEvents(ctx, st, w, session, format)
+	}
+}

@@ -1,0 +1,81 @@
+package daemon
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/provider"
+	"github.com/belayhq/belay/provider/fake"
+)
+
+// fakeConfig is a [providers.NAME] table with type = "fake".
+type fakeConfig struct {
+	Type   string `toml:"type"`
+	Resume *bool  `toml:"resume"`
+	// Script is a model-string script (fake's mini-language) used for runs
+	// that bring none.
+	Script string `toml:"script"`
+}
+
+// providerTypes builds a provider of each type from its TOML table.
+var providerTypes = map[string]func(name string, d *Config, prim any, dataDir string) (provider.Provider, error){
+	"fake": func(name string, c *Config, prim any, dataDir string) (provider.Provider, error) {
+		var fc fakeConfig
+		if err := c.decode(prim, &fc); err != nil {
+			return nil, err
+		}
+		opts := fake.Options{Name: name, Resume: fc.Resume == nil || *fc.Resume, Clock: clock.Real, EffectsDir: filepath.Join(dataDir, "fake-effects")}
+		if fc.Script != "" {
+			s, err := fake.ParseModel(fake.ModelScriptPrefix + fc.Script)
+			if err != nil {
+				return nil, err
+			}
+			opts.Script = s
+		}
+		return fake.New(opts), nil
+	},
+}
+
+// buildProviders returns the configured providers, plus the built-in fake
+// provider "fake" (resumable) unless the config defines that name.
+func buildProviders(c *Config, dataDir string) (provider.Registry, error) {
+	reg := provider.Registry{}
+	names := make([]string, 0, len(c.Providers))
+	for name := range c.Providers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		prim := c.Providers[name]
+		var head struct {
+			Type string `toml:"type"`
+		}
+		if err := c.md.PrimitiveDecode(prim, &head); err != nil {
+			return nil, fmt.Errorf("config: providers.%s: %w", name, err)
+		}
+		build, ok := providerTypes[head.Type]
+		if !ok {
+			return nil, fmt.Errorf("config: providers.%s: type %q is not one of %v", name, head.Type, providerTypeNames())
+		}
+		p, err := build(name, c, prim, dataDir)
+		if err != nil {
+			return nil, fmt.Errorf("config: providers.%s: %w", name, err)
+		}
+		reg[name] = p
+	}
+	if _, ok := reg["fake"]; !ok {
+		reg["fake"] = fake.New(fake.Options{Name: "fake", Resume: true, Clock: clock.Real, EffectsDir: filepath.Join(dataDir, "fake-effects")})
+	}
+	return reg, nil
+}
+
+func providerTypeNames() []string {
+	out := make([]string, 0, len(providerTypes))
+	for t := range providerTypes {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}

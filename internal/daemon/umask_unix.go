@@ -1,0 +1,7 @@
+//go:build unix
+
+package daemon
+
+import "syscall"
+
+func umask(m int) int { return syscall.Umask(m) }
