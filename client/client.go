@@ -101,7 +101,9 @@ func (e *Error) Is(target error) bool {
 // UnreachableError says the daemon did not answer.
 type UnreachableError struct{ Err error }
 
-func (e *UnreachableError) Error() string { return "the belay daemon is not reachable: " + e.Err.Error() }
+func (e *UnreachableError) Error() string {
+	return "the belay daemon is not reachable: " + e.Err.Error()
+}
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // IsUnreachable reports whether err means no daemon answered.

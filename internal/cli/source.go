@@ -90,7 +90,9 @@ type offlineSource struct {
 	dir string
 }
 
-func (s offlineSource) run(ctx context.Context, id string) (belay.Run, error) { return s.st.Run(ctx, id) }
+func (s offlineSource) run(ctx context.Context, id string) (belay.Run, error) {
+	return s.st.Run(ctx, id)
+}
 func (s offlineSource) runs(ctx context.Context, session string) ([]belay.Run, error) {
 	return s.st.Runs(ctx, belay.RunFilter{Session: session})
 }
