@@ -10,9 +10,12 @@ import (
 	"github.com/belayhq/belay/internal/cli"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run runs the command line; the first SIGINT or SIGTERM cancels its
+// context (the daemon then stops gracefully).
+func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, os.Args, cli.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
-	stop()
-	os.Exit(code)
+	defer stop()
+	return cli.Main(ctx, os.Args, cli.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
 }

@@ -1,20 +1,24 @@
 package main
 
 import (
-	"context"
+	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/belayhq/belay/internal/cli"
+	"github.com/belayhq/belay/lock"
+	"github.com/belayhq/belay/store/fsstore"
 )
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"belay": func() {
-			os.Exit(cli.Main(context.Background(), os.Args, cli.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}))
-		},
+		"belay": func() { os.Exit(run()) },
 	})
 }
 
@@ -24,8 +28,73 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
 		Setup: func(env *testscript.Env) error {
-			env.Setenv("BELAY_HOME", env.WorkDir+"/home")
+			home := filepath.Join(env.WorkDir, "home")
+			env.Setenv("BELAY_HOME", home)
+			// A daemon a script started (or left running on failure) is
+			// stopped at the end.
+			env.Defer(func() { stopDaemon(home) })
 			return nil
 		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// exitcode N cmd args...: run a command and require exit code N.
+			"exitcode": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) < 2 {
+					ts.Fatalf("usage: exitcode N command args...")
+				}
+				want, err := strconv.Atoi(args[0])
+				if err != nil {
+					ts.Fatalf("bad exit code %q", args[0])
+				}
+				err = ts.Exec(args[1], args[2:]...)
+				got := 0
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					got = ee.ExitCode()
+				} else if err != nil {
+					ts.Fatalf("%v", err)
+				}
+				if got != want {
+					ts.Fatalf("exit code %d, want %d", got, want)
+				}
+			},
+			// killdaemon: SIGKILL the daemon of $BELAY_HOME, as a crash would.
+			"killdaemon": func(ts *testscript.TestScript, neg bool, args []string) {
+				pid := daemonPID(ts.Getenv("BELAY_HOME"))
+				if pid == 0 {
+					ts.Fatalf("no daemon holds the lock")
+				}
+				ts.Check(syscall.Kill(pid, syscall.SIGKILL))
+				for i := 0; i < 200; i++ {
+					if syscall.Kill(pid, 0) != nil {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				ts.Fatalf("daemon %d did not die", pid)
+			},
+		},
 	})
+}
+
+func daemonPID(home string) int {
+	st, err := lock.Inspect(filepath.Join(home, fsstore.LockName), lock.Options{})
+	if err != nil || st.Holder == nil || st.Stale {
+		return 0
+	}
+	return st.Holder.PID
+}
+
+func stopDaemon(home string) {
+	pid := daemonPID(home)
+	if pid == 0 {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	for i := 0; i < 500; i++ {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }

@@ -81,7 +81,7 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
+	exe, err := selfExecutable()
 	if err != nil {
 		return fmt.Errorf("cannot find the belay executable to start the daemon: %w", err)
 	}
@@ -136,4 +136,22 @@ func openOffline(ctx context.Context, stdio Stdio, g globalOptions) (*fsstore.St
 
 func offlineNote(stdio Stdio) {
 	fmt.Fprintln(stdio.Err, "belay: the daemon is not running; read from the files (read-only)")
+}
+
+// selfExecutable returns the path this program was started as (so that a
+// daemon started from a wrapper or a link runs the same way), falling back
+// to the resolved executable.
+func selfExecutable() (string, error) {
+	if arg0 := os.Args[0]; arg0 != "" {
+		if strings.ContainsRune(arg0, filepath.Separator) {
+			if p, err := filepath.Abs(arg0); err == nil {
+				if _, err := os.Stat(p); err == nil {
+					return p, nil
+				}
+			}
+		} else if p, err := exec.LookPath(arg0); err == nil {
+			return p, nil
+		}
+	}
+	return os.Executable()
 }
