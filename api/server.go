@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -95,14 +96,32 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/inbox/{id}/settle", s.settle)
 	mux.HandleFunc("POST /v1/prune", s.prune)
 	mux.HandleFunc("GET /v1/doctor", s.daemonDoctor)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeErrorCode(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, nil)
-	})
-	var h http.Handler = mux
+	var h http.Handler = jsonMisses(mux)
 	if token != "" {
 		h = requireToken(token, h)
 	}
 	return s.recoverer(h)
+}
+
+// jsonMisses answers requests no route matches (404, or 405 with Allow)
+// with a JSON error body like every other error.
+func jsonMisses(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, r)
+		if allow := rec.Header().Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		if rec.Code == http.StatusMethodNotAllowed {
+			writeErrorCode(w, rec.Code, CodeMethod, r.Method+" is not allowed on "+r.URL.Path, nil)
+			return
+		}
+		writeErrorCode(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, nil)
+	})
 }
 
 // requireToken checks the bearer token in constant time.

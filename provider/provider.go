@@ -149,6 +149,17 @@ type Provider interface {
 	Run(ctx context.Context, req Request, emit func(Event) error) error
 }
 
+// ErrDetach, as the cause of a Run context's cancellation (or wrapped in an
+// error emit returns), asks the provider to stop following the run but to
+// leave its work running on the other side (a background response, a
+// detached agent process), because a later Run with Resume will reattach:
+// the daemon is stopping, the lease moved, or a stall is being recovered by
+// resuming. Any other cancellation cause also cancels the work.
+var ErrDetach = errors.New("provider: detach: the work goes on")
+
+// Detached reports whether ctx was cancelled to detach (see ErrDetach).
+func Detached(ctx context.Context) bool { return errors.Is(context.Cause(ctx), ErrDetach) }
+
 // Error is a provider failure in one of belay's error classes.
 type Error struct {
 	Class   belay.ErrorClass

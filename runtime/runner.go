@@ -48,6 +48,14 @@ type runner struct {
 	retries  int
 	recovers int
 	started  bool // the current attempt reported progress
+
+	resumable bool // guarded by mu: the provider could resume the run now
+}
+
+// canResume reports whether the provider can resume the run from the ref
+// it reported.
+func (rn *runner) canResume() bool {
+	return rn.prov.Capabilities().Resume && (rn.run.Ref.ID != "" || rn.run.Ref.Cursor != "")
 }
 
 // startLocked starts a runner for an admitted or reclaimed run. r.mu is
@@ -126,7 +134,10 @@ func (rn *runner) execute() {
 	}
 	rn.effects = newSideEffects()
 	rn.window = newFailureWindow(r.opts.Recovery.Window)
+	rn.mu.Lock()
 	rn.attempt = rn.run.Attempt
+	rn.resumable = rn.canResume()
+	rn.mu.Unlock()
 
 	input, err := r.store.RunInput(bgCtx, rn.id)
 	var in Input
@@ -225,13 +236,13 @@ func (rn *runner) startTimers() func() {
 // attemptOnce runs one attempt through the provider.
 func (rn *runner) attemptOnce(in Input, resume bool) error {
 	r := rn.r
-	rn.attempt++
 	rn.started = false
 	ctx, cancel := context.WithCancelCause(bgCtx)
 	defer cancel(nil)
-	wd := newWatchdog(r.clk, r.opts.Tiers, func(e expiry) { cancel(&watchdogError{e}) })
+	wd := newWatchdog(r.clk, r.opts.Tiers, func(e expiry) { cancel(&watchdogError{e: e, detach: rn.willResume()}) })
 	defer wd.stop()
 	rn.mu.Lock()
+	rn.attempt++
 	if rn.cause != nil {
 		rn.mu.Unlock()
 		return rn.cause
@@ -306,7 +317,7 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 			return err
 		}
 		if rn.window.record(ev.Result.IsError && recoverableToolFailure(ev.Result.Class)) {
-			cancel(&windowError{p: rn.r.opts.Recovery.Window})
+			cancel(&windowError{p: rn.r.opts.Recovery.Window, detach: rn.willResume()})
 		}
 		return nil
 	case provider.RefUpdate:
@@ -316,7 +327,13 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		wd.progress(TierStreaming)
 		ref := mergeRef(rn.run.Ref, *ev.Ref)
 		rn.run.Ref = ref
-		return rn.update(belay.RunUpdate{Ref: &ref})
+		if err := rn.update(belay.RunUpdate{Ref: &ref}); err != nil {
+			return err
+		}
+		rn.mu.Lock()
+		rn.resumable = rn.canResume()
+		rn.mu.Unlock()
+		return nil
 	case provider.Usage:
 		if ev.Tokens != nil {
 			return rn.append(belay.Buffered, EventUsage, ev.Tokens)
@@ -440,11 +457,21 @@ func (rn *runner) recoverFrom(class belay.ErrorClass, why string) (resume, cont 
 			fmt.Sprintf("%s; %d recovery attempts exhausted", why, rn.r.opts.Recovery.MaxAttempts))
 		return false, false
 	}
+	rn.mu.Lock()
 	rn.recovers++
+	rn.mu.Unlock()
 	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseRecovering}); err != nil {
 		return false, false
 	}
 	return rn.decide(why)
+}
+
+// willResume reports whether a recovery now would resume the run through
+// the provider (so the provider's work should be left running).
+func (rn *runner) willResume() bool {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return rn.recovers < rn.r.opts.Recovery.MaxAttempts && rn.resumable
 }
 
 // decide chooses how to go on after an interruption: resume through the
@@ -452,7 +479,7 @@ func (rn *runner) recoverFrom(class belay.ErrorClass, why string) (resume, cont 
 // strand. It journals the decision; it reports whether to resume and
 // whether to go on at all.
 func (rn *runner) decide(why string) (resume, cont bool) {
-	canResume := rn.prov.Capabilities().Resume && (rn.run.Ref.ID != "" || rn.run.Ref.Cursor != "")
+	canResume := rn.canResume()
 	switch {
 	case canResume:
 		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionResume, Reason: why, Attempt: rn.attempt + 1})

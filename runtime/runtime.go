@@ -449,9 +449,11 @@ func (r *Runtime) finished(id string) {
 }
 
 // Errors that cancel an attempt, told apart by context.Cause.
+// The daemon stopping and a lost lease detach the provider: its work goes
+// on, and the next incarnation (or the new lease holder) reattaches.
 var (
-	errShutdown  = errors.New("runtime: the daemon is stopping")
-	errLeaseLost = errors.New("runtime: the run lease was taken over")
+	errShutdown  = fmt.Errorf("runtime: the daemon is stopping (%w)", provider.ErrDetach)
+	errLeaseLost = fmt.Errorf("runtime: the run lease was taken over (%w)", provider.ErrDetach)
 )
 
 type cancelError struct{ reason string }
@@ -462,7 +464,21 @@ type interruptError struct{ by string }
 
 func (e *interruptError) Error() string { return "interrupted by run " + e.by }
 
-type watchdogError struct{ e expiry }
+// watchdogError and windowError detach the provider when the recovery that
+// follows will resume it (detach is decided when they are raised).
+type watchdogError struct {
+	e      expiry
+	detach bool
+}
+
+func (e *watchdogError) Unwrap() error { return detachErr(e.detach) }
+
+func detachErr(detach bool) error {
+	if detach {
+		return provider.ErrDetach
+	}
+	return nil
+}
 
 func (e *watchdogError) Error() string {
 	return fmt.Sprintf("no progress for %s (%s tier)", e.e.Idle.Round(time.Second), e.e.Tier)
@@ -474,7 +490,12 @@ func (e *deadlineError) Error() string {
 	return "the run's deadline passed at " + e.at.UTC().Format(time.RFC3339)
 }
 
-type windowError struct{ p WindowPolicy }
+type windowError struct {
+	p      WindowPolicy
+	detach bool
+}
+
+func (e *windowError) Unwrap() error { return detachErr(e.detach) }
 
 func (e *windowError) Error() string {
 	return fmt.Sprintf("%d of the last %d tool results failed", e.p.Threshold, e.p.Size)

@@ -1,0 +1,57 @@
+package httpapi
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Redacted replaces a secret in scrubbed text.
+const Redacted = "[REDACTED]"
+
+// Patterns of credentials that are scrubbed even when they are not the
+// configured key: header values, key=value pairs and well-known key
+// shapes.
+var secretPatterns = []*regexp.Regexp{
+	// Authorization: Bearer xyz, "x-api-key": "xyz", api_key=xyz, ...
+	regexp.MustCompile(`(?i)((?:proxy-)?authorization|x-api-key|api[-_]?key|access[-_]?token|secret)("?\s*[:=]\s*"?)(?:(?:bearer|basic)\s+)?[^\s"',;}&]+`),
+	// A bare bearer token anywhere.
+	regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{6,}`),
+	// OpenAI and Anthropic style keys: sk-..., sk-proj-..., sk-ant-...
+	regexp.MustCompile(`\bsk-[A-Za-z0-9_-]{6,}`),
+}
+
+// Scrubber removes secrets from text: the configured keys (exactly) and
+// anything shaped like a credential.
+type Scrubber struct {
+	secrets []string
+}
+
+// NewScrubber returns a scrubber for the given secrets (empty ones and
+// ones shorter than 4 bytes, which would mangle ordinary text, are
+// skipped; the patterns still catch credentials in headers).
+func NewScrubber(secrets ...string) *Scrubber {
+	s := &Scrubber{}
+	for _, v := range secrets {
+		if v = strings.TrimSpace(v); len(v) >= 4 {
+			s.secrets = append(s.secrets, v)
+		}
+	}
+	return s
+}
+
+// String returns s with every secret replaced by Redacted.
+func (s *Scrubber) String(text string) string {
+	if s != nil {
+		for _, v := range s.secrets {
+			text = strings.ReplaceAll(text, v, Redacted)
+		}
+	}
+	for i, re := range secretPatterns {
+		if i == 0 {
+			text = re.ReplaceAllString(text, "${1}${2}"+Redacted)
+			continue
+		}
+		text = re.ReplaceAllString(text, Redacted)
+	}
+	return text
+}
