@@ -13,6 +13,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/belayhq/belay/lock"
+	"github.com/belayhq/belay/provider/openai/openaitest"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
@@ -56,6 +57,16 @@ func TestScripts(t *testing.T) {
 				if got != want {
 					ts.Fatalf("exit code %d, want %d", got, want)
 				}
+			},
+			// openaiserver REPLY: start a loopback OpenAI-compatible server
+			// answering REPLY; its base URL is in $OPENAI_BASE_URL.
+			"openaiserver": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) != 1 {
+					ts.Fatalf("usage: openaiserver REPLY")
+				}
+				srv := openaitest.NewServer(openaitest.Options{Reply: args[0]})
+				ts.Defer(srv.Close)
+				ts.Setenv("OPENAI_BASE_URL", srv.URL)
 			},
 			// killdaemon: SIGKILL the daemon of $BELAY_HOME, as a crash would.
 			"killdaemon": func(ts *testscript.TestScript, neg bool, args []string) {

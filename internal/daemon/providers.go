@@ -7,7 +7,10 @@ import (
 
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/provider"
+	"github.com/belayhq/belay/provider/anthropic"
+	"github.com/belayhq/belay/provider/command"
 	"github.com/belayhq/belay/provider/fake"
+	"github.com/belayhq/belay/provider/openai"
 )
 
 // fakeConfig is a [providers.NAME] table with type = "fake".
@@ -21,6 +24,39 @@ type fakeConfig struct {
 
 // providerTypes builds a provider of each type from its TOML table.
 var providerTypes = map[string]func(name string, d *Config, prim any, dataDir string) (provider.Provider, error){
+	"openai": func(name string, c *Config, prim any, _ string) (provider.Provider, error) {
+		var cfg struct {
+			Type string `toml:"type"`
+			openai.Config
+		}
+		if err := c.decode(prim, &cfg); err != nil {
+			return nil, err
+		}
+		return openai.New(name, cfg.Config)
+	},
+	"anthropic": func(name string, c *Config, prim any, _ string) (provider.Provider, error) {
+		var cfg struct {
+			Type string `toml:"type"`
+			anthropic.Config
+		}
+		if err := c.decode(prim, &cfg); err != nil {
+			return nil, err
+		}
+		return anthropic.New(name, cfg.Config)
+	},
+	"command": func(name string, c *Config, prim any, dataDir string) (provider.Provider, error) {
+		var cfg struct {
+			Type string `toml:"type"`
+			command.Config
+		}
+		if err := c.decode(prim, &cfg); err != nil {
+			return nil, err
+		}
+		if cfg.RunDir == "" {
+			cfg.RunDir = filepath.Join(dataDir, "command-runs")
+		}
+		return command.New(name, cfg.Config)
+	},
 	"fake": func(name string, c *Config, prim any, dataDir string) (provider.Provider, error) {
 		var fc fakeConfig
 		if err := c.decode(prim, &fc); err != nil {
