@@ -119,7 +119,9 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newSessionsCmd(stdio),
 		newInboxCmd(stdio),
 		newDoctorCmd(stdio),
+		newDemoCmd(stdio),
 		newBenchCmd(stdio),
+		newRepairCmd(stdio), // TEMP-REPAIR
 		newVersionCmd(stdio),
 	)
 	return root
