@@ -1,0 +1,243 @@
+package daemon
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/client"
+	"github.com/belayhq/belay/store/fsstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startDaemon runs the daemon in-process until the test ends.
+func startDaemon(t *testing.T, dir, listen string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{DataDir: dir, Listen: listen, Version: "test", Ready: func() { close(ready) }, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("daemon: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("daemon did not start")
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func mode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	return fi.Mode().Perm()
+}
+
+func TestPermissionsAndTCPToken(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	startDaemon(t, dir, "tcp:"+addr)
+
+	require.Equal(t, os.FileMode(0o700), mode(t, dir), "the data directory is private")
+	require.Equal(t, os.FileMode(0o600), mode(t, filepath.Join(dir, SocketName)), "the socket is the owner's")
+	require.Equal(t, os.FileMode(0o600), mode(t, filepath.Join(dir, TokenName)))
+
+	raw, err := os.ReadFile(filepath.Join(dir, TokenName))
+	require.NoError(t, err)
+	token := strings.TrimSpace(string(raw))
+	require.Len(t, token, 64)
+
+	ctx := context.Background()
+	for _, tc := range []struct {
+		token string
+		ok    bool
+	}{{"", false}, {"wrong", false}, {token + "0", false}, {token[:63], false}, {token, true}} {
+		_, err := client.New(client.Options{BaseURL: "http://" + addr, Token: tc.token}).Sessions(ctx, belay.SessionFilter{})
+		if tc.ok {
+			require.NoError(t, err)
+		} else {
+			var ce *client.Error
+			require.ErrorAs(t, err, &ce, "token %q", tc.token)
+			require.Equal(t, http.StatusUnauthorized, ce.Status)
+		}
+	}
+	// The socket needs no token: its permissions are the protection.
+	_, err = client.New(client.Options{Socket: filepath.Join(dir, SocketName)}).Sessions(ctx, belay.SessionFilter{})
+	require.NoError(t, err)
+}
+
+func TestSecondDaemonNamesTheHolder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	startDaemon(t, dir, "")
+	err := Run(context.Background(), Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, belay.ErrStoreLocked)
+	require.Contains(t, err.Error(), "another belay daemon owns")
+	require.Contains(t, err.Error(), "pid")
+}
+
+func TestBadConfigIsRefused(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]string{
+		"unknown key":      "[limits]\nglobl = 3\n",
+		"unknown provider": "[providers.x]\ntype = \"nope\"\n",
+		"bad duration":     "[watchdog]\nstreaming = \"soon\"\n",
+		"provider key":     "[providers.f]\ntype = \"fake\"\nresum = true\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte(cfg), 0o600))
+			err := Run(context.Background(), Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "config")
+		})
+	}
+}
+
+// hookServer records webhook calls; it fails the first fail calls.
+type hookServer struct {
+	mu    sync.Mutex
+	key   []byte
+	fail  int
+	calls []http.Header
+	ids   map[string]int
+	t     *testing.T
+}
+
+func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	id := r.Header.Get("webhook-id")
+	var sec int64
+	_, _ = fmtSscan(r.Header.Get("webhook-timestamp"), &sec)
+	want := Sign(h.key, id, time.Unix(sec, 0), body)
+	if r.Header.Get("webhook-signature") != want {
+		h.t.Errorf("bad signature %q, want %q", r.Header.Get("webhook-signature"), want)
+	}
+	h.calls = append(h.calls, r.Header.Clone())
+	if h.fail > 0 {
+		h.fail--
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	h.ids[id]++
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *hookServer) delivered() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range h.ids {
+		out[k] = v
+	}
+	return out
+}
+
+func TestWebhooksAndHooksAcrossRestart(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	hs := &hookServer{key: key, fail: 2, ids: map[string]int{}, t: t}
+	srv := httptest.NewServer(hs)
+	defer srv.Close()
+	dir := t.TempDir()
+	hookOut := filepath.Join(t.TempDir(), "hook.jsonl")
+	cfg := "[[webhooks]]\nurl = \"" + srv.URL + "\"\nsecret = \"whsec_" + base64.StdEncoding.EncodeToString(key) + "\"\ntypes = [\"run.completed\"]\n" +
+		"[[hooks]]\ncommand = [\"sh\", \"-c\", \"cat >> " + hookOut + "; echo >> " + hookOut + "\"]\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte(cfg), 0o600))
+
+	stop := startDaemon(t, dir, "")
+	c := client.New(client.Options{Socket: filepath.Join(dir, SocketName)})
+	ctx := context.Background()
+	run, err := c.CreateRun(ctx, apiRunRequest("hello"), "")
+	require.NoError(t, err)
+	_, err = c.WaitRun(ctx, run.ID, 20*time.Second)
+	require.NoError(t, err)
+	waitFor(t, func() bool { return len(hs.delivered()) == 1 })
+	stop()
+
+	// After a restart nothing settled is sent again; new deliveries are.
+	startDaemon(t, dir, "")
+	run2, err := c.CreateRun(ctx, apiRunRequest("again"), "")
+	require.NoError(t, err)
+	_, err = c.WaitRun(ctx, run2.ID, 20*time.Second)
+	require.NoError(t, err)
+	waitFor(t, func() bool { return len(hs.delivered()) == 2 })
+	time.Sleep(600 * time.Millisecond) // a few scan rounds
+	for id, n := range hs.delivered() {
+		require.Equal(t, 1, n, "notification %s delivered %d times", id, n)
+	}
+	hs.mu.Lock()
+	require.GreaterOrEqual(t, len(hs.calls), 4, "the first two attempts failed and were retried")
+	hs.mu.Unlock()
+
+	waitFor(t, func() bool {
+		raw, _ := os.ReadFile(hookOut)
+		return strings.Count(strings.TrimSpace(string(raw)), "\n") == 1
+	})
+	raw, err := os.ReadFile(hookOut)
+	require.NoError(t, err)
+	var first map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(string(raw), "\n", 2)[0]), &first))
+	require.Equal(t, "run.completed", first["type"])
+
+	// The settlements are in the journal.
+	st, err := fsstore.Open(ctx, dir, fsstore.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer st.Close()
+	evs, err := st.Events(ctx, run.Session, 0, 0)
+	require.NoError(t, err)
+	settled := 0
+	for _, e := range evs {
+		if e.Type == EventNotifySettled {
+			settled++
+		}
+	}
+	require.Equal(t, 2, settled, "one webhook and one hook settlement for the run")
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
