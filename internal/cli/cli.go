@@ -121,7 +121,6 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newDoctorCmd(stdio),
 		newDemoCmd(stdio),
 		newBenchCmd(stdio),
-		newRepairCmd(stdio), // TEMP-REPAIR
 		newVersionCmd(stdio),
 	)
 	return root
