@@ -120,6 +120,7 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newInboxCmd(stdio),
 		newDoctorCmd(stdio),
 		newDemoCmd(stdio),
+		newRepairCmd(stdio),
 		newBenchCmd(stdio),
 		newVersionCmd(stdio),
 	)

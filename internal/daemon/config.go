@@ -52,7 +52,8 @@ type Config struct {
 	Webhooks  []WebhookConfig           `toml:"webhooks"`
 	Hooks     []HookConfig              `toml:"hooks"`
 
-	md toml.MetaData
+	md    toml.MetaData
+	store store.Store // set before providers are built
 }
 
 // WebhookConfig is one [[webhooks]] entry: deliveries are POSTed to URL,

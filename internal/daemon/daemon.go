@@ -66,13 +66,6 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	providers, err := buildProviders(cfg, dir)
-	if err != nil {
-		return err
-	}
-	for _, k := range cfg.md.Undecoded() {
-		return fmt.Errorf("config: unknown key %q", k.String())
-	}
 
 	incarnation := ids.New("inc_")
 	var metrics *api.Metrics
@@ -93,6 +86,14 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer st.Close()
 
+	cfg.store = st
+	providers, err := buildProviders(cfg, dir)
+	if err != nil {
+		return err
+	}
+	for _, k := range cfg.md.Undecoded() {
+		return fmt.Errorf("config: unknown key %q", k.String())
+	}
 	ropts := runtime.Options{Store: st, Providers: providers, Incarnation: incarnation, Logger: log}
 	cfg.runtimeOptions(&ropts)
 	notifier := newNotifier(cfg, st, log)

@@ -20,7 +20,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/api"
 	"github.com/belayhq/belay/client"
+	"github.com/belayhq/belay/provider/openai/openaitest"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
@@ -240,4 +242,36 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestHistoryIsReplayedRepaired sends two runs in one session through the
+// openai provider: the second request carries the first exchange, built
+// from the journal and repaired before it is replayed.
+func TestHistoryIsReplayedRepaired(t *testing.T) {
+	t.Parallel()
+	srv := openaitest.NewServer(openaitest.Options{Reply: "The answer is 42."})
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := "[providers.openai]\ntype = \"openai\"\nbase_url = \"" + srv.URL + "\"\nmodel = \"m\"\napi_key = \"sk-test\"\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte(cfg), 0o600))
+	startDaemon(t, dir, "")
+	c := client.New(client.Options{Socket: filepath.Join(dir, SocketName)})
+	ctx := context.Background()
+	first, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "openai", Prompt: "What is the answer?"}, "")
+	require.NoError(t, err)
+	r, err := c.WaitRun(ctx, first.ID, 20*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
+	second, err := c.CreateRun(ctx, api.CreateRunRequest{Session: first.Session, Prompt: "And why?"}, "")
+	require.NoError(t, err)
+	r, err = c.WaitRun(ctx, second.ID, 20*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
+	reqs := srv.Requests()
+	require.Len(t, reqs, 2)
+	body := string(reqs[1].Body)
+	require.Contains(t, body, "What is the answer?")
+	require.Contains(t, body, "The answer is 42.")
+	require.Contains(t, body, "And why?")
+	require.Less(t, strings.Index(body, "What is the answer?"), strings.Index(body, "And why?"))
 }

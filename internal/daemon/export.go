@@ -2,37 +2,36 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/transcript"
 )
 
-// ExportEvents writes a session's transcript in a format. "belay" (or "")
-// is the session's own journal events as JSON lines.
+// ExportEvents writes a session's transcript in a format (belay's own
+// journal format by default; see docs/transcripts.md for the others).
 func ExportEvents(ctx context.Context, st store.Store, w io.Writer, session, format string) error {
-	switch format {
-	case "", "belay":
-	default:
-		return fmt.Errorf("%w: export format %q is not supported (supported: belay)", belay.ErrInvalid, format)
+	if format == "" {
+		format = "belay"
 	}
-	enc := json.NewEncoder(w)
+	f, err := transcript.ParseFormat(format)
+	if err != nil {
+		return fmt.Errorf("%w: export format %q is not supported: %v", belay.ErrInvalid, format, err)
+	}
+	var evs []belay.Event
 	var after uint64
 	for {
-		evs, err := st.Events(ctx, session, after, 4096)
-		for _, e := range evs {
-			if err := enc.Encode(e); err != nil {
-				return err
-			}
-			after = e.Seq
-		}
+		page, err := st.Events(ctx, session, after, 4096)
+		evs = append(evs, page...)
 		if err != nil {
 			return err
 		}
-		if len(evs) == 0 {
-			return nil
+		if len(page) == 0 {
+			break
 		}
+		after = page[len(page)-1].Seq
 	}
+	return transcript.Export(w, evs, f)
 }

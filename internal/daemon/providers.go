@@ -32,6 +32,7 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 		if err := c.decode(prim, &cfg); err != nil {
 			return nil, err
 		}
+		cfg.History = sessionHistory(c.store)
 		return openai.New(name, cfg.Config)
 	},
 	"anthropic": func(name string, c *Config, prim any, _ string) (provider.Provider, error) {
@@ -42,6 +43,7 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 		if err := c.decode(prim, &cfg); err != nil {
 			return nil, err
 		}
+		cfg.History = sessionHistory(c.store)
 		return anthropic.New(name, cfg.Config)
 	},
 	"command": func(name string, c *Config, prim any, dataDir string) (provider.Provider, error) {

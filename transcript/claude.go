@@ -1,0 +1,224 @@
+package transcript
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// claudeCodec reads and writes Claude Code sessions. Lines of types it does
+// not know are kept untouched.
+type claudeCodec struct{}
+
+func (claudeCodec) hasHeader() bool            { return false }
+func (claudeCodec) checkHeader(_ []byte) error { return nil }
+
+func (claudeCodec) checkLine(line []byte) string {
+	k := keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
+	if why := k.check(line); why != "" {
+		return why
+	}
+	typ, ok := str(line, k.topAt[0])
+	if !ok || typ == "" {
+		return `line has no "type"`
+	}
+	if typ == "user" || typ == "assistant" {
+		if !object(line, k.topAt[4]) {
+			return typ + ` line has no "message" object`
+		}
+		if k.bad {
+			return ambiguous
+		}
+	}
+	return ""
+}
+
+type claudeMessage struct {
+	ID         string          `json:"id"`
+	Role       string          `json:"role"`
+	Model      string          `json:"model"`
+	Content    json.RawMessage `json:"content"`
+	StopReason *string         `json:"stop_reason"`
+	Usage      *struct {
+		Input      int `json:"input_tokens"`
+		Output     int `json:"output_tokens"`
+		CacheRead  int `json:"cache_read_input_tokens"`
+		CacheWrite int `json:"cache_creation_input_tokens"`
+	} `json:"usage"`
+}
+
+func (claudeCodec) build(d *Document) error {
+	d.tree, d.parentK = true, "parentUuid"
+	var body []*entry
+	anyMain := false
+	for _, e := range d.entries {
+		if e.blank {
+			continue
+		}
+		body = append(body, e)
+		e.id, _ = getString(e.raw, "uuid")
+		e.parent, _ = getString(e.raw, "parentUuid")
+		if e.id != "" && conversational(e) && !sidechain(e) {
+			anyMain = true
+		}
+	}
+	path := treePath(body, func(e *entry) bool {
+		return e.id != "" && conversational(e) && (!anyMain || !sidechain(e))
+	}, len(d.Dropped) > 0)
+	if len(path) > 0 && path[0].id == "" {
+		path = nil
+	}
+	for _, e := range path {
+		e.path = true
+		msgs := claudeEntryMessages(e)
+		e.parts = len(msgs)
+		for i, m := range msgs {
+			m.seal(e, i)
+			d.items = append(d.items, m)
+		}
+	}
+	return nil
+}
+
+func conversational(e *entry) bool {
+	typ, _ := getString(e.raw, "type")
+	switch typ {
+	case "user", "assistant", "system", "attachment":
+		return true
+	}
+	return false
+}
+
+func sidechain(e *entry) bool {
+	v, _ := getField(e.raw, "isSidechain")
+	return string(v) == "true"
+}
+
+func claudeEntryMessages(e *entry) []*Message {
+	typ, _ := getString(e.raw, "type")
+	if typ != "user" && typ != "assistant" {
+		return []*Message{{}}
+	}
+	raw, _ := getField(e.raw, "message")
+	var cm claudeMessage
+	if json.Unmarshal(raw, &cm) != nil {
+		return []*Message{{}}
+	}
+	meta := Meta{ID: e.id, Model: cm.Model}
+	if ts, ok := getString(e.raw, "timestamp"); ok {
+		meta.Time, _ = time.Parse(time.RFC3339Nano, ts)
+	}
+	blocks := anthropicBlocks(cm.Content)
+	if typ == "user" {
+		return splitUser(blocks, meta)
+	}
+	meta.ResponseID = cm.ID
+	if cm.StopReason != nil {
+		meta.StopReason = *cm.StopReason
+	}
+	if v, _ := getField(e.raw, "isApiErrorMessage"); string(v) == "true" && meta.StopReason == "" {
+		meta.StopReason = "error"
+	}
+	if u := cm.Usage; u != nil {
+		meta.Usage = &Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite}
+	}
+	return []*Message{{Role: RoleAssistant, Blocks: blocks, Meta: meta}}
+}
+
+func (claudeCodec) render(d *Document, items []*Message) []outEntry {
+	ids := map[string]bool{}
+	for _, e := range d.entries {
+		if e.id != "" {
+			ids[e.id] = true
+		}
+	}
+	used := map[*entry]bool{}
+	var out []outEntry
+	var prevLine []byte // the last line written that came from the file
+	for i := 0; i < len(items); {
+		m := items[i]
+		// The messages read from one line stay one line while together.
+		j := i + 1
+		for m.src != nil && j < len(items) && items[j].src == m.src {
+			j++
+		}
+		g := items[i:j]
+		i = j
+		if m.src != nil && (m.opaque() || wholeEntries(g)) && !used[m.src] {
+			used[m.src] = true
+			out = append(out, outEntry{src: m.src, raw: m.src.raw, id: m.src.id})
+			prevLine = m.src.raw
+			continue
+		}
+		var blocks [][]byte
+		for _, gm := range g {
+			for k := range gm.Blocks {
+				if raw := anthropicBlock(&gm.Blocks[k]); raw != nil {
+					blocks = append(blocks, raw)
+				}
+			}
+		}
+		if m.src != nil && !used[m.src] {
+			used[m.src] = true
+			msg, _ := getField(m.src.raw, "message")
+			msg = setField(msg, "content", contentValue(msg, blocks, g))
+			out = append(out, outEntry{src: m.src, raw: setField(m.src.raw, "message", msg), id: m.src.id})
+			prevLine = m.src.raw
+			continue
+		}
+		id := newUUID(ids, seedOf(m, out))
+		out = append(out, outEntry{raw: claudeNewLine(m, blocks, id, prevLine), id: id})
+	}
+	return out
+}
+
+// claudeNewLine writes a user line for a message belay made, with the
+// envelope (session, cwd, version, branch) of the line before it.
+func claudeNewLine(m *Message, blocks [][]byte, id string, prev []byte) []byte {
+	line := []byte(`{"parentUuid":null}`)
+	for _, k := range []string{"isSidechain", "userType", "cwd", "sessionId", "version", "gitBranch"} {
+		if v, ok := getField(prev, k); ok {
+			line = setField(line, k, v)
+		}
+	}
+	role := "user"
+	if m.Role == RoleAssistant {
+		role = "assistant"
+	}
+	line = setField(line, "type", mustJSON(role))
+	content := joinArray(blocks)
+	if blocks == nil {
+		content = []byte("[]")
+	}
+	line = setField(line, "message", []byte(`{"role":`+string(mustJSON(role))+`,"content":`+string(content)+`}`))
+	line = setField(line, "uuid", mustJSON(id))
+	ts := m.Meta.Time
+	if ts.IsZero() {
+		ts = time.Unix(0, 0)
+	}
+	line = setField(line, "timestamp", mustJSON(ts.UTC().Format("2006-01-02T15:04:05.000Z")))
+	if m.Synthetic {
+		line = setField(line, "toolUseResult", mustJSON("belay: synthetic result for transcript repair"))
+		if pid, ok := getString(prev, "uuid"); ok {
+			line = setField(line, "sourceToolAssistantUUID", mustJSON(pid))
+		}
+	}
+	return line
+}
+
+// newUUID derives a version-4-shaped UUID from seed, unique in the file.
+func newUUID(ids map[string]bool, seed string) string {
+	for n := 0; ; n++ {
+		sum := sha256.Sum256([]byte(seed + "/" + strconv.Itoa(n)))
+		sum[6] = sum[6]&0x0f | 0x40
+		sum[8] = sum[8]&0x3f | 0x80
+		h := hex.EncodeToString(sum[:16])
+		id := h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+		if !ids[id] {
+			ids[id] = true
+			return id
+		}
+	}
+}

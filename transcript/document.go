@@ -1,0 +1,473 @@
+package transcript
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// entry is one line of a JSONL file, or one element of a JSON array.
+type entry struct {
+	line  int    // 1-based line number, or element number
+	off   int64  // byte offset in the file
+	raw   []byte // the bytes, without the line terminator
+	term  string // "\n", "\r\n", or "" for a last line without one
+	blank bool   // a blank line: kept as it is, not an entry
+
+	id, parent string // tree formats: own id and parent id ("" for null)
+	path       bool   // on the conversation path
+	parts      int    // messages made from it
+}
+
+// outEntry is one entry a writer produces: an entry as read (src) with
+// possibly new bytes, or a new one.
+type outEntry struct {
+	src *entry
+	raw []byte
+	id  string
+}
+
+// codec is one format's reader and writer.
+type codec interface {
+	// checkHeader validates the first line of a format that has a header.
+	checkHeader(line []byte) error
+	hasHeader() bool
+	// checkLine returns why a line is not a valid entry, or "".
+	checkLine(line []byte) string
+	// build makes d.items from d.entries and marks the path.
+	build(d *Document) error
+	// render writes items back as entries.
+	render(d *Document, items []*Message) []outEntry
+}
+
+// Document is a transcript file as read: its entries, byte for byte, and
+// the conversation they hold. Entries that are not messages (headers, model
+// changes, progress lines, unknown types) are kept and written back as they
+// were. Writing a Document whose messages did not change gives back the
+// bytes it was parsed from.
+type Document struct {
+	Format Format
+	// Dropped lists the lines Parse dropped (not valid JSON, or not valid
+	// entries of the format), with line numbers and reasons.
+	Dropped []Change
+
+	codec   codec
+	data    []byte
+	entries []*entry // every line (JSONL), or every element (array), in order
+	header  *entry
+	items   []*Message // the conversation path: messages and opaque entries
+	tree    bool       // entries link to parents (pi v2+, Claude Code)
+	parentK string     // the parent field of a tree format
+	term    string     // the terminator for new lines
+
+	array  bool   // a JSON document, not JSONL
+	prefix []byte // array layout: bytes before the first element,
+	sep    []byte // between elements,
+	suffix []byte // and after the last
+
+	version int // pi: header version
+	jsonl   bool
+	events  *belayDoc
+}
+
+func codecFor(f Format) (codec, error) {
+	switch f {
+	case FormatBelay:
+		return belayCodec{}, nil
+	case FormatPi:
+		return piCodec{}, nil
+	case FormatClaude:
+		return claudeCodec{}, nil
+	case FormatOpenAI:
+		return openaiCodec{}, nil
+	case FormatAnthropic:
+		return anthropicCodec{}, nil
+	}
+	return nil, fmt.Errorf("%w %q: supported formats are %s", ErrUnknownFormat, f, supported())
+}
+
+// Parse reads a transcript. An empty format means detect it. Lines that
+// are not valid are dropped and listed in Dropped; a missing or invalid
+// header fails with ErrInvalidHeader, a JSON document that does not parse
+// with ErrInvalidDocument.
+func Parse(data []byte, format Format) (*Document, error) {
+	if format == "" {
+		f, err := Detect(data)
+		if err != nil {
+			return nil, err
+		}
+		format = f
+	}
+	c, err := codecFor(format)
+	if err != nil {
+		return nil, err
+	}
+	d := &Document{Format: format, codec: c, data: data, term: "\n"}
+	t := bytes.TrimLeft(data, " \t\r\n\xef\xbb\xbf")
+	if format != FormatBelay && format != FormatPi && format != FormatClaude && len(t) > 0 && (t[0] == '[' || t[0] == '{' && isRequestObject(t)) {
+		if err := d.splitArray(); err != nil {
+			return nil, err
+		}
+	} else {
+		d.jsonl = true
+		if err := d.splitLines(); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.build(d); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// splitLines splits JSONL into entries, validating each.
+func (d *Document) splitLines() error {
+	data := d.data
+	var off int64
+	lineNo := 0
+	first := true
+	for len(data) > 0 {
+		lineNo++
+		i := bytes.IndexByte(data, '\n')
+		var line []byte
+		term := "\n"
+		if i < 0 {
+			line, term, data = data, "", nil
+		} else {
+			line, data = data[:i], data[i+1:]
+		}
+		if n := len(line); n > 0 && line[n-1] == '\r' {
+			line = line[:n-1]
+			term = "\r" + term
+		}
+		e := &entry{line: lineNo, off: off, raw: line, term: term}
+		off += int64(len(line) + len(term))
+		if lineNo == 1 && len(term) == 2 {
+			d.term = "\r\n"
+		}
+		if len(bytes.TrimSpace(line)) == 0 && d.Format != FormatBelay {
+			e.blank = true
+			d.entries = append(d.entries, e)
+			continue
+		}
+		if first && d.codec.hasHeader() {
+			first = false
+			if err := d.codec.checkHeader(line); err != nil {
+				return fmt.Errorf("%w: line %d: %v; the file was not changed", ErrInvalidHeader, lineNo, err)
+			}
+			d.header = e
+			d.entries = append(d.entries, e)
+			continue
+		}
+		first = false
+		if why := d.codec.checkLine(line); why != "" {
+			d.Dropped = append(d.Dropped, Change{Kind: ChangeDropLine, Line: lineNo, Reason: why})
+			continue
+		}
+		d.entries = append(d.entries, e)
+	}
+	if d.codec.hasHeader() && d.header == nil && len(d.entries) > 0 {
+		return fmt.Errorf("%w: no header line; the file was not changed", ErrInvalidHeader)
+	}
+	return nil
+}
+
+// splitArray splits a JSON array (or the "messages" array of a request
+// object) into entries.
+func (d *Document) splitArray() error {
+	if !json.Valid(d.data) {
+		var v any
+		err := json.Unmarshal(d.data, &v)
+		return fmt.Errorf("%w: %v; the file was not changed", ErrInvalidDocument, err)
+	}
+	d.array = true
+	base := 0
+	arr := d.data
+	t := bytes.TrimLeft(d.data, " \t\r\n\xef\xbb\xbf")
+	if t[0] == '{' {
+		topFields(d.data, func(f field) bool {
+			if string(f.key) == "messages" {
+				base, arr = f.start, d.data[f.start:f.end]
+				return false
+			}
+			return true
+		})
+		if arr[0] != '[' {
+			return fmt.Errorf("%w: \"messages\" is not an array; the file was not changed", ErrInvalidDocument)
+		}
+	} else if t[0] != '[' {
+		return fmt.Errorf("%w: not a JSON array; the file was not changed", ErrInvalidDocument)
+	}
+	spans := arrayElems(arr)
+	d.sep = []byte(",")
+	if len(spans) == 0 {
+		open := base + bytes.IndexByte(arr, '[') + 1
+		d.prefix, d.suffix = d.data[:open], d.data[open:]
+		return nil
+	}
+	d.prefix = d.data[:base+spans[0][0]]
+	d.suffix = d.data[base+spans[len(spans)-1][1]:]
+	if len(spans) > 1 {
+		d.sep = d.data[base+spans[0][1] : base+spans[1][0]]
+	}
+	for i, s := range spans {
+		raw := d.data[base+s[0] : base+s[1]]
+		e := &entry{line: i + 1, off: int64(base + s[0]), raw: raw}
+		if raw[0] != '{' || checkRoleLine(raw) != "" {
+			// Not a message: keep it as it is.
+			e.blank = true
+		}
+		d.entries = append(d.entries, e)
+	}
+	return nil
+}
+
+// Messages returns the conversation: the messages on the document's
+// current path (for tree formats, from the root to the newest leaf), in
+// order. Entries that are not messages are left out.
+func (d *Document) Messages() []Message {
+	var out []Message
+	for _, m := range d.items {
+		if !m.opaque() {
+			out = append(out, *m)
+		}
+	}
+	return out
+}
+
+// Repair applies message-level repair (RepairMessages) to the document's
+// conversation; Bytes then writes the result. The belay journal is not
+// changed by message-level repair: its events are the record of what
+// happened (tool intents and settlements, G9), so the runtime repairs the
+// conversation it replays instead (FromJournal, then RepairMessages).
+func (d *Document) Repair() Report {
+	if d.Format == FormatBelay {
+		return Report{}
+	}
+	items, changes := repairItems(d.items)
+	d.items = items
+	return Report{Changes: changes}
+}
+
+// Bytes writes the document back in its format. Entries and messages that
+// did not change are written as the bytes they were read from.
+func (d *Document) Bytes() ([]byte, error) {
+	if d.Format == FormatBelay {
+		return d.events.bytes(d)
+	}
+	out := d.codec.render(d, d.items)
+	switch {
+	case d.array:
+		return d.assembleArray(out), nil
+	case d.tree:
+		return d.assembleTree(out), nil
+	}
+	return d.assembleLinear(out), nil
+}
+
+// assembleArray joins elements with the separator the document used.
+func (d *Document) assembleArray(out []outEntry) []byte {
+	// Elements that are not messages (blank) are kept at their place
+	// relative to the messages around them through the items list; here
+	// every output entry is an element.
+	var buf bytes.Buffer
+	buf.Write(d.prefix)
+	for i, o := range out {
+		if i > 0 {
+			buf.Write(d.sep)
+		}
+		buf.Write(o.raw)
+	}
+	buf.Write(d.suffix)
+	return buf.Bytes()
+}
+
+// lineWriter writes lines with their terminators, giving a last line
+// without one a terminator when more lines follow it.
+type lineWriter struct {
+	buf     bytes.Buffer
+	started bool
+	pending string // terminator of the last line written
+	term    string
+}
+
+func (w *lineWriter) line(raw []byte, term string) {
+	if w.started && w.pending == "" {
+		w.buf.WriteString(w.term)
+	}
+	w.buf.Write(raw)
+	w.buf.WriteString(term)
+	w.pending, w.started = term, true
+}
+
+func (d *Document) termOf(o outEntry) string {
+	if o.src != nil {
+		return o.src.term
+	}
+	return d.term
+}
+
+// assembleLinear writes the header, the output entries in order, and keeps
+// blank lines where they were relative to the entry before them.
+func (d *Document) assembleLinear(out []outEntry) []byte {
+	w := &lineWriter{term: d.term}
+	blanksAfter := map[*entry][]*entry{}
+	var lead []*entry
+	var prev *entry
+	for _, e := range d.entries {
+		if e.blank {
+			if prev == nil {
+				lead = append(lead, e)
+			} else {
+				blanksAfter[prev] = append(blanksAfter[prev], e)
+			}
+			continue
+		}
+		prev = e
+	}
+	if d.header != nil {
+		w.line(d.header.raw, d.header.term)
+		for _, b := range blanksAfter[d.header] {
+			w.line(b.raw, b.term)
+		}
+	}
+	for _, b := range lead {
+		w.line(b.raw, b.term)
+	}
+	last := map[*entry]bool{}
+	for i := len(out) - 1; i >= 0; i-- {
+		if out[i].src != nil {
+			last[out[i].src] = i == len(out)-1 || !slices.ContainsFunc(out[i+1:], func(o outEntry) bool { return o.src == out[i].src })
+		}
+	}
+	for _, o := range out {
+		w.line(o.raw, d.termOf(o))
+		if o.src != nil && last[o.src] {
+			for _, b := range blanksAfter[o.src] {
+				w.line(b.raw, b.term)
+			}
+		}
+	}
+	return w.buf.Bytes()
+}
+
+// assembleTree writes a tree format: entries off the conversation path
+// stay where they were; the path entries fill the file positions the path
+// held, in their new order (a new entry right after the one before it), and
+// each path entry's parent is set to the entry before it on the path.
+func (d *Document) assembleTree(out []outEntry) []byte {
+	inOut := map[*entry]bool{}
+	for _, o := range out {
+		if o.src != nil {
+			inOut[o.src] = true
+		}
+	}
+	// Parents of dropped path entries, to re-link their children.
+	droppedParent := map[string]string{}
+	for _, e := range d.entries {
+		if e.path && !inOut[e] && e.id != "" {
+			droppedParent[e.id] = e.parent
+		}
+	}
+	resolve := func(p string) string {
+		for i := 0; i < len(droppedParent)+1; i++ {
+			q, ok := droppedParent[p]
+			if !ok {
+				return p
+			}
+			p = q
+		}
+		return p
+	}
+	// Thread the path.
+	for i := range out {
+		o := &out[i]
+		var want string
+		switch {
+		case i > 0:
+			want = out[i-1].id
+		case o.src != nil:
+			want = resolve(o.src.parent)
+		}
+		have := ""
+		if o.src != nil && bytes.Equal(o.raw, o.src.raw) {
+			have = o.src.parent
+		} else {
+			have, _ = getString(o.raw, d.parentK)
+		}
+		if have != want || (i == 0 && o.src == nil) {
+			o.raw = setField(o.raw, d.parentK, parentValue(want))
+		}
+	}
+	// Group the output by the entries as read that lead each run.
+	type group struct {
+		pos  int
+		outs []outEntry
+	}
+	index := map[*entry]int{}
+	for i, e := range d.entries {
+		index[e] = i
+	}
+	var groups []*group
+	var cur *group
+	var pre []outEntry
+	for _, o := range out {
+		if o.src != nil {
+			cur = &group{pos: index[o.src]}
+			groups = append(groups, cur)
+		}
+		if cur == nil {
+			pre = append(pre, o)
+			continue
+		}
+		cur.outs = append(cur.outs, o)
+	}
+	slots := make([]int, len(groups))
+	for i, g := range groups {
+		slots[i] = g.pos
+	}
+	slices.Sort(slots)
+	bySlot := map[int]*group{}
+	for i, g := range groups {
+		bySlot[slots[i]] = g
+	}
+	w := &lineWriter{term: d.term}
+	emitted := false
+	emit := func(outs []outEntry) {
+		for _, o := range outs {
+			w.line(o.raw, d.termOf(o))
+		}
+	}
+	for i, e := range d.entries {
+		if g, ok := bySlot[i]; ok {
+			if !emitted {
+				emit(pre)
+				emitted = true
+			}
+			emit(g.outs)
+			continue
+		}
+		if e.path {
+			continue // dropped from the path
+		}
+		raw := e.raw
+		if e != d.header && !e.blank && e.parent != "" {
+			if p := resolve(e.parent); p != e.parent {
+				raw = setField(raw, d.parentK, parentValue(p))
+			}
+		}
+		w.line(raw, e.term)
+	}
+	if !emitted {
+		emit(pre)
+	}
+	return w.buf.Bytes()
+}
+
+func parentValue(id string) []byte {
+	if id == "" {
+		return []byte("null")
+	}
+	return mustJSON(id)
+}

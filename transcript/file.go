@@ -1,0 +1,643 @@
+package transcript
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/belayhq/belay/internal/atomicfile"
+	"github.com/belayhq/belay/internal/vfs"
+	"github.com/belayhq/belay/journal"
+)
+
+// File repair statuses, the stable "status" values of a FileReport.
+const (
+	StatusClean    = "clean"    // nothing to fix: the file was not touched
+	StatusRepaired = "repaired" // fixed: a backup was kept and the file replaced
+	StatusWould    = "would_repair"
+	StatusRefused  = "refused" // not changed, with the reason (invalid header, unknown format, ...)
+	StatusMissing  = "missing" // no such file: nothing done
+	StatusEmpty    = "empty"   // an empty file: nothing to repair
+)
+
+// MaxLineSize caps one line during streaming repair; a longer line is
+// dropped as invalid without being held in memory.
+const MaxLineSize = 64 << 20
+
+// DefaultMessageLimit is the file size up to which RepairFile also repairs
+// messages (which needs the file in memory); larger files get streaming
+// file-level repair only.
+const DefaultMessageLimit = 1 << 30
+
+// ErrRefused is matched by the error RepairFile returns when it refuses to
+// change a file.
+var ErrRefused = errors.New("transcript: repair refused")
+
+// FileOptions configure RepairFile.
+type FileOptions struct {
+	// Format of the file; empty means detect it.
+	Format Format
+	// DryRun reports what would change and changes nothing.
+	DryRun bool
+	// NoBackup skips the <file>.bak-<time> copy.
+	NoBackup bool
+	// LinesOnly does file-level repair only: streaming, with memory
+	// bounded whatever the file size.
+	LinesOnly bool
+	// MessageLimit overrides DefaultMessageLimit.
+	MessageLimit int64
+	// Now names the backup; time.Now if nil.
+	Now func() time.Time
+}
+
+// FileReport is what RepairFile found and did. Its JSON is the per-file
+// object of `belay repair --json` (docs/transcripts.md).
+type FileReport struct {
+	Path   string `json:"path"`
+	Format Format `json:"format,omitempty"`
+	Status string `json:"status"`
+	// Reason says why a file was refused, missing or left alone.
+	Reason string `json:"reason,omitempty"`
+	// Backup is the copy of the original bytes kept before replacing.
+	Backup      string   `json:"backup,omitempty"`
+	BytesBefore int64    `json:"bytes_before"`
+	BytesAfter  int64    `json:"bytes_after"`
+	Messages    bool     `json:"message_level"`
+	Changes     []Change `json:"changes"`
+}
+
+// RepairFile repairs a transcript file in place: it drops lines that are
+// not valid (file level) and, unless opts.LinesOnly or the file is larger
+// than the message limit, repairs the conversation (RepairMessages). Before
+// any change it writes <file>.bak-<UTC time> and then replaces the file
+// atomically (temp file, fsync, rename, fsync dir), keeping its mode and
+// owner. A file with nothing to fix is not touched at all. A missing or
+// empty file is reported, not an error. A file whose header is invalid, or
+// whose format is unknown, is refused: the error wraps ErrRefused and the
+// file is not changed.
+func RepairFile(path string, opts FileOptions) (*FileReport, error) {
+	rep := &FileReport{Path: path, Status: StatusClean, Changes: []Change{}}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MessageLimit <= 0 {
+		opts.MessageLimit = DefaultMessageLimit
+	}
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		rep.Status, rep.Reason = StatusMissing, "no such file; nothing was done"
+		return rep, nil
+	}
+	if err != nil {
+		return rep, fmt.Errorf("transcript: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return refuse(rep, "not a regular file")
+	}
+	rep.BytesBefore, rep.BytesAfter = fi.Size(), fi.Size()
+	head, err := readHead(path)
+	if err != nil {
+		return rep, err
+	}
+	if len(bytes.TrimSpace(head)) == 0 && fi.Size() < detectLimit {
+		rep.Status, rep.Reason = StatusEmpty, "the file is empty; nothing to repair"
+		return rep, nil
+	}
+	f := opts.Format
+	if f == "" {
+		if f, err = Detect(head); err != nil {
+			return refuse(rep, err.Error())
+		}
+	}
+	rep.Format = f
+	if opts.LinesOnly || fi.Size() > opts.MessageLimit || !isJSONL(head, f) {
+		if isJSONL(head, f) {
+			return repairLines(path, fi, f, rep, opts)
+		}
+		if fi.Size() > opts.MessageLimit {
+			return refuse(rep, "a JSON document this large is not repaired; convert it to JSONL first")
+		}
+	}
+	return repairDocument(path, fi, f, rep, opts)
+}
+
+func refuse(rep *FileReport, reason string) (*FileReport, error) {
+	rep.Status, rep.Reason = StatusRefused, reason
+	return rep, fmt.Errorf("%w: %s: %s", ErrRefused, rep.Path, reason)
+}
+
+func readHead(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("transcript: %w", err)
+	}
+	defer f.Close()
+	b := make([]byte, detectLimit)
+	n, err := io.ReadFull(f, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("transcript: read %s: %w", path, err)
+	}
+	return b[:n], nil
+}
+
+// isJSONL reports whether a file of format f with this head is JSON Lines.
+func isJSONL(head []byte, f Format) bool {
+	switch f {
+	case FormatBelay, FormatPi, FormatClaude:
+		return true
+	}
+	t := bytes.TrimLeft(head, " \t\r\n\xef\xbb\xbf")
+	if len(t) > 0 && t[0] == '[' {
+		return false
+	}
+	return !(len(t) > 0 && t[0] == '{' && isRequestObject(t))
+}
+
+// repairDocument repairs a file in memory: lines and messages.
+func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts FileOptions) (*FileReport, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return rep, fmt.Errorf("transcript: %w", err)
+	}
+	d, err := Parse(data, f)
+	if err != nil {
+		if errors.Is(err, ErrInvalidHeader) || errors.Is(err, ErrInvalidDocument) || errors.Is(err, ErrUnknownFormat) {
+			return refuse(rep, err.Error())
+		}
+		return rep, err
+	}
+	rep.Messages = !opts.LinesOnly
+	rep.Changes = append(rep.Changes, d.Dropped...)
+	if !opts.LinesOnly {
+		rep.Changes = append(rep.Changes, d.Repair().Changes...)
+	}
+	out, err := d.Bytes()
+	if err != nil {
+		return rep, err
+	}
+	if d.Format == FormatBelay && d.events != nil && d.events.renumber && len(d.Dropped) > 0 {
+		rep.Changes = append(rep.Changes, Change{Kind: ChangeRenumberJournal, Reason: "events after the dropped lines were given gap-free seqs again"})
+	}
+	if bytes.Equal(out, data) {
+		rep.Changes = []Change{}
+		return rep, nil
+	}
+	rep.BytesAfter = int64(len(out))
+	if opts.DryRun {
+		rep.Status = StatusWould
+		return rep, nil
+	}
+	if err := replace(path, fi, rep, opts, func(w *os.File) error {
+		_, err := w.Write(out)
+		return err
+	}); err != nil {
+		return rep, err
+	}
+	rep.Status = StatusRepaired
+	return rep, nil
+}
+
+// badLine is a line streaming repair drops.
+type badLine struct {
+	line     int
+	off, end int64 // byte span, terminator included
+}
+
+// lineScanner reads lines with a bounded buffer.
+type lineScanner struct {
+	r    *bufio.Reader
+	buf  []byte
+	off  int64
+	line int
+}
+
+// next returns the next line without its terminator, its span, and
+// whether it was too long to hold (then line is nil). The line is valid
+// until the next call.
+func (s *lineScanner) next() (line []byte, off, end int64, tooLong bool, err error) {
+	s.buf = s.buf[:0]
+	off = s.off
+	for {
+		chunk, rerr := s.r.ReadSlice('\n')
+		s.off += int64(len(chunk))
+		full := errors.Is(rerr, bufio.ErrBufferFull)
+		if !tooLong {
+			if len(s.buf)+len(chunk) > MaxLineSize {
+				tooLong, s.buf = true, s.buf[:0]
+			} else if full || len(s.buf) > 0 {
+				s.buf = append(s.buf, chunk...)
+			}
+		}
+		if full {
+			continue
+		}
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return nil, 0, 0, false, rerr
+		}
+		if rerr != nil && s.off == off {
+			return nil, 0, 0, false, io.EOF
+		}
+		s.line++
+		if tooLong {
+			return nil, off, s.off, true, nil
+		}
+		line = chunk
+		if len(s.buf) > 0 {
+			line = s.buf
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		return line, off, s.off, false, nil
+	}
+}
+
+// parallelMin is the file size from which scanFile validates segments of
+// the file in parallel.
+const parallelMin = 8 << 20
+
+// scanFile is scanLines over a file, split into one segment per CPU (at
+// line boundaries) for large files of formats whose lines are checked on
+// their own (all but belay, whose seqs run across lines).
+func scanFile(f *os.File, size int64, format Format, fn func(Change)) ([]badLine, error) {
+	n := runtime.GOMAXPROCS(0)
+	if format == FormatBelay || size < parallelMin || n < 2 {
+		return scanLines(f, format, fn)
+	}
+	cuts := []int64{0}
+	buf := make([]byte, 64<<10)
+	for k := 1; k < n; k++ {
+		off := size * int64(k) / int64(n)
+		if off <= cuts[len(cuts)-1] {
+			continue
+		}
+		// Cut after the next newline.
+		for {
+			m, err := f.ReadAt(buf, off)
+			if i := bytes.IndexByte(buf[:m], '\n'); i >= 0 {
+				off += int64(i) + 1
+				break
+			}
+			off += int64(m)
+			if err != nil {
+				off = size
+				break
+			}
+		}
+		if off < size {
+			cuts = append(cuts, off)
+		}
+	}
+	cuts = append(cuts, size)
+	type result struct {
+		bad     []badLine
+		changes []Change
+		lines   int
+		err     error
+	}
+	results := make([]result, len(cuts)-1)
+	var wg sync.WaitGroup
+	for k := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &results[k]
+			sec := io.NewSectionReader(f, cuts[k], cuts[k+1]-cuts[k])
+			r.bad, r.lines, r.err = scanSegment(sec, format, k == 0, func(c Change) { r.changes = append(r.changes, c) })
+			for i := range r.bad {
+				r.bad[i].off += cuts[k]
+				r.bad[i].end += cuts[k]
+			}
+		}()
+	}
+	wg.Wait()
+	var bad []badLine
+	lines := 0
+	for _, r := range results {
+		if r.err != nil {
+			return nil, r.err
+		}
+		for i := range r.bad {
+			r.bad[i].line += lines
+		}
+		for _, c := range r.changes {
+			c.Line += lines
+			fn(c)
+		}
+		bad = append(bad, r.bad...)
+		lines += r.lines
+	}
+	return bad, nil
+}
+
+// scanLines validates a JSONL file line by line in bounded memory and
+// returns the lines to drop.
+func scanLines(r io.Reader, f Format, fn func(Change)) ([]badLine, error) {
+	bad, _, err := scanSegment(r, f, true, fn)
+	return bad, err
+}
+
+// scanSegment validates the lines of r, the start of the file when first;
+// it returns the lines to drop and how many lines it read.
+func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine, int, error) {
+	c, err := codecFor(f)
+	if err != nil {
+		return nil, 0, err
+	}
+	s := &lineScanner{r: bufio.NewReaderSize(r, 1<<20)}
+	var bad []badLine
+	var lastSeq uint64
+	for {
+		line, off, end, tooLong, err := s.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("transcript: %w", err)
+		}
+		drop := func(reason string) {
+			bad = append(bad, badLine{line: s.line, off: off, end: end})
+			fn(Change{Kind: ChangeDropLine, Line: s.line, Reason: reason})
+		}
+		if tooLong {
+			if first && c.hasHeader() {
+				return nil, 0, fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, s.line, MaxLineSize)
+			}
+			drop(fmt.Sprintf("line longer than %d bytes", MaxLineSize))
+			continue
+		}
+		if f != FormatBelay && len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if first && c.hasHeader() {
+			first = false
+			if err := c.checkHeader(line); err != nil {
+				return nil, 0, fmt.Errorf("%w: line %d: %v; the file was not changed", ErrInvalidHeader, s.line, err)
+			}
+			lastSeq, _ = lineSeq(line)
+			continue
+		}
+		first = false
+		if why := c.checkLine(line); why != "" {
+			drop(why)
+			continue
+		}
+		if f == FormatBelay {
+			seq, _ := lineSeq(line)
+			if seq <= lastSeq {
+				drop(fmt.Sprintf("seq %d does not follow seq %d (a duplicated or spliced line)", seq, lastSeq))
+				continue
+			}
+			lastSeq = seq
+		}
+	}
+	return bad, s.line, nil
+}
+
+// repairLines is streaming file-level repair: a validating pass, then (if
+// anything is to be dropped) a pass that copies every other line, or for a
+// belay journal appends every other event to a new journal.
+func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts FileOptions) (*FileReport, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return rep, fmt.Errorf("transcript: %w", err)
+	}
+	defer in.Close()
+	bad, err := scanFile(in, fi.Size(), f, func(c Change) { rep.Changes = append(rep.Changes, c) })
+	if err != nil {
+		if errors.Is(err, ErrInvalidHeader) {
+			return refuse(rep, err.Error())
+		}
+		return rep, err
+	}
+	if len(bad) == 0 {
+		return rep, nil
+	}
+	if f == FormatBelay {
+		rep.Changes = append(rep.Changes, Change{Kind: ChangeRenumberJournal, Reason: "events after the dropped lines were given gap-free seqs again"})
+	}
+	var dropped int64
+	for _, b := range bad {
+		dropped += b.end - b.off
+	}
+	rep.BytesAfter = fi.Size() - dropped
+	if opts.DryRun {
+		rep.Status = StatusWould
+		return rep, nil
+	}
+	write := func(w *os.File) error { return copyExcept(w, in, fi.Size(), bad) }
+	if f == FormatBelay {
+		write = nil
+	}
+	if err := replace(path, fi, rep, opts, write); err != nil {
+		return rep, err
+	}
+	if st, err := os.Stat(path); err == nil {
+		rep.BytesAfter = st.Size()
+	}
+	rep.Status = StatusRepaired
+	return rep, nil
+}
+
+// copyExcept copies r to w without the bad spans. File to file, the kernel
+// copies (copy_file_range on Linux).
+func copyExcept(w, r *os.File, size int64, bad []badLine) error {
+	var at int64
+	for _, b := range append(bad, badLine{off: size, end: size}) {
+		if b.off > at {
+			if _, err := r.Seek(at, io.SeekStart); err != nil {
+				return err
+			}
+			if _, err := io.CopyN(w, r, b.off-at); err != nil {
+				return err
+			}
+		}
+		at = b.end
+	}
+	return nil
+}
+
+// replace keeps a backup, then atomically replaces path with what write
+// writes (nil: the belay journal rewrite), with path's mode and owner.
+func replace(path string, fi fs.FileInfo, rep *FileReport, opts FileOptions, write func(*os.File) error) error {
+	dir := filepath.Dir(path)
+	if !opts.NoBackup {
+		backup := path + ".bak-" + opts.Now().UTC().Format("20060102T150405.000000000Z")
+		if err := copyFile(backup, path, fi); err != nil {
+			return fmt.Errorf("transcript: keep backup %s: %w", backup, err)
+		}
+		rep.Backup = backup
+	}
+	var tmp string
+	if write == nil {
+		t, err := rewriteJournalLines(path, rep)
+		if err != nil {
+			return err
+		}
+		tmp = t
+	} else {
+		tmp = atomicfile.TempName(path)
+		out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+		if err != nil {
+			return fmt.Errorf("transcript: %w", err)
+		}
+		err = write(out)
+		if err == nil {
+			err = out.Sync()
+		}
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("transcript: write %s: %w", tmp, err)
+		}
+	}
+	if err := keepModeOwner(tmp, fi); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("transcript: %s: keep mode and owner: %w; the file was not changed", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("transcript: replace %s: %w", path, err)
+	}
+	if err := vfs.OS.SyncDir(dir); err != nil {
+		return fmt.Errorf("transcript: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func copyFile(dst, src string, fi fs.FileInfo) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = keepModeOwner(dst, fi)
+	}
+	if err == nil {
+		err = vfs.OS.SyncDir(filepath.Dir(dst))
+	}
+	if err != nil {
+		_ = os.Remove(dst)
+	}
+	return err
+}
+
+// rewriteJournalLines streams the valid events of a belay journal into a
+// new journal (through the journal package) in a scratch directory beside
+// path, and returns the new file, ready to be renamed over path.
+func rewriteJournalLines(path string, rep *FileReport) (string, error) {
+	dir, err := os.MkdirTemp(filepath.Dir(path), "."+filepath.Base(path)+".repair-")
+	if err != nil {
+		return "", fmt.Errorf("transcript: %w", err)
+	}
+	j, err := journal.Open(dir, journal.Options{FS: noSync{}})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("transcript: %w", err)
+	}
+	fail := func(err error) (string, error) {
+		_ = j.Close()
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("transcript: rewrite journal: %w", err)
+	}
+	in, err := os.Open(path)
+	if err != nil {
+		return fail(err)
+	}
+	defer in.Close()
+	c := belayCodec{}
+	s := &lineScanner{r: bufio.NewReaderSize(in, 1<<20)}
+	var lastSeq uint64
+	batch := make([]journal.Event, 0, 256)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, err := j.Append(context.Background(), journal.Buffered, batch...)
+		batch = batch[:0]
+		return err
+	}
+	ids := map[string]bool{}
+	for {
+		line, _, _, tooLong, err := s.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if tooLong || c.checkLine(line) != "" {
+			continue
+		}
+		seq, _ := lineSeq(line)
+		if seq <= lastSeq {
+			continue
+		}
+		lastSeq = seq
+		var ev journal.Event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			continue
+		}
+		ev.Seq = 0
+		if ev.ID != "" {
+			if ids[ev.ID] {
+				rep.Changes = append(rep.Changes, Change{Kind: ChangeDropDuplicateID, Line: s.line, Reason: "a second event with idempotency id " + ev.ID})
+				continue
+			}
+			ids[ev.ID] = true
+		}
+		if string(ev.Data) == "null" {
+			ev.Data = nil
+		}
+		batch = append(batch, ev)
+		if len(batch) == cap(batch) {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fail(err)
+	}
+	if err := j.Close(); err != nil {
+		return fail(err)
+	}
+	// Make the new journal durable before it replaces the old one.
+	newPath := filepath.Join(dir, journal.FileName)
+	if nf, err := os.OpenFile(newPath, os.O_RDWR, 0); err == nil {
+		err = nf.Sync()
+		_ = nf.Close()
+		if err != nil {
+			return fail(err)
+		}
+	}
+	tmp := atomicfile.TempName(path)
+	if err := os.Rename(newPath, tmp); err != nil {
+		return fail(err)
+	}
+	_ = os.RemoveAll(dir)
+	return tmp, nil
+}

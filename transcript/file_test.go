@@ -1,0 +1,218 @@
+package transcript
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay/journal"
+)
+
+var fixed = func() time.Time { return time.Date(2026, 11, 22, 1, 2, 3, 4, time.UTC) }
+
+// copyFixture copies a testdata file into a temp dir with mode perm.
+func copyFixture(t *testing.T, name string, perm os.FileMode) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, data, perm))
+	require.NoError(t, os.Chmod(path, perm))
+	return path
+}
+
+func TestRepairFileMissingAndEmpty(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rep, err := RepairFile(filepath.Join(dir, "nope.jsonl"), FileOptions{})
+	require.NoError(t, err)
+	require.Equal(t, StatusMissing, rep.Status)
+	empty := filepath.Join(dir, "empty.jsonl")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	rep, err = RepairFile(empty, FileOptions{})
+	require.NoError(t, err)
+	require.Equal(t, StatusEmpty, rep.Status)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "nothing created")
+}
+
+func TestRepairFileCleanUntouched(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"pi_clean.jsonl", "claude_clean.jsonl", "openai_clean.json", "openai_clean.jsonl", "anthropic_clean.json", "belay_clean.jsonl"} {
+		for _, lines := range []bool{false, true} {
+			path := copyFixture(t, name, 0o640)
+			old := time.Now().Add(-time.Hour).Truncate(time.Second)
+			require.NoError(t, os.Chtimes(path, old, old))
+			before, _ := os.ReadFile(path)
+			rep, err := RepairFile(path, FileOptions{LinesOnly: lines})
+			require.NoError(t, err, name)
+			require.Equal(t, StatusClean, rep.Status, name)
+			require.Empty(t, rep.Changes)
+			after, _ := os.ReadFile(path)
+			require.Equal(t, before, after)
+			fi, err := os.Stat(path)
+			require.NoError(t, err)
+			require.True(t, fi.ModTime().Equal(old), "%s: mtime unchanged", name)
+			entries, _ := os.ReadDir(filepath.Dir(path))
+			require.Len(t, entries, 1, "%s: no backup or temp file", name)
+		}
+	}
+}
+
+func TestRepairFileRepairs(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"pi_broken.jsonl", "claude_broken.jsonl", "openai_broken.json", "openai_broken.jsonl", "anthropic_broken.json", "belay_broken.jsonl", "pi_v1.jsonl"} {
+		path := copyFixture(t, name, 0o640)
+		before, _ := os.ReadFile(path)
+		rep, err := RepairFile(path, FileOptions{Now: fixed})
+		require.NoError(t, err, name)
+		require.Equal(t, StatusRepaired, rep.Status, name)
+		require.NotEmpty(t, rep.Changes)
+		require.Equal(t, path+".bak-20261122T010203.000000004Z", rep.Backup)
+		backup, err := os.ReadFile(rep.Backup)
+		require.NoError(t, err)
+		require.Equal(t, before, backup, "the backup holds the original bytes")
+		after, _ := os.ReadFile(path)
+		want, err := os.ReadFile(filepath.Join("testdata", "golden", name+".repaired"))
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(after), name)
+		fi, _ := os.Stat(path)
+		require.Equal(t, os.FileMode(0o640), fi.Mode().Perm(), "mode kept")
+		// Repairing again changes nothing.
+		rep, err = RepairFile(path, FileOptions{})
+		require.NoError(t, err)
+		require.Equal(t, StatusClean, rep.Status, "%s: %+v", name, rep.Changes)
+	}
+}
+
+func TestRepairFileRefusesInvalidHeader(t *testing.T) {
+	t.Parallel()
+	for _, lines := range []bool{false, true} {
+		path := copyFixture(t, "pi_badheader.jsonl", 0o600)
+		before, _ := os.ReadFile(path)
+		rep, err := RepairFile(path, FileOptions{LinesOnly: lines, Format: FormatPi})
+		require.ErrorIs(t, err, ErrRefused)
+		require.Equal(t, StatusRefused, rep.Status)
+		require.Contains(t, rep.Reason, "header")
+		after, _ := os.ReadFile(path)
+		require.Equal(t, before, after)
+		entries, _ := os.ReadDir(filepath.Dir(path))
+		require.Len(t, entries, 1)
+	}
+	// A torn first line of a belay journal is refused too.
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(`{"seq":1,"ts":"x","type":"session.created","data":null,"crc":"00000000"}`+"\n"), 0o600))
+	_, err := RepairFile(path, FileOptions{Format: FormatBelay})
+	require.ErrorIs(t, err, ErrRefused)
+	// Unknown formats are refused with the list of supported ones.
+	path = filepath.Join(t.TempDir(), "x.txt")
+	require.NoError(t, os.WriteFile(path, []byte("just text\n"), 0o600))
+	rep, err := RepairFile(path, FileOptions{})
+	require.ErrorIs(t, err, ErrRefused)
+	require.Contains(t, rep.Reason, "belay, pi, claude, openai, anthropic")
+}
+
+func TestRepairFileDryRunAndNoBackup(t *testing.T) {
+	t.Parallel()
+	path := copyFixture(t, "pi_broken.jsonl", 0o600)
+	before, _ := os.ReadFile(path)
+	rep, err := RepairFile(path, FileOptions{DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, StatusWould, rep.Status)
+	require.NotEmpty(t, rep.Changes)
+	after, _ := os.ReadFile(path)
+	require.Equal(t, before, after)
+	rep, err = RepairFile(path, FileOptions{NoBackup: true})
+	require.NoError(t, err)
+	require.Equal(t, StatusRepaired, rep.Status)
+	require.Empty(t, rep.Backup)
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	require.Len(t, entries, 1)
+}
+
+// TestRepairLinesCRLF drops only the bad lines, keeping CRLF line ends.
+func TestRepairLinesCRLF(t *testing.T) {
+	t.Parallel()
+	path := copyFixture(t, "openai_broken.jsonl", 0o600)
+	rep, err := RepairFile(path, FileOptions{LinesOnly: true, NoBackup: true})
+	require.NoError(t, err)
+	require.Equal(t, StatusRepaired, rep.Status)
+	require.Len(t, rep.Changes, 2)
+	require.Equal(t, 3, rep.Changes[0].Line)
+	require.Equal(t, 5, rep.Changes[1].Line)
+	after, _ := os.ReadFile(path)
+	require.Equal(t, "{\"role\":\"user\",\"content\":\"hi\"}\r\n{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}\r\n{\"role\":\"assistant\",\"content\":\"ok\"}\r\n", string(after))
+}
+
+// TestRepairBelayJournal: the rewritten journal opens cleanly through the
+// journal package, with gap-free seqs, and both repair paths agree.
+func TestRepairBelayJournal(t *testing.T) {
+	t.Parallel()
+	var outs []string
+	for _, lines := range []bool{false, true} {
+		dir := t.TempDir()
+		data, err := os.ReadFile("testdata/belay_broken.jsonl")
+		require.NoError(t, err)
+		path := filepath.Join(dir, journal.FileName)
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		rep, err := RepairFile(path, FileOptions{LinesOnly: lines, NoBackup: true})
+		require.NoError(t, err)
+		require.Equal(t, StatusRepaired, rep.Status)
+		kinds := map[string]int{}
+		for _, c := range rep.Changes {
+			kinds[c.Kind]++
+		}
+		require.Equal(t, map[string]int{ChangeDropLine: 2, ChangeRenumberJournal: 1}, kinds)
+		j, err := journal.Open(dir, journal.Options{ReadOnly: true})
+		require.NoError(t, err)
+		evs, err := j.Read(0, 0)
+		require.NoError(t, err)
+		require.NoError(t, j.Close())
+		require.Len(t, evs, 24)
+		for i, e := range evs {
+			require.Equal(t, uint64(i+1), e.Seq)
+		}
+		require.Equal(t, -1, int(j.Recovery().TornAt))
+		out, _ := os.ReadFile(path)
+		outs = append(outs, string(out))
+	}
+	require.Equal(t, outs[0], outs[1])
+}
+
+// TestParallelScanMatchesSequential checks the segmented scan of a large
+// file against the sequential one.
+func TestParallelScanMatchesSequential(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	b.WriteString(`{"type":"session","version":3,"id":"s"}` + "\n")
+	line := `{"type":"message","id":"x","parentId":null,"message":{"role":"user","content":"` + strings.Repeat("a", 300) + `"}}`
+	for i := 0; b.Len() < parallelMin+(1<<20); i++ {
+		switch {
+		case i%997 == 0:
+			b.WriteString(line[:50] + "\n")
+		case i%1999 == 0:
+			b.WriteString("\r\n")
+		default:
+			b.WriteString(line + "\n")
+		}
+	}
+	path := filepath.Join(t.TempDir(), "big.jsonl")
+	require.NoError(t, os.WriteFile(path, b.Bytes(), 0o600))
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var seqC, parC []Change
+	seq, err := scanLines(bytes.NewReader(b.Bytes()), FormatPi, func(c Change) { seqC = append(seqC, c) })
+	require.NoError(t, err)
+	par, err := scanFile(f, int64(b.Len()), FormatPi, func(c Change) { parC = append(parC, c) })
+	require.NoError(t, err)
+	require.NotEmpty(t, seq)
+	require.Equal(t, seq, par)
+	require.Equal(t, seqC, parC)
+}

@@ -1,0 +1,80 @@
+package transcript
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// seedFixtures adds every fixture as a seed.
+func seedFixtures(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.*")
+	for _, p := range files {
+		if data, err := os.ReadFile(p); err == nil {
+			f.Add(data)
+		}
+	}
+	f.Add([]byte(`{"type":"session","version":3,"id":"s"}` + "\n" + `{"type":"message","id":"a","parentId":"a","message":{"role":"assistant","content":[{"type":"toolCall","id":"x","name":"n","arguments":{}}]}}`))
+	f.Add([]byte(`[{"role":"tool","tool_call_id":"x","content":"r"},{"role":"assistant","tool_calls":[{"id":"x","function":{"name":"f","arguments":"{"}}]}]`))
+}
+
+// FuzzDocument parses any input in every format: it never panics, the
+// written output parses again in the same format with no dropped lines,
+// and repairing it again changes nothing.
+func FuzzDocument(f *testing.F) {
+	seedFixtures(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, format := range Formats {
+			if format == FormatBelay && len(data) > 1<<16 {
+				continue
+			}
+			d, err := Parse(data, format)
+			if err != nil {
+				continue
+			}
+			rep := d.Repair()
+			out, err := d.Bytes()
+			require.NoError(t, err)
+			d2, err := Parse(out, format)
+			require.NoError(t, err, "%s output must parse:\n%s", format, out)
+			require.Empty(t, d2.Dropped, "%s output must be valid:\n%s", format, out)
+			if format == FormatBelay {
+				continue
+			}
+			rep2 := d2.Repair()
+			require.Empty(t, rep2.Changes, "%s: idempotent (first pass %v):\n%s", format, rep.Changes, out)
+			out2, err := d2.Bytes()
+			require.NoError(t, err)
+			require.Equal(t, string(out), string(out2))
+			checkPaired(t, d2.Messages())
+		}
+	})
+}
+
+// FuzzRepairMessages repairs conversations drawn from the fuzz input.
+func FuzzRepairMessages(f *testing.F) {
+	f.Add(uint64(1), uint64(2))
+	f.Add(uint64(7), uint64(99))
+	f.Fuzz(func(t *testing.T, a, b uint64) {
+		in := randomConversation(rand.New(rand.NewPCG(a, b)))
+		out, _ := RepairMessages(in)
+		checkPaired(t, out)
+		again, rep := RepairMessages(out)
+		require.Empty(t, rep.Changes)
+		require.Equal(t, out, again)
+	})
+}
+
+// FuzzValidJSON checks the fast validator against encoding/json.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range []string{`{}`, `[1,2.5e-3,"a\u00e9\n",true,null]`, `{"a":{"b":[]}}`, `01`, `"\x01"`, `{"a" 1}`, `-`, `1.`, `[1,]`, ` {"x":"\\"} `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		require.Equal(t, json.Valid(data), validJSON(data), "%q", data)
+	})
+}
