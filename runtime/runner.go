@@ -49,7 +49,8 @@ type runner struct {
 	recovers int
 	started  bool // the current attempt reported progress
 
-	resumable bool // guarded by mu: the provider could resume the run now
+	resumable      bool            // guarded by mu: the provider could resume the run now
+	sessionOptions json.RawMessage // the session's provider options
 }
 
 // canResume reports whether the provider can resume the run from the ref
@@ -149,6 +150,9 @@ func (rn *runner) execute() {
 		return
 	}
 
+	if sess, err := r.store.Session(bgCtx, rn.run.Session); err == nil {
+		rn.sessionOptions = sess.Options
+	}
 	stopTimers := rn.startTimers()
 	defer stopTimers()
 
@@ -256,7 +260,7 @@ func (rn *runner) attemptOnce(in Input, resume bool) error {
 	}
 	req := provider.Request{
 		Session: rn.run.Session, Run: rn.id, Model: rn.run.Model, Prompt: in.Prompt,
-		Attempt: rn.attempt, Ref: rn.run.Ref, Resume: resume,
+		Attempt: rn.attempt, Ref: rn.run.Ref, Resume: resume, Options: rn.sessionOptions,
 	}
 	req.Input, _ = json.Marshal(in)
 	err := rn.prov.Run(ctx, req, func(ev provider.Event) error { return rn.emit(ev, wd, cancel) })

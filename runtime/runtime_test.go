@@ -932,3 +932,20 @@ func TestNoiseDoesNotResetTheWatchdog(t *testing.T) {
 	require.Equal(t, TierAwaitingFirst, wd.Tier)
 	require.Equal(t, 120.0, wd.IdleSeconds)
 }
+
+func TestSessionOptionsReachTheProvider(t *testing.T) {
+	t.Parallel()
+	got := make(chan provider.Request, 1)
+	p := &funcProvider{name: "opt", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		got <- req
+		return echo(ctx, req, emit)
+	}}
+	b := setup(t, Options{}, p)
+	sess, err := b.st.CreateSession(context.Background(), belay.SessionInput{Provider: "opt", Options: json.RawMessage(`{"temperature":0.2}`)})
+	require.NoError(t, err)
+	run := b.submit(SubmitRequest{Session: sess.ID, Prompt: "x", Options: json.RawMessage(`{"max_tokens":5}`)})
+	req := <-got
+	require.JSONEq(t, `{"temperature":0.2}`, string(req.Options))
+	require.Contains(t, string(req.Input), `"max_tokens":5`)
+	b.waitStatus(run.ID, belay.RunComplete)
+}
