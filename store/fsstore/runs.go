@@ -190,49 +190,48 @@ func leased(r *belay.Run, epoch uint64) error {
 	return nil
 }
 
+// leasedRun calls fn for a run held under the lease of epoch, with its
+// session locked and writable.
+func (s *Store) leasedRun(id string, epoch uint64, fn func(ss *session, r *belay.Run) (belay.Run, error)) (belay.Run, error) {
+	ss, r, err := s.runSession(id)
+	if err != nil {
+		return belay.Run{}, err
+	}
+	defer ss.mu.Unlock()
+	if err := ss.writable(); err != nil {
+		return belay.Run{}, err
+	}
+	if err := leased(r, epoch); err != nil {
+		return belay.Run{}, err
+	}
+	return fn(ss, r)
+}
+
 // RenewRunLease extends the lease of the given epoch.
 func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration) (belay.Run, error) {
 	if ttl <= 0 {
 		return belay.Run{}, fmt.Errorf("%w: ttl must be positive", belay.ErrInvalid)
 	}
-	ss, r, err := s.runSession(id)
-	if err != nil {
-		return belay.Run{}, err
-	}
-	defer ss.mu.Unlock()
-	if err := ss.writable(); err != nil {
-		return belay.Run{}, err
-	}
-	if err := leased(r, epoch); err != nil {
-		return belay.Run{}, err
-	}
-	data, err := marshal(runRenewed{ExpiresAt: s.clock.Now().Add(ttl).UTC()})
-	if err != nil {
-		return belay.Run{}, err
-	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
-		return belay.Run{}, err
-	}
-	return copyRun(r), nil
+	return s.leasedRun(id, epoch, func(ss *session, r *belay.Run) (belay.Run, error) {
+		data, err := marshal(runRenewed{ExpiresAt: s.clock.Now().Add(ttl).UTC()})
+		if err != nil {
+			return belay.Run{}, err
+		}
+		if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
+			return belay.Run{}, err
+		}
+		return copyRun(r), nil
+	})
 }
 
 // ReleaseRunLease drops the lease of the given epoch; the run stays as it is.
 func (s *Store) ReleaseRunLease(ctx context.Context, id string, epoch uint64) (belay.Run, error) {
-	ss, r, err := s.runSession(id)
-	if err != nil {
-		return belay.Run{}, err
-	}
-	defer ss.mu.Unlock()
-	if err := ss.writable(); err != nil {
-		return belay.Run{}, err
-	}
-	if err := leased(r, epoch); err != nil {
-		return belay.Run{}, err
-	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunReleased, Run: id, Epoch: epoch, Data: []byte(`{}`)}); err != nil {
-		return belay.Run{}, err
-	}
-	return copyRun(r), nil
+	return s.leasedRun(id, epoch, func(ss *session, r *belay.Run) (belay.Run, error) {
+		if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunReleased, Run: id, Epoch: epoch, Data: []byte(`{}`)}); err != nil {
+			return belay.Run{}, err
+		}
+		return copyRun(r), nil
+	})
 }
 
 // UpdateRun changes a run under its lease.
@@ -248,18 +247,9 @@ func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.
 			return belay.Run{}, err
 		}
 	}
-	ss, r, err := s.runSession(id)
-	if err != nil {
-		return belay.Run{}, err
-	}
-	defer ss.mu.Unlock()
-	if err := ss.writable(); err != nil {
-		return belay.Run{}, err
-	}
-	if err := leased(r, epoch); err != nil {
-		return belay.Run{}, err
-	}
-	return s.updateRunLocked(ctx, ss, r, epoch, u)
+	return s.leasedRun(id, epoch, func(ss *session, r *belay.Run) (belay.Run, error) {
+		return s.updateRunLocked(ctx, ss, r, epoch, u)
+	})
 }
 
 func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, epoch uint64, u belay.RunUpdate) (belay.Run, error) {
