@@ -275,3 +275,54 @@ func TestHistoryIsReplayedRepaired(t *testing.T) {
 	require.Contains(t, body, "And why?")
 	require.Less(t, strings.Index(body, "What is the answer?"), strings.Index(body, "And why?"))
 }
+
+// TestProvidersThroughTheDaemon runs a real run through each configured
+// provider type: anthropic against a loopback Messages API, and command
+// with a local program.
+func TestProvidersThroughTheDaemon(t *testing.T) {
+	t.Parallel()
+	anth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/messages" || r.Header.Get("anthropic-version") == "" || r.Header.Get("x-api-key") != "sk-ant-test" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, e := range []struct{ typ, data string }{
+			{"message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-test","usage":{"input_tokens":3,"output_tokens":1}}}`},
+			{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
+			{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Bonjour "}}`},
+			{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"from Claude."}}`},
+			{"content_block_stop", `{"type":"content_block_stop","index":0}`},
+			{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":4}}`},
+			{"message_stop", `{"type":"message_stop"}`},
+		} {
+			_, _ = io.WriteString(w, "event: "+e.typ+"\ndata: "+e.data+"\n\n")
+		}
+	}))
+	defer anth.Close()
+	dir := t.TempDir()
+	cfg := "[providers.claude]\ntype = \"anthropic\"\nbase_url = \"" + anth.URL + "/v1\"\nmodel = \"claude-test\"\napi_key = \"sk-ant-test\"\n" +
+		"[providers.agent]\ntype = \"command\"\nargv = [\"sh\", \"-c\", \"echo Done by the agent: {prompt}\"]\nformat = \"text\"\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte(cfg), 0o600))
+	startDaemon(t, dir, "")
+	c := client.New(client.Options{Socket: filepath.Join(dir, SocketName)})
+	ctx := context.Background()
+	for prov, want := range map[string]string{"claude": "Bonjour from Claude.", "agent": "Done by the agent: tidy up"} {
+		run, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: prov, Prompt: "tidy up"}, "")
+		require.NoError(t, err)
+		r, err := c.WaitRun(ctx, run.ID, 30*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, belay.RunComplete, r.Status, "%s: %s", prov, r.Reason)
+		evs, err := c.Events(ctx, run.Session, 0, 0, 0)
+		require.NoError(t, err)
+		var text strings.Builder
+		for _, e := range evs.Events {
+			if e.Type == "run.text" {
+				var d struct{ Text string }
+				require.NoError(t, json.Unmarshal(e.Data, &d))
+				text.WriteString(d.Text)
+			}
+		}
+		require.Equal(t, want, strings.TrimSpace(text.String()), prov)
+	}
+}
