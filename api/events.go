@@ -147,6 +147,13 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 			}
 		case errors.Is(werr, belay.ErrStoreClosed):
 			return // the daemon is stopping; the client reconnects with Last-Event-ID
+		case werr != nil:
+			// A failed or damaged session: say so once and end the stream.
+			_, code := statusOf(werr)
+			body, _ := json.Marshal(ErrorBody{Code: code, Message: werr.Error()})
+			fmt.Fprintf(w, "event: error\ndata: %s\n\n", body)
+			_ = rc.Flush()
+			return
 		}
 	}
 }

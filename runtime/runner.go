@@ -243,7 +243,10 @@ func (rn *runner) attemptOnce(in Input, resume bool) error {
 	rn.started = false
 	ctx, cancel := context.WithCancelCause(bgCtx)
 	defer cancel(nil)
-	wd := newWatchdog(r.clk, r.opts.Tiers, func(e expiry) { cancel(&watchdogError{e: e, detach: rn.willResume()}) })
+	wd := newWatchdog(r.clk, r.opts.Tiers, func(e expiry) {
+		// After the turn end the run finishes: the provider's work must stop.
+		cancel(&watchdogError{e: e, detach: e.Tier != TierAfterTurnEnd && rn.willResume()})
+	})
 	defer wd.stop()
 	rn.mu.Lock()
 	rn.attempt++

@@ -384,21 +384,26 @@ func (r *Runtime) Cancel(ctx context.Context, id, reason string) (belay.Run, err
 // returns the run as it is with belay.ErrStillRunning: a local timeout is
 // never terminal, and the run goes on (G8).
 func (r *Runtime) Wait(ctx context.Context, id string) (belay.Run, error) {
+	run, err := r.store.Run(ctx, id)
+	if err != nil {
+		return run, err
+	}
 	for {
-		run, err := r.store.Run(ctx, id)
+		// The seq first, then the run: an end journaled in between is seen
+		// by the read of the run, or wakes the wait after the seq.
+		sess, err := r.store.Session(ctx, run.Session)
 		if err != nil {
 			return run, err
 		}
-		if run.Status.Terminal() {
-			return run, nil
-		}
-		sess, err := r.store.Session(ctx, run.Session)
-		if err != nil {
+		if run, err = r.store.Run(ctx, id); err != nil || run.Status.Terminal() {
 			return run, err
 		}
 		if err := r.store.WaitEvents(ctx, run.Session, sess.LastSeq); err != nil {
 			if ctx.Err() != nil {
 				run, _ = r.store.Run(context.WithoutCancel(ctx), id)
+				if run.Status.Terminal() {
+					return run, nil
+				}
 				return run, fmt.Errorf("%w: run %s is %s after the local wait: %v", belay.ErrStillRunning, id, run.Phase, context.Cause(ctx))
 			}
 			return run, err

@@ -81,13 +81,13 @@ func Main(ctx context.Context, args []string, stdio Stdio) int {
 		}
 		return ExitUsage
 	case errors.As(err, &ee):
-		fmt.Fprintf(stdio.Err, "belay: %v\n", ee.err)
+		fmt.Fprintf(stdio.Err, "belay: %s\n", strings.TrimPrefix(ee.err.Error(), "belay: "))
 		return ee.code
 	case isFlagError(err):
 		fmt.Fprintf(stdio.Err, "belay: %v\nTry: belay --help\n", err)
 		return ExitUsage
 	}
-	fmt.Fprintf(stdio.Err, "belay: %v\n", err)
+	fmt.Fprintf(stdio.Err, "belay: %s\n", strings.TrimPrefix(err.Error(), "belay: "))
 	return ExitError
 }
 

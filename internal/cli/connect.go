@@ -14,6 +14,7 @@ import (
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/internal/datadir"
+	"github.com/belayhq/belay/lock"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
@@ -101,21 +102,30 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 	go func() { exited <- cmd.Wait() }()
 	c := client.New(client.Options{Socket: filepath.Join(dir, daemon.SocketName)})
 	deadline := time.Now().Add(15 * time.Second)
+	var exitErr error
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			// It exited: most likely another daemon won the race; use it.
-			if _, herr := c.Health(ctx); herr == nil {
-				return nil
-			}
-			return fmt.Errorf("the daemon exited at start (%v); see %s", err, filepath.Join(dir, daemon.LogName))
+			// It exited: most likely another daemon (started by another
+			// command at the same moment) holds the lock; wait for that one
+			// while it is alive.
+			exitErr = fmt.Errorf("%v", err)
+			exited = nil
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if _, err := c.Health(ctx); err == nil {
-			fmt.Fprintf(stdio.Err, "belay: started the daemon (pid %d, log %s)\n", cmd.Process.Pid, filepath.Join(dir, daemon.LogName))
+			if exitErr == nil {
+				fmt.Fprintf(stdio.Err, "belay: started the daemon (pid %d, log %s)\n", cmd.Process.Pid, filepath.Join(dir, daemon.LogName))
+			}
 			return nil
+		}
+		if exitErr != nil {
+			st, err := lock.Inspect(filepath.Join(dir, fsstore.LockName), lock.Options{})
+			if err != nil || st.Holder == nil || st.Stale {
+				return fmt.Errorf("the daemon exited at start (%v); see %s", exitErr, filepath.Join(dir, daemon.LogName))
+			}
 		}
 	}
 	return errUnreachable(errors.New("the daemon did not answer within 15s; see " + filepath.Join(dir, daemon.LogName)))

@@ -40,8 +40,15 @@ func newDaemonStartCmd(stdio Stdio) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "start", Short: "Start the daemon in the background (no-op if it runs)", Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := connect(cmd.Context(), stdio, g, true); err != nil {
+			// An explicit start ignores BELAY_NO_AUTOSTART.
+			dir, err := g.dataDir(stdio)
+			if err != nil {
 				return err
+			}
+			if st, err := readDaemonStatus(cmd.Context(), stdio, g); err == nil && !st.Running {
+				if err := startDaemon(cmd.Context(), stdio, dir); err != nil {
+					return err
+				}
 			}
 			return printDaemonStatus(cmd.Context(), stdio, g)
 		},
@@ -124,6 +131,9 @@ func newDaemonStopCmd(stdio Stdio) *cobra.Command {
 		Short: "Stop the daemon gracefully (runs in flight resume at the next start)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if stdio.Getenv("BELAY_URL") != "" {
+				return usagef("unset BELAY_URL", "daemon stop only stops the local daemon of the data directory; unset BELAY_URL")
+			}
 			st, err := readDaemonStatus(cmd.Context(), stdio, g)
 			if err != nil {
 				return err
@@ -131,6 +141,10 @@ func newDaemonStopCmd(stdio Stdio) *cobra.Command {
 			if !st.Running {
 				fmt.Fprintln(stdio.Out, "daemon not running")
 				return nil
+			}
+			// Only ever signal the process that holds this data directory.
+			if st.Lock == nil || st.Lock.Holder == nil || st.Lock.Stale || st.Lock.Holder.PID != st.PID {
+				return fmt.Errorf("the daemon answering (pid %d) does not hold the lock of %s; not signalling it", st.PID, st.DataDir)
 			}
 			if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
 				return fmt.Errorf("signal daemon pid %d: %w", st.PID, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -124,6 +125,7 @@ func phaseOf(ev belay.Event) belay.RunPhase {
 
 // printer renders events for people: text to stdout, the rest to stderr.
 type printer struct {
+	mu           sync.Mutex // the liveness ticker reads phase and lastActivity
 	stdio        Stdio
 	json         bool
 	tty          bool
@@ -133,6 +135,8 @@ type printer struct {
 }
 
 func (p *printer) event(ev belay.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.json {
 		_ = json.NewEncoder(p.stdio.Out).Encode(ev)
 		return
@@ -208,6 +212,10 @@ func watchRun(ctx context.Context, stdio Stdio, c *client.Client, run belay.Run,
 	if after == 0 && run.InputSeq > 0 {
 		after = run.InputSeq - 1
 	}
+	if run.Status.Terminal() && after >= run.InputSeq && !endAhead(ctx, c, run, after) {
+		// A finished run followed from past its end: nothing will come.
+		return exitFor(run)
+	}
 	wctx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -227,7 +235,9 @@ func watchRun(ctx context.Context, stdio Stdio, c *client.Client, run belay.Run,
 				case <-stop:
 					return
 				case <-t.C:
+					p.mu.Lock()
 					fmt.Fprintf(stdio.Err, "· %s · last activity %s ago\n", p.phase, time.Since(p.lastActivity).Round(time.Second))
+					p.mu.Unlock()
 				}
 			}
 		}()
@@ -258,6 +268,9 @@ func watchRun(ctx context.Context, stdio Stdio, c *client.Client, run belay.Run,
 			if rerr == nil {
 				run = cur.Run
 			}
+			if run.Status.Terminal() {
+				return exitFor(run)
+			}
 			return stillRunning(run, last)
 		}
 		return apiError(err)
@@ -270,6 +283,22 @@ func watchRun(ctx context.Context, stdio Stdio, c *client.Client, run belay.Run,
 		fmt.Fprintf(stdio.Err, "· %s (run %s)\n", final.Status, final.ID)
 	}
 	return exitFor(final.Run)
+}
+
+// endAhead reports whether the run's terminal update comes after seq.
+func endAhead(ctx context.Context, c *client.Client, run belay.Run, after uint64) bool {
+	for {
+		page, err := c.Events(ctx, run.Session, after, 1000, 0)
+		if err != nil || len(page.Events) == 0 {
+			return false
+		}
+		for _, ev := range page.Events {
+			if ev.Run == run.ID && ev.Type == "run.updated" && phaseOf(ev).Status().Terminal() {
+				return true
+			}
+			after = ev.Seq
+		}
+	}
 }
 
 // watchSession streams a session's events until ctx or the timeout ends.

@@ -50,10 +50,18 @@ var ErrLocked = belay.ErrStoreLocked
 
 // Run serves until ctx is done, then stops gracefully: it stops admitting,
 // suspends in-flight runs for the next incarnation, and closes the store.
-func Run(ctx context.Context, opts Options) error {
+func Run(ctx context.Context, opts Options) (err error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	var tcpAddr string
+	if opts.Listen != "" {
+		addr, ok := strings.CutPrefix(opts.Listen, "tcp:")
+		if !ok || addr == "" {
+			return fmt.Errorf("daemon: --listen %q: want tcp:HOST:PORT", opts.Listen)
+		}
+		tcpAddr = addr
 	}
 	dir := opts.DataDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -84,7 +92,15 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return err
 	}
-	defer st.Close()
+	// Everything started below is stopped here, in reverse, whatever path
+	// Run returns by.
+	var cleanup []func()
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
+	cleanup = append(cleanup, func() { _ = st.Close() })
 
 	cfg.store = st
 	providers, err := buildProviders(cfg, dir)
@@ -96,8 +112,6 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	ropts := runtime.Options{Store: st, Providers: providers, Incarnation: incarnation, Logger: log}
 	cfg.runtimeOptions(&ropts)
-	notifier := newNotifier(cfg, st, log)
-	var rt *runtime.Runtime
 	ropts.OnRunEnd = func(run belay.Run) {
 		if metrics != nil {
 			metrics.RunEnded(run)
@@ -108,34 +122,14 @@ func Run(ctx context.Context, opts Options) error {
 			metrics.Watchdog(t)
 		}
 	}
-	rt, err = runtime.New(ropts)
+	rt, err := runtime.New(ropts)
 	if err != nil {
 		return err
 	}
 	metrics = api.NewMetrics(rt)
-	if err := rt.Start(ctx); err != nil {
-		return err
-	}
-	notifier.start(ctx)
 
-	srv := api.NewServer(api.Options{
-		Runtime: rt, Version: opts.Version, DataDir: dir, Logger: log, Metrics: metrics,
-		Export:       exporter(st),
-		DaemonDoctor: func(ctx context.Context) (any, error) { return Inspect(ctx, dir, st, true) },
-	})
-	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelBase()
-	var servers []*http.Server
-	serve := func(l net.Listener, h http.Handler) {
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return baseCtx }}
-		servers = append(servers, hs)
-		go func() {
-			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("serve", "addr", l.Addr().String(), "err", err)
-			}
-		}()
-	}
-
+	// Listen before anything runs, so that a bad address or a port in use
+	// fails the start before any run is reclaimed.
 	sock := filepath.Join(dir, SocketName)
 	// The lock is ours, so a socket file left there is a dead daemon's.
 	if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -145,42 +139,61 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(sock)
-	serve(ul, srv.Handler(""))
-	log.Info("serving", "socket", sock, "data", dir, "incarnation", incarnation, "pid", os.Getpid())
-
-	if opts.Listen != "" {
-		addr, ok := strings.CutPrefix(opts.Listen, "tcp:")
-		if !ok {
-			return fmt.Errorf("daemon: --listen %q: want tcp:HOST:PORT", opts.Listen)
-		}
-		token, err := ensureToken(dir)
-		if err != nil {
+	cleanup = append(cleanup, func() { _ = ul.Close(); _ = os.Remove(sock) })
+	var tl net.Listener
+	var token string
+	if tcpAddr != "" {
+		if token, err = ensureToken(dir); err != nil {
 			return err
 		}
-		tl, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("daemon: listen %s: %w", addr, err)
+		if tl, err = net.Listen("tcp", tcpAddr); err != nil {
+			return fmt.Errorf("daemon: listen %s: %w", tcpAddr, err)
 		}
+		cleanup = append(cleanup, func() { _ = tl.Close() })
+	}
+
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	cleanup = append(cleanup, func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := rt.Stop(stopCtx); err != nil {
+			log.Warn("stop runtime", "err", err)
+		}
+	})
+	notifier := newNotifier(cfg, st, log)
+	notifier.start(ctx)
+	cleanup = append(cleanup, notifier.stop)
+
+	srv := api.NewServer(api.Options{
+		Runtime: rt, Version: opts.Version, DataDir: dir, Logger: log, Metrics: metrics,
+		Export:       exporter(st),
+		DaemonDoctor: func(ctx context.Context) (any, error) { return Inspect(ctx, dir, st, true) },
+	})
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	serve := func(l net.Listener, h http.Handler) {
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return baseCtx }}
+		go func() {
+			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("serve", "addr", l.Addr().String(), "err", err)
+			}
+		}()
+		// Closing ends long polls and streams; clients reconnect.
+		cleanup = append(cleanup, func() { _ = hs.Close() })
+	}
+	cleanup = append(cleanup, cancelBase)
+	serve(ul, srv.Handler(""))
+	log.Info("serving", "socket", sock, "data", dir, "incarnation", incarnation, "pid", os.Getpid())
+	if tl != nil {
 		serve(tl, srv.Handler(token))
 		log.Info("serving", "tcp", tl.Addr().String(), "token_file", filepath.Join(dir, TokenName))
 	}
 	if opts.Ready != nil {
 		opts.Ready()
 	}
-
 	<-ctx.Done()
 	log.Info("stopping: no new runs; in-flight runs are handed to the next start")
-	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, hs := range servers {
-		_ = hs.Close() // ends long polls and streams; clients reconnect
-	}
-	cancelBase()
-	notifier.stop()
-	if err := rt.Stop(stopCtx); err != nil {
-		log.Warn("stop runtime", "err", err)
-	}
 	return nil
 }
 

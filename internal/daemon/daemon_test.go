@@ -101,6 +101,22 @@ func TestPermissionsAndTCPToken(t *testing.T) {
 	require.NoError(t, err)
 }
 
+func TestListenErrorsStartNothing(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	for _, listen := range []string{"tcp:", "udp:1.2.3.4:5", "tcp:" + busy.Addr().String()} {
+		dir := t.TempDir()
+		err := Run(context.Background(), Options{DataDir: dir, Listen: listen, Logger: slog.New(slog.DiscardHandler)})
+		require.Error(t, err, listen)
+		_, serr := os.Stat(filepath.Join(dir, SocketName))
+		require.True(t, os.IsNotExist(serr), "%s: no socket is left behind", listen)
+		_, lerr := os.Stat(filepath.Join(dir, fsstore.LockName))
+		require.True(t, os.IsNotExist(lerr), "%s: the lock is released", listen)
+	}
+}
+
 func TestSecondDaemonNamesTheHolder(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -249,7 +265,9 @@ func waitFor(t *testing.T, cond func() bool) {
 // from the journal and repaired before it is replayed.
 func TestHistoryIsReplayedRepaired(t *testing.T) {
 	t.Parallel()
-	srv := openaitest.NewServer(openaitest.Options{Reply: "The answer is 42."})
+	// Each delta takes a while, so the follow-up is queued behind the first
+	// run while it streams: it must still see the first answer.
+	srv := openaitest.NewServer(openaitest.Options{Reply: "The answer is 42.", Delay: 30 * time.Millisecond})
 	defer srv.Close()
 	dir := t.TempDir()
 	cfg := "[providers.openai]\ntype = \"openai\"\nbase_url = \"" + srv.URL + "\"\nmodel = \"m\"\napi_key = \"sk-test\"\n"
@@ -259,11 +277,12 @@ func TestHistoryIsReplayedRepaired(t *testing.T) {
 	ctx := context.Background()
 	first, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "openai", Prompt: "What is the answer?"}, "")
 	require.NoError(t, err)
+	second, err := c.CreateRun(ctx, api.CreateRunRequest{Session: first.Session, Prompt: "And why?"}, "")
+	require.NoError(t, err)
+	require.Equal(t, belay.RunQueued, second.Status)
 	r, err := c.WaitRun(ctx, first.ID, 20*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
-	second, err := c.CreateRun(ctx, api.CreateRunRequest{Session: first.Session, Prompt: "And why?"}, "")
-	require.NoError(t, err)
 	r, err = c.WaitRun(ctx, second.ID, 20*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, belay.RunComplete, r.Status, r.Reason)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/openai"
 	"github.com/belayhq/belay/store"
@@ -20,12 +21,29 @@ func sessionHistory(st store.Store) openai.History {
 		if err != nil {
 			return nil, err
 		}
-		if run.InputSeq <= 1 {
-			return nil, nil
-		}
-		evs, err := st.Events(ctx, req.Session, 0, int(run.InputSeq-1))
-		if err != nil {
-			return nil, err
+		// The conversation before this run: every run created before it,
+		// with everything they journaled, even after this run was queued
+		// (a follow-up queued behind a running run must see its answer).
+		earlier := map[string]bool{}
+		var evs []belay.Event
+		var after uint64
+		for {
+			page, err := st.Events(ctx, req.Session, after, 4096)
+			if err != nil {
+				return nil, err
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, e := range page {
+				after = e.Seq
+				if e.Type == store.EventRunCreated && e.Seq < run.InputSeq {
+					earlier[e.Run] = true
+				}
+				if e.Run != "" && earlier[e.Run] || e.Run == "" && e.Seq < run.InputSeq && !strings.HasPrefix(e.Type, "notify.") {
+					evs = append(evs, e)
+				}
+			}
 		}
 		msgs, err := transcript.FromJournal(evs)
 		if err != nil {

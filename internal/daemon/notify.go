@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -85,11 +86,13 @@ func newNotifier(cfg *Config, st store.Store, log *slog.Logger) *notifier {
 		}
 		key, err := webhookKey(secret)
 		if err != nil {
-			log.Error("webhook disabled", "url", w.URL, "err", err)
+			log.Error("webhook disabled", "webhook", redactURL(w.URL), "err", err)
 			continue
 		}
 		url := w.URL
-		n.targets = append(n.targets, &target{name: "webhook:" + url, sessions: w.Sessions, types: w.Types,
+		// The name is journaled and logged: a URL can hold credentials, so
+		// only its host and a hash of the rest appear.
+		n.targets = append(n.targets, &target{name: "webhook:" + redactURL(url) + "#" + shortHash(url), sessions: w.Sessions, types: w.Types,
 			send: func(ctx context.Context, id string, ts time.Time, body []byte) (int, error) {
 				return postWebhook(ctx, client, url, key, id, ts, body)
 			}})
@@ -169,7 +172,10 @@ func (n *notifier) start(ctx context.Context) {
 		return
 	}
 	ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	n.loadSettled(ctx)
+	if err := n.loadSettled(ctx); err != nil {
+		n.log.Error("notifications disabled: cannot read which were settled", "err", err)
+		return
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -193,12 +199,12 @@ func (n *notifier) stop() {
 	n.wg.Wait()
 }
 
-// loadSettled reads the settled notifications from the journals.
-func (n *notifier) loadSettled(ctx context.Context) {
+// loadSettled reads the settled notifications from the journals. Without
+// them nothing may be sent: it would repeat settled notifications.
+func (n *notifier) loadSettled(ctx context.Context) error {
 	sessions, err := n.st.Sessions(ctx, belay.SessionFilter{})
 	if err != nil {
-		n.log.Warn("notify: list sessions", "err", err)
-		return
+		return err
 	}
 	for _, s := range sessions {
 		var after uint64
@@ -213,11 +219,15 @@ func (n *notifier) loadSettled(ctx context.Context) {
 					}
 				}
 			}
-			if err != nil || len(evs) == 0 {
+			if err != nil {
+				return err
+			}
+			if len(evs) == 0 {
 				break
 			}
 		}
 	}
+	return nil
 }
 
 // scan starts sending what is due.
@@ -295,6 +305,15 @@ func (n *notifier) retryLater(k string, attempt int) {
 	n.mu.Lock()
 	n.next[k] = time.Now().Add(d)
 	n.mu.Unlock()
+}
+
+// redactURL keeps a URL's scheme and host only.
+func redactURL(s string) string {
+	u, err := neturl.Parse(s)
+	if err != nil || u.Host == "" {
+		return "invalid-url"
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 func shortHash(s string) string {
