@@ -50,6 +50,7 @@ type runner struct {
 	started  bool // the current attempt reported progress
 
 	resumable      bool            // guarded by mu: the provider could resume the run now
+	barrenResume   bool            // guarded by mu: the last attempt resumed and made no progress
 	sessionOptions json.RawMessage // the session's provider options
 }
 
@@ -169,6 +170,12 @@ func (rn *runner) execute() {
 	}
 	for {
 		err := rn.attemptOnce(in, resume)
+		// A resume that brought no progress (the provider reports the same
+		// failure again: an agent that had exited, a failed response) is not
+		// tried again: the next recovery resends if that is safe.
+		rn.mu.Lock()
+		rn.barrenResume = resume && !rn.started
+		rn.mu.Unlock()
 		next, cont := rn.outcome(err)
 		if !cont {
 			return
@@ -478,7 +485,7 @@ func (rn *runner) recoverFrom(class belay.ErrorClass, why string) (resume, cont 
 func (rn *runner) willResume() bool {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
-	return rn.recovers < rn.r.opts.Recovery.MaxAttempts && rn.resumable
+	return rn.recovers < rn.r.opts.Recovery.MaxAttempts && rn.resumable && !rn.barrenResume
 }
 
 // decide chooses how to go on after an interruption: resume through the
@@ -486,7 +493,13 @@ func (rn *runner) willResume() bool {
 // strand. It journals the decision; it reports whether to resume and
 // whether to go on at all.
 func (rn *runner) decide(why string) (resume, cont bool) {
-	canResume := rn.canResume()
+	rn.mu.Lock()
+	barren := rn.barrenResume
+	rn.mu.Unlock()
+	canResume := rn.canResume() && !barren
+	if barren {
+		why += "; resuming brought nothing new"
+	}
 	switch {
 	case canResume:
 		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionResume, Reason: why, Attempt: rn.attempt + 1})

@@ -949,3 +949,37 @@ func TestSessionOptionsReachTheProvider(t *testing.T) {
 	require.Contains(t, string(req.Input), `"max_tokens":5`)
 	b.waitStatus(run.ID, belay.RunComplete)
 }
+
+// TestBarrenResumeFallsBackToResend: a provider whose resume only repeats
+// its failure is resent (no side effect ran) instead of resumed until the
+// retries run out.
+func TestBarrenResumeFallsBackToResend(t *testing.T) {
+	t.Parallel()
+	p := &funcProvider{name: "bg", caps: provider.Capabilities{Resume: true}, run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		switch {
+		case req.Resume:
+			return provider.Errorf(belay.ClassTransient, "the response had failed")
+		case req.Attempt == 1:
+			_ = emit(provider.Event{Kind: provider.RefUpdate, Ref: &belay.ConversationRef{ID: "resp_1", Cursor: "3"}})
+			return provider.Errorf(belay.ClassTransient, "stream broke")
+		}
+		return echo(ctx, req, emit)
+	}}
+	b := setup(t, Options{Retry: RetryPolicy{MaxRetries: 3, Base: time.Millisecond, Max: time.Millisecond}}, p)
+	run := b.submit(SubmitRequest{Provider: "bg", Prompt: "again"})
+	for i := 0; i < 2; i++ {
+		b.sleeping()
+		b.clk.Advance(time.Millisecond)
+	}
+	run = b.waitStatus(run.ID, belay.RunComplete)
+	require.Equal(t, 3, run.Attempt, "resume once, then resend")
+	var decisions []string
+	for _, e := range b.events(run.Session) {
+		if e.Type == EventRecovery {
+			var d recoveryData
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			decisions = append(decisions, d.Decision)
+		}
+	}
+	require.Equal(t, []string{DecisionResume, DecisionResend}, decisions)
+}

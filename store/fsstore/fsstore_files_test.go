@@ -227,3 +227,29 @@ func prunedOf(r store.PruneReport) []string {
 	}
 	return out
 }
+
+func TestUnreadableSessionDoesNotBlockTheOthers(t *testing.T) {
+	t.Parallel()
+	// A journal that is a directory cannot be opened as a file, even by root.
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{})
+	bad, good := newSession(t, s), newSession(t, s)
+	require.NoError(t, s.Close())
+	path := journalPath(dir, bad.ID)
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, os.Mkdir(path, 0o700))
+
+	s = openStore(t, dir, Options{})
+	ctx := context.Background()
+	got, err := s.Session(ctx, bad.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.SessionQuarantined, got.State)
+	require.NotEmpty(t, got.Problem)
+	_, err = s.Append(ctx, bad.ID, belay.Sync, belay.Event{Type: "note"})
+	require.ErrorIs(t, err, belay.ErrReadOnly)
+	_, err = s.Append(ctx, good.ID, belay.Sync, belay.Event{Type: "note"})
+	require.NoError(t, err, "the other session works")
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.True(t, fi.IsDir(), "nothing was changed")
+}

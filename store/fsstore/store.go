@@ -179,7 +179,11 @@ func (s *Store) load() error {
 		}
 		ss, err := s.openSession(name)
 		if err != nil {
-			return err
+			// One unreadable session must not keep the others from loading:
+			// it is listed, read-only, with the error as its problem.
+			ss = &session{id: name, dir: filepath.Join(root, name), store: s, st: newState()}
+			ss.st.Session.ID = name
+			ss.setProblem(err)
 		}
 		if err := s.index(ss); err != nil {
 			_ = ss.close()
