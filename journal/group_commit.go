@@ -269,7 +269,11 @@ func (j *Journal) commit(b *batch) error {
 		return fmt.Errorf("%w: write %s: %v", ErrReadOnly, j.path, err)
 	}
 	start := time.Now()
-	if err := j.f.Sync(); err != nil {
+	sync := j.f.Sync
+	if j.syncer != nil {
+		sync = func() error { return j.syncer.Sync(j.f) }
+	}
+	if err := sync(); err != nil {
 		return fmt.Errorf("%w: fdatasync %s: %v", ErrReadOnly, j.path, err)
 	}
 	took := time.Since(start)

@@ -32,6 +32,10 @@ type Options struct {
 	Now func() time.Time
 	// ObserveSync, if set, is told how long each fdatasync took.
 	ObserveSync func(time.Duration)
+	// Syncer, if set, makes a commit's written data durable instead of
+	// fdatasync on the journal's file: a store shares one among its
+	// journals to make one filesystem sync serve many of them.
+	Syncer Syncer
 	// ReadOnly opens without changing anything on disk: a torn tail is left
 	// in place (and not read), appends fail with ErrReadOnly, and a missing
 	// journal is an error. Doctor and offline readers use it.
@@ -63,6 +67,7 @@ type Journal struct {
 	readOnly bool
 	recovery Recovery
 	observe  func(time.Duration)
+	syncer   Syncer
 	// snapIndexMax bounds the index entries a snapshot keeps (tests lower it).
 	snapIndexMax int
 
@@ -108,6 +113,7 @@ func Open(dir string, opts Options) (*Journal, error) {
 		delay:    opts.BufferedDelay,
 		readOnly: opts.ReadOnly,
 		observe:  opts.ObserveSync,
+		syncer:   opts.Syncer,
 		changed:  make(chan struct{}),
 		recovery: Recovery{TornAt: -1},
 

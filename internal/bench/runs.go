@@ -34,7 +34,9 @@ type RunsConfig struct {
 	// IdleSessions is how many idle sessions to load for the memory
 	// measurement (0 skips it).
 	IdleSessions int
-	Progress     func(string)
+	// Sync is the store's sync mode (fsstore.SyncFile or SyncFilesystem).
+	Sync     string
+	Progress func(string)
 }
 
 // RunsResult is `belay bench runs --json`.
@@ -42,6 +44,7 @@ type RunsResult struct {
 	Runs        int     `json:"runs"`
 	Sessions    int     `json:"sessions"`
 	Submitters  int     `json:"submitters"`
+	Sync        string  `json:"sync"`
 	RunsPerSec  float64 `json:"runs_per_sec"`
 	P50Millis   float64 `json:"submit_to_complete_p50_ms"`
 	P99Millis   float64 `json:"submit_to_complete_p99_ms"`
@@ -75,7 +78,10 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(root)
-	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters}
+	if cfg.Sync == "" {
+		cfg.Sync = fsstore.SyncFile
+	}
+	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Sync: cfg.Sync}
 	if err := benchRuns(ctx, cfg, filepath.Join(root, "runs"), res); err != nil {
 		return nil, err
 	}
@@ -88,7 +94,7 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 }
 
 func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult) error {
-	st, err := fsstore.Open(ctx, dir, fsstore.Options{MaxOpen: cfg.Sessions + 64})
+	st, err := fsstore.Open(ctx, dir, fsstore.Options{MaxOpen: cfg.Sessions + 64, Sync: cfg.Sync})
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ type benchRunsOptions struct {
 	Sessions   int
 	Submitters int
 	Idle       int
+	Sync       string
 	Dir        string
 	Data       string
 	JSON       bool
@@ -53,6 +54,7 @@ into a fresh store and reports the resident memory they take.`,
 	f.IntVar(&opts.Sessions, "sessions", 1000, "sessions the runs are spread over")
 	f.IntVar(&opts.Submitters, "submitters", 16, "concurrent submitters")
 	f.IntVar(&opts.Idle, "idle", 100000, "idle sessions for the memory measurement (0 to skip)")
+	f.StringVar(&opts.Sync, "sync", "file", "store sync mode: file (fdatasync per journal) or filesystem (shared syncfs)")
 	f.StringVar(&opts.Dir, "dir", "", "scratch directory (default: inside the data directory)")
 	f.StringVar(&opts.Data, "data", "", "data directory (default $BELAY_HOME, $XDG_STATE_HOME/belay, ~/.local/state/belay)")
 	f.BoolVar(&opts.JSON, "json", false, "print JSON")
@@ -68,7 +70,7 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 		return err
 	}
 	res, err := bench.Runs(cmd.Context(), bench.RunsConfig{
-		Dir: dir, Runs: opts.Runs, Sessions: opts.Sessions, Submitters: opts.Submitters, IdleSessions: opts.Idle,
+		Dir: dir, Runs: opts.Runs, Sessions: opts.Sessions, Submitters: opts.Submitters, IdleSessions: opts.Idle, Sync: opts.Sync,
 		Progress: func(s string) { fmt.Fprintf(stdio.Err, "… %s\n", s) },
 	})
 	if err != nil {

@@ -19,6 +19,10 @@ const ConfigName = "config.toml"
 
 // Config is <data>/config.toml. Every part is optional.
 type Config struct {
+	Store struct {
+		// Sync is "file" (default) or "filesystem" (see fsstore.Options.Sync).
+		Sync string `toml:"sync"`
+	} `toml:"store"`
 	Limits struct {
 		Global      int            `toml:"global"`
 		PerProvider map[string]int `toml:"per_provider"`

@@ -78,7 +78,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	incarnation := ids.New("inc_")
 	var metrics *api.Metrics
 	st, err := fsstore.Open(ctx, dir, fsstore.Options{
-		Purpose: "daemon", Incarnation: incarnation,
+		Purpose: "daemon", Incarnation: incarnation, Sync: cfg.Store.Sync,
 		ObserveSync: func(d time.Duration) {
 			if metrics != nil {
 				metrics.ObserveFsync(d)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/storetest"
@@ -21,10 +22,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func harness() storetest.Harness {
+func harness(sync string) storetest.Harness {
 	return storetest.Harness{
 		New: func(t *testing.T, clk *clock.Fake) store.Store {
-			s, err := Open(context.Background(), t.TempDir(), Options{Clock: clk, SnapshotEvery: 3})
+			s, err := Open(context.Background(), t.TempDir(), Options{Clock: clk, SnapshotEvery: 3, Sync: sync})
 			require.NoError(t, err)
 			return s
 		},
@@ -38,4 +39,13 @@ func harness() storetest.Harness {
 	}
 }
 
-func TestConformance(t *testing.T) { storetest.Run(t, harness()) }
+func TestConformance(t *testing.T) { storetest.Run(t, harness(SyncFile)) }
+
+// TestConformanceSharedSync runs the suite with commits made durable by
+// shared filesystem syncs.
+func TestConformanceSharedSync(t *testing.T) { storetest.Run(t, harness(SyncFilesystem)) }
+
+func TestBadSyncMode(t *testing.T) {
+	_, err := Open(context.Background(), t.TempDir(), Options{Sync: "sometimes"})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+}

@@ -29,6 +29,12 @@ const (
 	SessionsName = "sessions"
 )
 
+// Sync modes.
+const (
+	SyncFile       = "file"
+	SyncFilesystem = "filesystem"
+)
+
 // DefaultSnapshotEvery is how many state changes a session takes between
 // snapshots.
 const DefaultSnapshotEvery = 1000
@@ -52,6 +58,13 @@ type Options struct {
 	BufferedDelay time.Duration
 	// ObserveSync, if set, is told how long each journal fdatasync took.
 	ObserveSync func(time.Duration)
+	// Sync is how commits are made durable: SyncFile (the default), one
+	// fdatasync per journal commit; or SyncFilesystem, one syncfs(2) shared
+	// by every journal committing at that moment, which serves many
+	// concurrent sessions with far fewer syncs but waits for all the
+	// filesystem's dirty data, so it suits a filesystem belay has mostly to
+	// itself.
+	Sync string
 	// MaxOpen is how many idle session journals stay open
 	// (DefaultMaxOpen if 0); journals in use are never closed.
 	MaxOpen int
@@ -81,6 +94,9 @@ type Store struct {
 	mu       sync.RWMutex // guards sessions and closed
 	sessions map[string]*session
 	closed   bool
+
+	syncer      journal.Syncer
+	closeSyncer func() error
 
 	idxMu       sync.RWMutex      // innermost: guards the id indexes
 	runs        map[string]string // run id -> session id
@@ -114,6 +130,22 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		runs:        map[string]string{},
 		deliveries:  map[string]string{},
 		sessionKeys: map[string]string{},
+	}
+	switch opts.Sync {
+	case "", SyncFile:
+	case SyncFilesystem:
+		if !opts.ReadOnly {
+			if err := s.fsys.MkdirAll(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("fsstore: create %s: %w", dir, err)
+			}
+			syncfs, closeFn, err := syncfsFunc(dir)
+			if err != nil {
+				return nil, err
+			}
+			s.syncer, s.closeSyncer = journal.NewGroupSyncer(syncfs), closeFn
+		}
+	default:
+		return nil, fmt.Errorf("%w: sync mode %q is not %q or %q", belay.ErrInvalid, opts.Sync, SyncFile, SyncFilesystem)
 	}
 	if !opts.ReadOnly {
 		if err := s.fsys.MkdirAll(filepath.Join(dir, SessionsName), 0o700); err != nil {
@@ -235,6 +267,9 @@ func (s *Store) Close() error {
 	}
 	if s.lock != nil && s.lockLost.Load() == nil {
 		errs = append(errs, s.lock.Release())
+	}
+	if s.closeSyncer != nil {
+		errs = append(errs, s.closeSyncer())
 	}
 	return errors.Join(errs...)
 }
@@ -377,7 +412,7 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 }
 
 func (s *Store) journalOptions(readOnly bool) journal.Options {
-	return journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly, ObserveSync: s.opts.ObserveSync}
+	return journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly, ObserveSync: s.opts.ObserveSync, Syncer: s.syncer}
 }
 
 // Session returns one session.
