@@ -219,8 +219,12 @@ func TestBearerTokenOnTCP(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code)
 	code, _ = b.do("GET", "/v1/sessions", "", map[string]string{"Authorization": "Bearer s3cret-token-0123456789abcdef0123456789"})
 	require.Equal(t, http.StatusOK, code)
-	code, _ = b.do("GET", "/healthz", "", nil)
+	code, raw = b.do("GET", "/healthz", "", nil)
 	require.Equal(t, http.StatusOK, code, "health needs no token")
+	require.NotContains(t, string(raw), "incarnation", "but says nothing else without it")
+	code, raw = b.do("GET", "/healthz", "", map[string]string{"Authorization": "Bearer s3cret-token-0123456789abcdef0123456789"})
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, string(raw), `"incarnation":"inc_`)
 }
 
 func FuzzHandlers(f *testing.F) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -25,6 +26,7 @@ const (
 	CodeUnauthenticated  = "unauthenticated"
 	CodeTooLarge         = "too_large"
 	CodeMethod           = "method_not_allowed"
+	CodeTimeout          = "timeout"
 	CodeInternal         = "internal"
 )
 
@@ -56,6 +58,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusServiceUnavailable, CodeReadOnly
 	case errors.Is(err, belay.ErrStoreClosed):
 		return http.StatusServiceUnavailable, CodeUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, CodeTimeout
 	}
 	return http.StatusInternalServerError, CodeInternal
 }

@@ -128,13 +128,15 @@ func jsonMisses(mux *http.ServeMux) http.Handler {
 func requireToken(token string, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" {
-			got := []byte(r.Header.Get("Authorization"))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="belay"`)
-				writeErrorCode(w, http.StatusUnauthorized, CodeUnauthenticated, "a valid bearer token is required (see the token file in the data directory)", nil)
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			if r.URL.Path == "/healthz" && r.Method == http.MethodGet {
+				// Liveness only: no pid, paths or ids without the token.
+				writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 				return
 			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="belay"`)
+			writeErrorCode(w, http.StatusUnauthorized, CodeUnauthenticated, "a valid bearer token is required (see the token file in the data directory)", nil)
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -36,8 +36,6 @@ type Options struct {
 	Socket  string
 	BaseURL string
 	Token   string
-	// Timeout bounds requests that do not wait by design (default 30s).
-	Timeout time.Duration
 }
 
 // New returns a client.
