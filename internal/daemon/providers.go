@@ -25,26 +25,20 @@ type fakeConfig struct {
 // providerTypes builds a provider of each type from its TOML table.
 var providerTypes = map[string]func(name string, d *Config, prim any, dataDir string) (provider.Provider, error){
 	"openai": func(name string, c *Config, prim any, _ string) (provider.Provider, error) {
-		var cfg struct {
-			Type string `toml:"type"`
-			openai.Config
-		}
+		var cfg openai.Config
 		if err := c.decode(prim, &cfg); err != nil {
 			return nil, err
 		}
 		cfg.History = sessionHistory(c.store)
-		return openai.New(name, cfg.Config)
+		return openai.New(name, cfg)
 	},
 	"anthropic": func(name string, c *Config, prim any, _ string) (provider.Provider, error) {
-		var cfg struct {
-			Type string `toml:"type"`
-			anthropic.Config
-		}
+		var cfg anthropic.Config
 		if err := c.decode(prim, &cfg); err != nil {
 			return nil, err
 		}
 		cfg.History = sessionHistory(c.store)
-		return anthropic.New(name, cfg.Config)
+		return anthropic.New(name, cfg)
 	},
 	"command": func(name string, c *Config, prim any, dataDir string) (provider.Provider, error) {
 		var cfg struct {

@@ -2,7 +2,6 @@ package anthropic
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -78,17 +77,11 @@ func (c *Config) validate(name string) error {
 	if c.Type != "" && c.Type != "anthropic" {
 		return bad("type is %q, want \"anthropic\"", c.Type)
 	}
-	if c.BaseURL == "" {
-		c.BaseURL = DefaultBaseURL
+	base, err := httpapi.BaseURL(c.BaseURL, DefaultBaseURL, "https://api.anthropic.com/v1")
+	if err != nil {
+		return bad("%v", err)
 	}
-	u, err := url.Parse(c.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return bad("base_url %q is not an http(s) URL (example: \"https://api.anthropic.com/v1\")", c.BaseURL)
-	}
-	if u.User != nil || u.RawQuery != "" {
-		return bad("base_url must not carry credentials or a query; use api_key_env or api_key_file")
-	}
-	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
+	c.BaseURL = base
 	if c.AnthropicVersion == "" {
 		c.AnthropicVersion = DefaultVersion
 	}

@@ -98,17 +98,11 @@ func (c *Config) validate(name string) error {
 	if c.Type != "" && c.Type != "openai" {
 		return bad("type is %q, want \"openai\"", c.Type)
 	}
-	if c.BaseURL == "" {
-		c.BaseURL = DefaultBaseURL
+	base, err := httpapi.BaseURL(c.BaseURL, DefaultBaseURL, "http://127.0.0.1:8000/v1")
+	if err != nil {
+		return bad("%v", err)
 	}
-	u, err := url.Parse(c.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return bad("base_url %q is not an http(s) URL (example: \"http://127.0.0.1:8000/v1\")", c.BaseURL)
-	}
-	if u.User != nil || u.RawQuery != "" {
-		return bad("base_url must not carry credentials or a query; use api_key_env or api_key_file")
-	}
-	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
+	c.BaseURL = base
 	switch c.API {
 	case "":
 		c.API = APIChat
