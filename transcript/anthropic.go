@@ -37,19 +37,7 @@ type anBlock struct {
 // anthropicBlocks reads Anthropic content (a string or blocks); Claude Code
 // uses the same blocks.
 func anthropicBlocks(c json.RawMessage) []Block {
-	if isNullish(c) {
-		return nil
-	}
-	if c[0] == '"' {
-		s, _ := jsonString(c)
-		return []Block{{Type: BlockText, Text: s}}
-	}
-	var raws []json.RawMessage
-	if json.Unmarshal(c, &raws) != nil {
-		return nil
-	}
-	out := make([]Block, 0, len(raws))
-	for _, raw := range raws {
+	return contentBlocks(c, func(raw json.RawMessage) Block {
 		var ab anBlock
 		_ = json.Unmarshal(raw, &ab)
 		b := Block{Type: BlockType(ab.Type), raw: raw}
@@ -81,9 +69,8 @@ func anthropicBlocks(c json.RawMessage) []Block {
 				}
 			}
 		}
-		out = append(out, b)
-	}
-	return out
+		return b
+	})
 }
 
 // splitUser turns a user message's blocks into messages: each tool_result

@@ -209,3 +209,25 @@ func inputMissing(in json.RawMessage) bool {
 	s := strings.TrimSpace(string(in))
 	return s == "" || s == "null"
 }
+
+// contentBlocks reads a message's content as the formats write it: absent,
+// a plain string (one text block), or an array of blocks, each decoded by
+// block.
+func contentBlocks(c json.RawMessage, block func(raw json.RawMessage) Block) []Block {
+	if isNullish(c) {
+		return nil
+	}
+	if c[0] == '"' {
+		s, _ := jsonString(c)
+		return []Block{{Type: BlockText, Text: s}}
+	}
+	var raws []json.RawMessage
+	if json.Unmarshal(c, &raws) != nil {
+		return nil
+	}
+	out := make([]Block, 0, len(raws))
+	for _, raw := range raws {
+		out = append(out, block(raw))
+	}
+	return out
+}

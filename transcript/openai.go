@@ -149,19 +149,7 @@ func inputArguments(in json.RawMessage) []byte {
 }
 
 func openaiContent(c json.RawMessage) []Block {
-	if isNullish(c) {
-		return nil
-	}
-	if c[0] == '"' {
-		s, _ := jsonString(c)
-		return []Block{{Type: BlockText, Text: s}}
-	}
-	var parts []json.RawMessage
-	if json.Unmarshal(c, &parts) != nil {
-		return nil
-	}
-	out := make([]Block, 0, len(parts))
-	for _, raw := range parts {
+	return contentBlocks(c, func(raw json.RawMessage) Block {
 		var p oaPart
 		_ = json.Unmarshal(raw, &p)
 		b := Block{Type: BlockType(p.Type), raw: raw}
@@ -181,9 +169,8 @@ func openaiContent(c json.RawMessage) []Block {
 				b.URL, b.Data, b.Filename = p.File.FileID, p.File.FileData, p.File.Filename
 			}
 		}
-		out = append(out, b)
-	}
-	return out
+		return b
+	})
 }
 
 // markSynthetic recognises a result that belay's repair made up.

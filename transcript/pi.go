@@ -89,19 +89,7 @@ type piMessage struct {
 }
 
 func piBlocks(c json.RawMessage) []Block {
-	if isNullish(c) {
-		return nil
-	}
-	if c[0] == '"' {
-		s, _ := jsonString(c)
-		return []Block{{Type: BlockText, Text: s}}
-	}
-	var raws []json.RawMessage
-	if json.Unmarshal(c, &raws) != nil {
-		return nil
-	}
-	out := make([]Block, 0, len(raws))
-	for _, raw := range raws {
+	return contentBlocks(c, func(raw json.RawMessage) Block {
 		var pb piBlock
 		_ = json.Unmarshal(raw, &pb)
 		b := Block{Type: BlockType(pb.Type), raw: raw}
@@ -121,9 +109,8 @@ func piBlocks(c json.RawMessage) []Block {
 				b.Input = pb.Input
 			}
 		}
-		out = append(out, b)
-	}
-	return out
+		return b
+	})
 }
 
 func (piCodec) build(d *Document) error {
