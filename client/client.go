@@ -175,10 +175,15 @@ func keyHeader(key string) http.Header {
 	return h
 }
 
-// Health checks the daemon.
+// Health checks the daemon. A daemon that accepts the connection but does
+// not answer before ctx's deadline (stopped, wedged) is unreachable too.
 func (c *Client) Health(ctx context.Context) (api.Health, error) {
 	var h api.Health
-	return h, c.do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+	err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = &UnreachableError{Err: fmt.Errorf("no answer to a health check: %w", err)}
+	}
+	return h, err
 }
 
 // CreateSession creates a session; key makes it idempotent.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/lock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,6 +68,13 @@ var diagnoseCases = []diagnoseCase{
 		in.Daemon.Reachable = false
 	}, action: ActionRetryLater, rule: "daemon_unresponsive", command: "belay daemon status",
 		reason: []string{"pid 4242", "holds the run's lease"}},
+	{name: "daemon down, lock held by a stopped process", mod: func(in *Input) {
+		running(in, runA)
+		in.Daemon.Reachable = false
+		in.Daemon.Lock.Verdict = lock.Verdict{Reason: lock.ReasonHung, Alive: true, Local: true, Stopped: true,
+			Detail: "holder pid 4242 is alive but stopped (SIGSTOP or suspended); no heartbeat for 40s", Action: "kill -CONT 4242"}
+	}, action: ActionResolveManually, rule: "daemon_unresponsive", command: "belay daemon stop",
+		reason: []string{"pid 4242", "never replaced", "kill -CONT 4242"}},
 
 	// 5. dead lease owners.
 	{name: "lease of a previous incarnation", mod: func(in *Input) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/lock"
 )
 
 // decision is what a matching rule decides.
@@ -106,6 +107,12 @@ func ruleDaemonDown(d *diagnosis) (decision, bool) {
 func ruleDaemonUnresponsive(d *diagnosis) (decision, bool) {
 	if d.active == nil || !d.down || d.lockState != LockHeld {
 		return decision{}, false
+	}
+	if st := d.in.Daemon.Lock; st.Reason == lock.ReasonHung && st.Action != "" {
+		// Alive but silent past its TTL: never replaced; a person resumes
+		// or ends it, and the next start resumes the run.
+		return decide(ActionResolveManually, cmdDaemonStop, "Run %s is %s and the daemon that owns the data dir is alive but not heartbeating (%s); it is never replaced while alive: resume it (%s) or stop it, and the run resumes.",
+			token(d.active.ID), effectiveStatus(d.active), scrubText(st.Detail), st.Action)
 	}
 	also := ""
 	if d.ownerState == OwnerAlive {

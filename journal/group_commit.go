@@ -261,6 +261,11 @@ func (j *Journal) commitNext(force bool, timer *time.Timer) bool {
 
 // commit writes one batch and syncs it.
 func (j *Journal) commit(b *batch) error {
+	// The last moment before the bytes leave this process: a writer that
+	// can no longer prove it owns the data directory writes nothing.
+	if err := j.checkFence(); err != nil {
+		return err
+	}
 	n, err := j.f.Write(b.buf)
 	if err == nil && n != len(b.buf) {
 		err = fmt.Errorf("short write: %d of %d bytes", n, len(b.buf))

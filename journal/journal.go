@@ -36,6 +36,12 @@ type Options struct {
 	// fdatasync on the journal's file: a store shares one among its
 	// journals to make one filesystem sync serve many of them.
 	Syncer Syncer
+	// Fence, if set, is called before every write to the journal's files
+	// (each commit, each snapshot, a torn-tail truncation). An error means
+	// this process may no longer write (it cannot prove it owns the data
+	// directory): nothing is written, and the journal turns read-only with
+	// an error that wraps it. Stores pass their lock's self-fencing check.
+	Fence func() error
 	// ReadOnly opens without changing anything on disk: a torn tail is left
 	// in place (and not read), appends fail with ErrReadOnly, and a missing
 	// journal is an error. Doctor and offline readers use it.
@@ -68,6 +74,7 @@ type Journal struct {
 	recovery Recovery
 	observe  func(time.Duration)
 	syncer   Syncer
+	fence    func() error
 	// snapIndexMax bounds the index entries a snapshot keeps (tests lower it).
 	snapIndexMax int
 
@@ -114,6 +121,7 @@ func Open(dir string, opts Options) (*Journal, error) {
 		readOnly: opts.ReadOnly,
 		observe:  opts.ObserveSync,
 		syncer:   opts.Syncer,
+		fence:    opts.Fence,
 		changed:  make(chan struct{}),
 		recovery: Recovery{TornAt: -1},
 
@@ -205,6 +213,9 @@ func (j *Journal) recover() error {
 
 // truncateTornTail keeps a copy of the whole journal, then cuts it at off.
 func (j *Journal) truncateTornTail(off, end int64) error {
+	if err := j.checkFence(); err != nil {
+		return err
+	}
 	broken := brokenName(j.path, j.now())
 	if err := j.copyTo(broken, end); err != nil {
 		return fmt.Errorf("journal: keep copy of torn tail of %s: %w", j.path, err)
@@ -238,6 +249,17 @@ func (j *Journal) copyTo(dst string, n int64) error {
 		_ = j.fsys.Remove(dst)
 	}
 	return err
+}
+
+// checkFence asks the owner whether this process may still write.
+func (j *Journal) checkFence() error {
+	if j.fence == nil {
+		return nil
+	}
+	if err := j.fence(); err != nil {
+		return fmt.Errorf("%w: not writing %s: %w", ErrReadOnly, j.path, err)
+	}
+	return nil
 }
 
 // Recovery reports what Open found and did.

@@ -101,6 +101,9 @@ func (s *Store) pruneSession(ss *session, p store.PrunePolicy, now time.Time) (b
 	}
 	root := filepath.Join(s.dir, SessionsName)
 	trash := filepath.Join(root, ".trash-"+ss.id+"-"+ids.New("")[:10])
+	if err := s.fence(); err != nil {
+		return false, err
+	}
 	// The open journal keeps working through a rename, so a failed rename
 	// leaves the session as it was.
 	if err := s.fsys.Rename(ss.dir, trash); err != nil {

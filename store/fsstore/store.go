@@ -47,6 +47,9 @@ type Options struct {
 	Clock clock.Clock
 	// LockTTL is the data dir lock's TTL; it is heartbeated at a third of it.
 	LockTTL time.Duration
+	// LockElapsed is the suspend-aware monotonic clock the lock's
+	// self-fencing reads (lock.Options.Elapsed); tests inject it.
+	LockElapsed func() time.Duration
 	// Incarnation names this process in the lock record.
 	Incarnation string
 	// Purpose is written into the lock record ("daemon", "cli").
@@ -152,7 +155,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("fsstore: create %s: %w", dir, err)
 		}
 		s.lock = lock.New(filepath.Join(dir, LockName), lock.Options{
-			TTL: opts.LockTTL, Incarnation: opts.Incarnation, Purpose: opts.Purpose,
+			TTL: opts.LockTTL, Incarnation: opts.Incarnation, Purpose: opts.Purpose, Elapsed: opts.LockElapsed,
 		})
 		if err := s.lock.TryAcquire(ctx); err != nil {
 			if errors.Is(err, lock.ErrHeld) {
@@ -174,12 +177,34 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// onLockLost turns the store read-only for good, once, and tells the
+// owner: the lock was lost, or this process could no longer prove it holds
+// it (lock.ErrFenced).
 func (s *Store) onLockLost(err error) {
-	err = fmt.Errorf("%w: the data dir lock was lost: %v", belay.ErrReadOnly, err)
-	s.lockLost.Store(&err)
+	err = fmt.Errorf("%w: this process no longer provably owns %s and stopped writing: %w", belay.ErrReadOnly, s.dir, err)
+	if !s.lockLost.CompareAndSwap(nil, &err) {
+		return
+	}
 	if s.opts.OnLockLost != nil {
 		s.opts.OnLockLost(err)
 	}
+}
+
+// fence is the self-fencing check made before every durable write (see
+// lock.Lock.Check): it fails once this process cannot prove that it still
+// owns the data directory, and from then on for good.
+func (s *Store) fence() error {
+	if p := s.lockLost.Load(); p != nil {
+		return *p
+	}
+	if s.lock == nil {
+		return nil
+	}
+	if err := s.lock.Check(context.Background()); err != nil {
+		s.onLockLost(err)
+		return *s.lockLost.Load()
+	}
+	return nil
 }
 
 // Dir returns the data directory.
@@ -279,10 +304,7 @@ func (s *Store) writable() error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("%w: store %s was opened read-only", belay.ErrReadOnly, s.dir)
 	}
-	if p := s.lockLost.Load(); p != nil {
-		return *p
-	}
-	return nil
+	return s.fence()
 }
 
 // session returns a loaded session.
@@ -402,6 +424,9 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 	if err != nil {
 		return fail(fmt.Errorf("fsstore: create session %s: %w", id, err))
 	}
+	if err := s.fence(); err != nil {
+		return fail(err)
+	}
 	if err := s.fsys.Rename(tmp, final); err != nil {
 		return fail(fmt.Errorf("fsstore: create session %s: %w", id, err))
 	}
@@ -412,7 +437,11 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 }
 
 func (s *Store) journalOptions(readOnly bool) journal.Options {
-	return journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly, ObserveSync: s.opts.ObserveSync, Syncer: s.syncer}
+	o := journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly, ObserveSync: s.opts.ObserveSync, Syncer: s.syncer}
+	if !readOnly && s.lock != nil {
+		o.Fence = s.fence
+	}
+	return o
 }
 
 // Session returns one session.
