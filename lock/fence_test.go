@@ -14,7 +14,7 @@ import (
 // fakeElapsed is a settable suspend-aware monotonic clock.
 type fakeElapsed struct{ d atomic.Int64 }
 
-func (f *fakeElapsed) now() time.Duration       { return time.Duration(f.d.Load()) }
+func (f *fakeElapsed) now() time.Duration      { return time.Duration(f.d.Load()) }
 func (f *fakeElapsed) advance(d time.Duration) { f.d.Add(int64(d)) }
 
 // TestCheckFastPathAndReconfirm: within TTL-margin of the last confirmed
@@ -171,4 +171,3 @@ func TestHeartbeatNeedsNoDescriptor(t *testing.T) {
 	require.Equal(t, "check ok", c.next())
 	require.Equal(t, []string{"released"}, c.wait())
 }
-

@@ -2,8 +2,8 @@ package lock
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
