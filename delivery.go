@@ -29,7 +29,12 @@ type Delivery struct {
 	Key      string          `json:"key,omitempty"`
 	Priority int             `json:"priority"`
 	Data     json.RawMessage `json:"data,omitempty"`
-	Status   DeliveryStatus  `json:"status"`
+	// To addresses the item to one consumer: only a lease for that
+	// addressee (LeaseDeliveriesTo) takes it, never a general one.
+	To string `json:"to,omitempty"`
+	// AfterRun holds the item back until that run of the session has ended.
+	AfterRun string         `json:"afterRun,omitempty"`
+	Status   DeliveryStatus `json:"status"`
 	// Seq is the seq of the event that posted it; order is priority, then seq.
 	Seq       uint64    `json:"seq"`
 	Epoch     uint64    `json:"epoch"`
@@ -48,6 +53,9 @@ type DeliveryInput struct {
 	Key      string
 	Priority int
 	Data     json.RawMessage
+	// To and AfterRun: see Delivery.
+	To       string
+	AfterRun string
 }
 
 // SettleKind says how a leased delivery is settled.

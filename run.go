@@ -2,7 +2,11 @@ package belay
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // RunStatus is the coarse status of a run.
@@ -97,6 +101,10 @@ type Run struct {
 	Priority       int       `json:"priority"`
 	Provider       string    `json:"provider"`
 	Model          string    `json:"model,omitempty"`
+	// Tags and Meta were given when the run was sent, so that agents and
+	// teams can find their runs (GET /v1/runs?tag=).
+	Tags []string          `json:"tags,omitempty"`
+	Meta map[string]string `json:"meta,omitempty"`
 	// Epoch is the fencing token of the latest lease grant (0: never leased).
 	Epoch uint64 `json:"epoch"`
 	// Lease is the current lease, nil when none is held.
@@ -124,6 +132,8 @@ type RunInput struct {
 	Model          string
 	Deadline       time.Time
 	Input          json.RawMessage
+	Tags           []string
+	Meta           map[string]string
 }
 
 // RunUpdate changes a run under its lease. Zero fields are left alone.
@@ -145,4 +155,73 @@ type RunUpdate struct {
 type RunFilter struct {
 	Session string
 	Status  RunStatus
+	// Provider, Tag and Since (created at or after) narrow the selection;
+	// Failed keeps failed and stranded runs only.
+	Provider string
+	Tag      string
+	Since    time.Time
+	Failed   bool
+}
+
+// Match reports whether r passes the filter.
+func (f RunFilter) Match(r *Run) bool {
+	switch {
+	case f.Session != "" && r.Session != f.Session,
+		f.Status != "" && r.Status != f.Status,
+		f.Provider != "" && r.Provider != f.Provider,
+		!f.Since.IsZero() && r.CreatedAt.Before(f.Since),
+		f.Failed && r.Status != RunFailed && r.Status != RunStranded:
+		return false
+	}
+	return f.Tag == "" || slices.Contains(r.Tags, f.Tag)
+}
+
+// Limits on a run's tags and metadata.
+const (
+	MaxTags    = 16
+	MaxTagLen  = 64
+	MaxMeta    = 32
+	MaxMetaKey = 64
+	MaxMetaVal = 1024
+)
+
+// CheckTags validates tags and metadata: tags are 1-64 of [A-Za-z0-9._:/@-],
+// at most 16; metadata has at most 32 keys of 1-64 such characters and
+// values of at most 1024 bytes.
+func CheckTags(tags []string, meta map[string]string) error {
+	if len(tags) > MaxTags {
+		return fmt.Errorf("%w: at most %d tags, got %d", ErrInvalid, MaxTags, len(tags))
+	}
+	for _, t := range tags {
+		if !tagName(t) {
+			return fmt.Errorf("%w: tag %q: want 1-%d of letters, digits and ._:/@-", ErrInvalid, t, MaxTagLen)
+		}
+	}
+	if len(meta) > MaxMeta {
+		return fmt.Errorf("%w: at most %d metadata keys, got %d", ErrInvalid, MaxMeta, len(meta))
+	}
+	for k, v := range meta {
+		if !tagName(k) {
+			return fmt.Errorf("%w: metadata key %q: want 1-%d of letters, digits and ._:/@-", ErrInvalid, k, MaxTagLen)
+		}
+		if len(v) > MaxMetaVal || !utf8.ValidString(v) {
+			return fmt.Errorf("%w: metadata %q: the value must be valid UTF-8 of at most %d bytes", ErrInvalid, k, MaxMetaVal)
+		}
+	}
+	return nil
+}
+
+func tagName(s string) bool {
+	if s == "" || len(s) > MaxTagLen {
+		return false
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("._:/@-", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

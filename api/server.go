@@ -48,6 +48,9 @@ type Options struct {
 	Export func(ctx context.Context, w io.Writer, session, format string) error
 	// DaemonDoctor reports on the daemon, store and locks.
 	DaemonDoctor func(ctx context.Context) (any, error)
+	// MCP, if set, serves the Model Context Protocol at /mcp, behind the
+	// same authentication as the API.
+	MCP http.Handler
 }
 
 // Server serves the API.
@@ -89,6 +92,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}/inbox", s.listInbox)
 	mux.HandleFunc("POST /v1/sessions/{id}/inbox", s.post)
 	mux.HandleFunc("POST /v1/runs", s.createRun)
+	mux.HandleFunc("GET /v1/runs", s.listAllRuns)
 	mux.HandleFunc("GET /v1/runs/{id}", s.getRun)
 	mux.HandleFunc("GET /v1/runs/{id}/wait", s.waitRun)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.cancelRun)
@@ -96,6 +100,9 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/inbox/{id}/settle", s.settle)
 	mux.HandleFunc("POST /v1/prune", s.prune)
 	mux.HandleFunc("GET /v1/doctor", s.daemonDoctor)
+	if s.opts.MCP != nil {
+		mux.Handle("/mcp", s.opts.MCP)
+	}
 	var h http.Handler = jsonMisses(mux)
 	if token != "" {
 		h = requireToken(token, h)
@@ -323,6 +330,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		Session: req.Session, Provider: req.Provider, Model: req.Model, Prompt: req.Prompt,
 		Script: req.Script, Options: req.Options, Policy: req.Policy, Priority: req.Priority,
 		Deadline: time.Duration(req.Deadline), IdempotencyKey: key, Labels: req.Labels,
+		Tags: req.Tags, Meta: req.Meta,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -462,7 +470,7 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request) {
 	if req.Key == "" {
 		req.Key = key
 	}
-	d, created, err := s.rt.Post(r.Context(), belay.DeliveryInput{Session: id, Type: req.Type, Key: req.Key, Priority: req.Priority, Data: req.Data})
+	d, created, err := s.rt.Post(r.Context(), belay.DeliveryInput{Session: id, Type: req.Type, Key: req.Key, Priority: req.Priority, Data: req.Data, To: req.To, AfterRun: req.AfterRun})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -508,7 +516,17 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 		req.Max = 1
 	}
 	wait := min(time.Duration(req.Wait), MaxWait)
-	ds, err := s.rt.Lease(r.Context(), req.Session, req.Owner, time.Duration(req.TTL), min(req.Max, 100), wait)
+	var ds []belay.Delivery
+	var err error
+	switch {
+	case req.To != "" && req.Session != "":
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "an addressed lease (to) covers every session: leave session out", nil)
+		return
+	case req.To != "":
+		ds, err = s.rt.LeaseTo(r.Context(), req.To, req.Owner, time.Duration(req.TTL), min(req.Max, 100), wait)
+	default:
+		ds, err = s.rt.Lease(r.Context(), req.Session, req.Owner, time.Duration(req.TTL), min(req.Max, 100), wait)
+	}
 	if err != nil {
 		writeError(w, err)
 		return

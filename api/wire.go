@@ -34,6 +34,9 @@ type CreateRunRequest struct {
 	Priority int               `json:"priority,omitempty"`
 	Deadline Duration          `json:"deadline,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
+	// Tags and Meta are kept with the run, to find it by (GET /v1/runs?tag=).
+	Tags []string          `json:"tags,omitempty"`
+	Meta map[string]string `json:"meta,omitempty"`
 }
 
 // Run is a run with its live activity, when the daemon is executing it.
@@ -63,15 +66,22 @@ type PostRequest struct {
 	Key      string          `json:"key,omitempty"`
 	Priority int             `json:"priority,omitempty"`
 	Data     json.RawMessage `json:"data,omitempty"`
+	// To addresses the item to one consumer (a lease with the same "to");
+	// AfterRun holds it back until that run of the session has ended.
+	To       string `json:"to,omitempty"`
+	AfterRun string `json:"afterRun,omitempty"`
 }
 
 // LeaseRequest is the body of POST /v1/inbox/lease.
 type LeaseRequest struct {
-	Session string   `json:"session,omitempty"`
-	Owner   string   `json:"owner"`
-	TTL     Duration `json:"ttl,omitempty"`
-	Max     int      `json:"max,omitempty"`
-	Wait    Duration `json:"wait,omitempty"`
+	Session string `json:"session,omitempty"`
+	// To leases the items addressed to it, in every session, instead of
+	// the items addressed to no one.
+	To    string   `json:"to,omitempty"`
+	Owner string   `json:"owner"`
+	TTL   Duration `json:"ttl,omitempty"`
+	Max   int      `json:"max,omitempty"`
+	Wait  Duration `json:"wait,omitempty"`
 }
 
 // DeliveryList is the body of a lease response and of GET

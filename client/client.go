@@ -220,6 +220,13 @@ func (c *Client) Runs(ctx context.Context, session string) ([]api.Run, error) {
 	return out.Runs, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/runs", nil, nil, &out)
 }
 
+// ListRuns lists runs across sessions, one page at a time: pass the
+// NextCursor of a page as q.Cursor for the next.
+func (c *Client) ListRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error) {
+	var out api.RunPage
+	return out, c.do(ctx, http.MethodGet, "/v1/runs?"+url.Values(q.Values()).Encode(), nil, nil, &out)
+}
+
 // CreateRun submits a run; key makes it idempotent.
 func (c *Client) CreateRun(ctx context.Context, req api.CreateRunRequest, key string) (api.Run, error) {
 	var r api.Run

@@ -106,10 +106,25 @@ func (r *Runtime) Post(ctx context.Context, in belay.DeliveryInput) (belay.Deliv
 // Lease leases up to max deliverable items of a session ("" for any),
 // waiting up to wait for one to become deliverable.
 func (r *Runtime) Lease(ctx context.Context, session, owner string, ttl time.Duration, max int, wait time.Duration) ([]belay.Delivery, error) {
+	return r.lease(ctx, func() ([]belay.Delivery, error) {
+		return r.store.LeaseDeliveries(ctx, session, owner, ttl, max)
+	}, wait)
+}
+
+// LeaseTo leases up to max deliverable items addressed to to, in every
+// session, waiting up to wait for one (an item waiting for a run becomes
+// deliverable when the run ends).
+func (r *Runtime) LeaseTo(ctx context.Context, to, owner string, ttl time.Duration, max int, wait time.Duration) ([]belay.Delivery, error) {
+	return r.lease(ctx, func() ([]belay.Delivery, error) {
+		return r.store.LeaseDeliveriesTo(ctx, to, owner, ttl, max)
+	}, wait)
+}
+
+func (r *Runtime) lease(ctx context.Context, try func() ([]belay.Delivery, error), wait time.Duration) ([]belay.Delivery, error) {
 	deadline := r.clk.Now().Add(wait)
 	for {
 		changed := r.inbox.wait()
-		got, err := r.store.LeaseDeliveries(ctx, session, owner, ttl, max)
+		got, err := try()
 		if err != nil || len(got) > 0 {
 			for _, d := range got {
 				r.inbox.arm(d.Lease.ExpiresAt)

@@ -550,9 +550,8 @@ func (rn *runner) end(phase belay.RunPhase, runErr *belay.RunError, reason strin
 		return
 	}
 	rn.setPhase(phase)
-	if u.Deliver != nil {
-		rn.r.inbox.notify()
-	}
+	// The outcome item, and items waiting for this run's end, are ready.
+	rn.r.inbox.notify()
 	if h := rn.r.opts.OnRunEnd; h != nil {
 		h(run)
 	}

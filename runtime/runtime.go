@@ -191,12 +191,18 @@ type SubmitRequest struct {
 	// same run (and session).
 	IdempotencyKey string
 	Labels         map[string]string
+	// Tags and Meta are kept with the run (belay.Run).
+	Tags []string
+	Meta map[string]string
 }
 
 // Submit creates a run and queues it under its policy (G3, G4).
 func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, error) {
 	if !req.Policy.Valid() {
 		return belay.Run{}, fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, req.Policy)
+	}
+	if err := belay.CheckTags(req.Tags, req.Meta); err != nil {
+		return belay.Run{}, err
 	}
 	if err := r.admitting(); err != nil {
 		return belay.Run{}, err
@@ -254,6 +260,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 	run, created, err := r.store.CreateRun(ctx, belay.RunInput{
 		Session: sessionID, IdempotencyKey: req.IdempotencyKey, Priority: req.Priority,
 		Provider: prov, Model: model, Deadline: r.clk.Now().Add(deadline), Input: input,
+		Tags: req.Tags, Meta: req.Meta,
 	})
 	if err != nil {
 		return belay.Run{}, err
@@ -323,6 +330,9 @@ func (r *Runtime) enqueue(ctx context.Context, run belay.Run, p Policy) error {
 			r.log.Warn("cancel replaced run", "run", id, "err", err)
 		}
 	}
+	if len(cancelQueued) > 0 {
+		r.inbox.notify()
+	}
 	r.promote()
 	return nil
 }
@@ -354,6 +364,7 @@ func (r *Runtime) Cancel(ctx context.Context, id, reason string) (belay.Run, err
 	case queued:
 		run, err := r.store.CancelQueuedRun(ctx, id, reason)
 		if err == nil {
+			r.inbox.notify() // items waiting for this run's end are ready
 			r.promote()
 		}
 		return run, err
@@ -375,7 +386,11 @@ func (r *Runtime) Cancel(ctx context.Context, id, reason string) (belay.Run, err
 	case run.Status.Terminal():
 		return run, fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, id, run.Status)
 	case run.Status == belay.RunQueued:
-		return r.store.CancelQueuedRun(ctx, id, reason)
+		run, err := r.store.CancelQueuedRun(ctx, id, reason)
+		if err == nil {
+			r.inbox.notify()
+		}
+		return run, err
 	}
 	return run, fmt.Errorf("%w: run %s is not executing here", belay.ErrNotLeased, id)
 }

@@ -72,9 +72,13 @@ type Store interface {
 	Deliveries(ctx context.Context, f belay.DeliveryFilter) ([]belay.Delivery, error)
 	// LeaseDeliveries leases up to max deliverable items of a session, in
 	// order of priority class, then seq. An item is deliverable when it is
-	// pending and past NotBefore, or leased with an expired lease. Each
-	// grant increments the item's epoch.
+	// pending and past NotBefore, or leased with an expired lease, and
+	// addressed to no one, and, if it waits for a run (AfterRun), that run
+	// has ended. Each grant increments the item's epoch.
 	LeaseDeliveries(ctx context.Context, session, owner string, ttl time.Duration, max int) ([]belay.Delivery, error)
+	// LeaseDeliveriesTo is LeaseDeliveries for the items addressed to to
+	// (Delivery.To), in every session; LeaseDeliveries never takes them.
+	LeaseDeliveriesTo(ctx context.Context, to, owner string, ttl time.Duration, max int) ([]belay.Delivery, error)
 	// SettleDelivery acks, releases or retries a leased item, naming the
 	// epoch of its lease; a stale or expired lease is refused.
 	SettleDelivery(ctx context.Context, id string, s belay.Settlement) (belay.Delivery, error)

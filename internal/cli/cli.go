@@ -119,6 +119,7 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newSessionsCmd(stdio),
 		newInboxCmd(stdio),
 		newDoctorCmd(stdio),
+		newMCPCmd(stdio),
 		newDemoCmd(stdio),
 		newRepairCmd(stdio),
 		newBenchCmd(stdio),

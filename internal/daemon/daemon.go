@@ -20,8 +20,10 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/atomicfile"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/internal/mcpserver"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store/fsstore"
@@ -181,10 +183,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 	notifier.start(ctx)
 	cleanup = append(cleanup, notifier.stop)
 
+	// The MCP servers at /mcp talk to this daemon through its socket, like
+	// any client: they keep no state of their own.
+	mcpHTTP := mcpserver.NewHTTP(client.New(client.Options{Socket: sock}), opts.Version, log)
+	cleanup = append(cleanup, mcpHTTP.Close)
 	srv := api.NewServer(api.Options{
 		Runtime: rt, Version: opts.Version, DataDir: dir, Logger: log, Metrics: metrics,
 		Export:       exporter(st),
 		DaemonDoctor: func(ctx context.Context) (any, error) { return Inspect(ctx, dir, st, true) },
+		MCP:          mcpHTTP,
 	})
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	serve := func(l net.Listener, h http.Handler) {

@@ -52,6 +52,14 @@ func checkDeliveryInput(in belay.DeliveryInput) error {
 	if in.Type == "" || len(in.Type) > maxDeliveryType {
 		return fmt.Errorf("%w: a delivery type is 1-%d characters", belay.ErrInvalid, maxDeliveryType)
 	}
+	if in.To != "" && belay.CheckTags([]string{in.To}, nil) != nil {
+		return fmt.Errorf("%w: addressee %q: want 1-%d of letters, digits and ._:/@-", belay.ErrInvalid, in.To, belay.MaxTagLen)
+	}
+	if in.AfterRun != "" {
+		if err := ids.Check(ids.Run, in.AfterRun); err != nil {
+			return fmt.Errorf("%w: afterRun: %v", belay.ErrInvalid, err)
+		}
+	}
 	return checkJSON("delivery data", in.Data)
 }
 
@@ -63,7 +71,12 @@ func (s *Store) postEvent(ss *session, in belay.DeliveryInput) (belay.Event, str
 			return belay.Event{}, "", nil
 		}
 	}
-	p := deliveryPosted{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data}
+	if in.AfterRun != "" {
+		if _, ok := ss.st.runs[in.AfterRun]; !ok {
+			return belay.Event{}, "", fmt.Errorf("%w: run %s is not in session %s", belay.ErrNotFound, in.AfterRun, ss.id)
+		}
+	}
+	p := deliveryPosted{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data, To: in.To, AfterRun: in.AfterRun}
 	data, err := marshal(p)
 	if err != nil {
 		return belay.Event{}, "", err
@@ -163,8 +176,22 @@ func deliverable(d *belay.Delivery, now time.Time) bool {
 	return false
 }
 
-// LeaseDeliveries leases up to max deliverable items ("" session: any).
+// LeaseDeliveries leases up to max deliverable items ("" session: any)
+// that are addressed to no one.
 func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
+	return s.lease(ctx, session, "", owner, ttl, max)
+}
+
+// LeaseDeliveriesTo leases up to max deliverable items, in any session,
+// addressed to to.
+func (s *Store) LeaseDeliveriesTo(ctx context.Context, to, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
+	if to == "" {
+		return nil, fmt.Errorf("%w: an addressed lease needs an addressee", belay.ErrInvalid)
+	}
+	return s.lease(ctx, "", to, owner, ttl, max)
+}
+
+func (s *Store) lease(ctx context.Context, session, to, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
 	if owner == "" || ttl <= 0 || max <= 0 {
 		return nil, fmt.Errorf("%w: a lease needs an owner, a positive ttl and max", belay.ErrInvalid)
 	}
@@ -184,7 +211,7 @@ func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl 
 		}
 		ss.mu.Lock()
 		for _, d := range ss.st.sortedDeliveries() {
-			if deliverable(d, now) {
+			if ss.st.ready(d, to, now) {
 				cands = append(cands, copyDelivery(d))
 			}
 		}
@@ -197,7 +224,7 @@ func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl 
 		if len(out) == max {
 			break
 		}
-		d, ok, err := s.leaseOne(ctx, c.ID, owner, ttl)
+		d, ok, err := s.leaseOne(ctx, c.ID, to, owner, ttl)
 		if err != nil {
 			if ctx.Err() != nil {
 				return out, err
@@ -216,15 +243,29 @@ func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl 
 	return out, nil
 }
 
+// ready reports whether d can be leased at now by a lease for addressee
+// to: deliverable, addressed to to, and past the end of the run it waits
+// for. st's session is locked.
+func (st *state) ready(d *belay.Delivery, to string, now time.Time) bool {
+	if d.To != to || !deliverable(d, now) {
+		return false
+	}
+	if d.AfterRun == "" {
+		return true
+	}
+	r, ok := st.runs[d.AfterRun]
+	return ok && r.Status.Terminal()
+}
+
 // leaseOne leases one delivery if it is still deliverable.
-func (s *Store) leaseOne(ctx context.Context, id, owner string, ttl time.Duration) (belay.Delivery, bool, error) {
+func (s *Store) leaseOne(ctx context.Context, id, to, owner string, ttl time.Duration) (belay.Delivery, bool, error) {
 	ss, d, err := s.deliverySession(id)
 	if err != nil {
 		return belay.Delivery{}, false, err
 	}
 	defer ss.mu.Unlock()
 	now := s.clock.Now()
-	if !deliverable(d, now) {
+	if !ss.st.ready(d, to, now) {
 		return belay.Delivery{}, false, nil // another consumer got it first
 	}
 	data, err := marshal(deliveryLeased{ID: id, Owner: owner, ExpiresAt: now.Add(ttl).UTC()})

@@ -40,6 +40,9 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 	if err := checkJSON("run input", in.Input); err != nil {
 		return belay.Run{}, false, err
 	}
+	if err := belay.CheckTags(in.Tags, in.Meta); err != nil {
+		return belay.Run{}, false, err
+	}
 	ss, err := s.session(in.Session)
 	if err != nil {
 		return belay.Run{}, false, err
@@ -57,6 +60,7 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 	p := runCreated{
 		ID: ids.New(ids.Run), Key: in.IdempotencyKey, Priority: in.Priority,
 		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input,
+		Tags: in.Tags, Meta: in.Meta,
 	}
 	if p.Provider == "" {
 		p.Provider, p.Model = ss.st.Session.Provider, ss.st.Session.Model
@@ -136,7 +140,7 @@ func (s *Store) Runs(_ context.Context, f belay.RunFilter) ([]belay.Run, error) 
 	for _, ss := range sessions {
 		ss.mu.Lock()
 		for _, r := range ss.st.Runs {
-			if f.Status == "" || r.Status == f.Status {
+			if f.Match(r) {
 				out = append(out, copyRun(r))
 			}
 		}

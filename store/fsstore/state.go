@@ -3,6 +3,8 @@ package fsstore
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -72,13 +74,15 @@ type (
 		Key      string            `json:"key,omitempty"`
 	}
 	runCreated struct {
-		ID       string          `json:"id"`
-		Key      string          `json:"key,omitempty"`
-		Priority int             `json:"priority"`
-		Provider string          `json:"provider"`
-		Model    string          `json:"model,omitempty"`
-		Deadline time.Time       `json:"deadline,omitzero"`
-		Input    json.RawMessage `json:"input,omitempty"`
+		ID       string            `json:"id"`
+		Key      string            `json:"key,omitempty"`
+		Priority int               `json:"priority"`
+		Provider string            `json:"provider"`
+		Model    string            `json:"model,omitempty"`
+		Deadline time.Time         `json:"deadline,omitzero"`
+		Input    json.RawMessage   `json:"input,omitempty"`
+		Tags     []string          `json:"tags,omitempty"`
+		Meta     map[string]string `json:"meta,omitempty"`
 	}
 	runLeased struct {
 		Owner     string    `json:"owner"`
@@ -102,6 +106,8 @@ type (
 		Key      string          `json:"key,omitempty"`
 		Priority int             `json:"priority"`
 		Data     json.RawMessage `json:"data,omitempty"`
+		To       string          `json:"to,omitempty"`
+		AfterRun string          `json:"afterRun,omitempty"`
 	}
 	deliveryLeased struct {
 		ID        string    `json:"id"`
@@ -165,6 +171,7 @@ func (st *state) apply(e *belay.Event) error {
 			ID: p.ID, Session: st.Session.ID, IdempotencyKey: p.Key, Status: belay.RunQueued,
 			Phase: belay.PhaseQueued, Priority: p.Priority, Provider: p.Provider, Model: p.Model,
 			Deadline: p.Deadline, InputSeq: e.Seq, CreatedAt: e.TS, UpdatedAt: e.TS,
+			Tags: p.Tags, Meta: p.Meta,
 		}
 		st.Runs = append(st.Runs, r)
 		st.runs[r.ID] = r
@@ -245,6 +252,7 @@ func (st *state) apply(e *belay.Event) error {
 		d := &belay.Delivery{
 			ID: p.ID, Session: st.Session.ID, Type: p.Type, Key: p.Key, Priority: p.Priority,
 			Data: p.Data, Status: belay.DeliveryPending, Seq: e.Seq, CreatedAt: e.TS,
+			To: p.To, AfterRun: p.AfterRun,
 		}
 		st.Deliveries = append(st.Deliveries, d)
 		st.deliveries[d.ID] = d
@@ -355,6 +363,7 @@ func copyRun(r *belay.Run) belay.Run {
 		e := *r.Error
 		c.Error = &e
 	}
+	c.Tags, c.Meta = slices.Clone(r.Tags), maps.Clone(r.Meta)
 	return c
 }
 

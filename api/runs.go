@@ -1,0 +1,235 @@
+package api
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+)
+
+// Paging of GET /v1/runs.
+const (
+	DefaultRunsLimit = 100
+	MaxRunsLimit     = 1000
+)
+
+// Run orders of GET /v1/runs (sort=).
+const (
+	SortNewest  = "newest"  // created, newest first (the default)
+	SortOldest  = "oldest"  // created, oldest first
+	SortUpdated = "updated" // last change, most recent first
+)
+
+// RunPage is the body of GET /v1/runs: one page of runs and the cursor of
+// the next ("" after the last page).
+type RunPage struct {
+	Runs       []Run  `json:"runs"`
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// RunQuery is what GET /v1/runs selects: the filter, the order, the page
+// size and the cursor of the page (from a previous nextCursor).
+type RunQuery struct {
+	belay.RunFilter
+	Sort   string
+	Limit  int
+	Cursor string
+}
+
+// Values encodes q as the query string of GET /v1/runs.
+func (q RunQuery) Values() map[string][]string {
+	v := map[string][]string{}
+	set := func(k, val string) {
+		if val != "" {
+			v[k] = []string{val}
+		}
+	}
+	set("session", q.Session)
+	set("status", string(q.Status))
+	set("provider", q.Provider)
+	set("tag", q.Tag)
+	if !q.Since.IsZero() {
+		set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if q.Failed {
+		set("failed", "true")
+	}
+	set("sort", q.Sort)
+	if q.Limit > 0 {
+		set("limit", strconv.Itoa(q.Limit))
+	}
+	set("cursor", q.Cursor)
+	return v
+}
+
+// parseRunQuery reads the query of GET /v1/runs.
+func parseRunQuery(r *http.Request, now time.Time) (RunQuery, error) {
+	v := r.URL.Query()
+	q := RunQuery{Sort: v.Get("sort"), Cursor: v.Get("cursor"), Limit: DefaultRunsLimit}
+	q.Session, q.Provider, q.Tag = v.Get("session"), v.Get("provider"), v.Get("tag")
+	q.Status = belay.RunStatus(v.Get("status"))
+	if q.Session != "" {
+		if err := ids.Check(ids.Session, q.Session); err != nil {
+			return q, err
+		}
+	}
+	if q.Status != "" && !q.Status.Valid() {
+		return q, fmt.Errorf("status %q is not queued, running, complete, failed, cancelled or stranded", q.Status)
+	}
+	if q.Tag != "" {
+		if err := belay.CheckTags([]string{q.Tag}, nil); err != nil {
+			return q, err
+		}
+	}
+	if s := v.Get("since"); s != "" {
+		if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+			q.Since = now.Add(-d)
+		} else if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			q.Since = t
+		} else {
+			return q, fmt.Errorf("since %q: want a duration such as 24h or an RFC 3339 time", s)
+		}
+	}
+	if f := v.Get("failed"); f != "" {
+		b, err := strconv.ParseBool(f)
+		if err != nil {
+			return q, fmt.Errorf("failed must be true or false")
+		}
+		q.Failed = b
+	}
+	switch q.Sort {
+	case "":
+		q.Sort = SortNewest
+	case SortNewest, SortOldest, SortUpdated:
+	default:
+		return q, fmt.Errorf("sort %q is not %s, %s or %s", q.Sort, SortNewest, SortOldest, SortUpdated)
+	}
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > MaxRunsLimit {
+			return q, fmt.Errorf("limit must be 1-%d", MaxRunsLimit)
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
+
+// runKey is a run's position in an order: the time it sorts by, then its id.
+type runKey struct {
+	at time.Time
+	id string
+}
+
+func keyOf(r *belay.Run, sort string) runKey {
+	if sort == SortUpdated {
+		return runKey{r.UpdatedAt, r.ID}
+	}
+	return runKey{r.CreatedAt, r.ID}
+}
+
+// before reports whether a comes before b in the order.
+func (a runKey) before(b runKey, sort string) bool {
+	c := a.at.Compare(b.at)
+	if c == 0 {
+		c = strings.Compare(a.id, b.id)
+	}
+	if sort == SortOldest {
+		return c < 0
+	}
+	return c > 0
+}
+
+// The cursor is the sort key of the last run of a page, opaque to clients.
+func encodeCursor(k runKey) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.at.UnixNano(), 10) + "." + k.id))
+}
+
+func decodeCursor(c string) (runKey, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	ns, id, ok := strings.Cut(string(b), ".")
+	n, perr := strconv.ParseInt(ns, 10, 64)
+	if err != nil || !ok || perr != nil || ids.Check(ids.Run, id) != nil {
+		return runKey{}, fmt.Errorf("cursor %q is not a cursor this endpoint returned", c)
+	}
+	return runKey{time.Unix(0, n), id}, nil
+}
+
+// listAllRuns is GET /v1/runs: runs across sessions, filtered, sorted and
+// paged, from the store's in-memory state (no journal is read).
+func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
+	q, err := parseRunQuery(r, time.Now())
+	if err != nil {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+		return
+	}
+	var after *runKey
+	if q.Cursor != "" {
+		k, err := decodeCursor(q.Cursor)
+		if err != nil {
+			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+			return
+		}
+		after = &k
+	}
+	runs, err := s.st.Runs(r.Context(), q.RunFilter)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	page := pageRuns(runs, q.Sort, after, q.Limit)
+	out := RunPage{Runs: make([]Run, 0, len(page))}
+	for _, run := range page {
+		out.Runs = append(out.Runs, s.withActivity(run))
+	}
+	if len(page) == q.Limit && len(runs) > 0 {
+		last := page[len(page)-1]
+		next := keyOf(&last, q.Sort)
+		// A next page exists if any run sorts after the last one.
+		for i := range runs {
+			if next.before(keyOf(&runs[i], q.Sort), q.Sort) {
+				out.NextCursor = encodeCursor(next)
+				break
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pageRuns returns the first limit runs in the order sort that come after
+// the key after (nil: from the start). It selects before it sorts, so a
+// page of a large list costs one pass and a sort of the page.
+func pageRuns(runs []belay.Run, sort string, after *runKey, limit int) []belay.Run {
+	cmp := func(a, b belay.Run) int {
+		ka, kb := keyOf(&a, sort), keyOf(&b, sort)
+		switch {
+		case ka.before(kb, sort):
+			return -1
+		case kb.before(ka, sort):
+			return 1
+		}
+		return 0
+	}
+	var page []belay.Run
+	for _, run := range runs {
+		if after != nil && !after.before(keyOf(&run, sort), sort) {
+			continue
+		}
+		// Keep the limit smallest in a sorted window: insertion is cheap
+		// for pages of up to a thousand.
+		if len(page) == limit && cmp(run, page[len(page)-1]) >= 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(page, run, cmp)
+		page = slices.Insert(page, i, run)
+		if len(page) > limit {
+			page = page[:limit]
+		}
+	}
+	return page
+}

@@ -1,0 +1,338 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/client"
+	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/internal/mcpserver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startDaemon runs a daemon in-process on a fresh data directory until
+// the test ends.
+func startDaemon(t *testing.T) (dir string, c *client.Client) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "d")
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{DataDir: dir, Version: "test", Ready: func() { close(ready) }, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("daemon: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return dir, client.New(client.Options{Socket: filepath.Join(dir, daemon.SocketName)})
+}
+
+// agent is an MCP client session that records the resource updates it gets.
+type agent struct {
+	cs *mcp.ClientSession
+
+	mu      sync.Mutex
+	updates []string
+	got     chan string
+}
+
+func newAgent() (*agent, *mcp.Client) {
+	a := &agent{got: make(chan string, 16)}
+	c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			a.mu.Lock()
+			a.updates = append(a.updates, req.Params.URI)
+			a.mu.Unlock()
+			a.got <- req.Params.URI
+		},
+	})
+	return a, c
+}
+
+func (a *agent) count(uri string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, u := range a.updates {
+		if u == uri {
+			n++
+		}
+	}
+	return n
+}
+
+// connectInMemory serves a Server to an agent over the SDK's in-memory
+// transport (what stdio carries).
+func connectInMemory(t *testing.T, c *client.Client, scope mcpserver.Scope) *agent {
+	t.Helper()
+	srv, err := mcpserver.New(mcpserver.Options{Client: c, Scope: scope, Version: "test"})
+	require.NoError(t, err)
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.MCP().Connect(ctx, st, nil)
+	require.NoError(t, err)
+	srv.Start(ctx)
+	a, mc := newAgent()
+	cs, err := mc.Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	a.cs = cs
+	t.Cleanup(func() {
+		_ = cs.Close()
+		_ = ss.Wait()
+		srv.Stop()
+	})
+	return a
+}
+
+// connectHTTP connects an agent to the daemon's /mcp over its socket.
+func connectHTTP(t *testing.T, dir, query string) *agent {
+	t.Helper()
+	sock := filepath.Join(dir, daemon.SocketName)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	a, mc := newAgent()
+	cs, err := mc.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://belay/mcp" + query, HTTPClient: hc}, nil)
+	require.NoError(t, err)
+	a.cs = cs
+	t.Cleanup(func() {
+		_ = cs.Close()
+		hc.CloseIdleConnections()
+	})
+	return a
+}
+
+// call calls a tool and decodes its structured result; it fails the test
+// on a tool error.
+func call[T any](t *testing.T, a *agent, name string, args map[string]any) T {
+	t.Helper()
+	res, err := a.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	require.False(t, res.IsError, "tool %s failed: %s", name, text(res))
+	var out T
+	b, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+// toolError calls a tool that must fail and returns its error.
+func toolError(t *testing.T, a *agent, name string, args map[string]any) mcpserver.ToolError {
+	t.Helper()
+	res, err := a.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err, "a tool failure is a tool result, never a protocol error")
+	require.True(t, res.IsError, "tool %s succeeded: %s", name, text(res))
+	var e struct{ Error mcpserver.ToolError }
+	require.NoError(t, json.Unmarshal([]byte(text(res)), &e), text(res))
+	return e.Error
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+const reply = "The sky is blue because air scatters short wavelengths more: Rayleigh scattering. Ünïcödé ✓ survives paging."
+
+func fakeScript() map[string]any {
+	return map[string]any{"reply": reply, "tokens": 40, "rate": 400, "firstToken": "100ms"}
+}
+
+func TestAgentIsWokenOverBothTransports(t *testing.T) {
+	t.Parallel()
+	dir, c := startDaemon(t)
+	for name, connect := range map[string]func() *agent{
+		"inmemory": func() *agent { return connectInMemory(t, c, mcpserver.Scope{}) },
+		"http":     func() *agent { return connectHTTP(t, dir, "") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := connect()
+			tools, err := a.cs.ListTools(context.Background(), nil)
+			require.NoError(t, err)
+			var names []string
+			for _, tl := range tools.Tools {
+				names = append(names, tl.Name)
+				require.NotEmpty(t, tl.Description, tl.Name)
+				require.NotNil(t, tl.InputSchema, tl.Name)
+			}
+			require.Subset(t, names, []string{"send", "status", "read", "wait", "cancel", "doctor", "runs_list", "inbox_post", "inbox_poll", "inbox_ack"})
+
+			run := call[mcpserver.RunInfo](t, a, "send", map[string]any{"prompt": "why is the sky blue?", "provider": "fake", "script": fakeScript(), "meta": map[string]any{"ticket": "T-1"}})
+			require.Equal(t, "belay://runs/"+run.Run, run.URI)
+			require.Contains(t, run.Tags, mcpserver.DefaultTag, "a run sent here carries the scope's tag")
+			require.NoError(t, a.cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: run.URI}))
+
+			select {
+			case uri := <-a.got:
+				require.Equal(t, run.URI, uri)
+			case <-time.After(30 * time.Second):
+				t.Fatal("no notifications/resources/updated for the run")
+			}
+			res, err := a.cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: run.URI})
+			require.NoError(t, err)
+			var rr mcpserver.RunResource
+			require.NoError(t, json.Unmarshal([]byte(res.Contents[0].Text), &rr))
+			require.Equal(t, "complete", rr.Run.Status)
+			require.Equal(t, reply, rr.Answer)
+			require.Equal(t, "T-1", rr.Run.Meta["ticket"])
+
+			// Paged reads put the answer back together, never splitting a rune.
+			var got strings.Builder
+			cursor := ""
+			for i := 0; ; i++ {
+				require.Less(t, i, 100)
+				page := call[mcpserver.ReadOut](t, a, "read", map[string]any{"run": run.Run, "cursor": cursor, "maxBytes": 7})
+				got.WriteString(page.Text)
+				cursor = page.Cursor
+				if !page.More {
+					require.True(t, page.Final)
+					break
+				}
+			}
+			require.Equal(t, reply, got.String())
+
+			// The wake-up is recorded in the daemon: who and when, once.
+			ds, err := c.Inbox(context.Background(), run.Session, "")
+			require.NoError(t, err)
+			var wakes []belay.Delivery
+			for _, d := range ds {
+				if d.Type == mcpserver.WakeType {
+					wakes = append(wakes, d)
+				}
+			}
+			require.Len(t, wakes, 1)
+			require.Equal(t, belay.DeliveryDone, wakes[0].Status)
+			require.Contains(t, wakes[0].Result, "notified test-agent/")
+			require.False(t, wakes[0].SettledAt.IsZero())
+			require.Equal(t, 1, a.count(run.URI))
+
+			// Subscribing again (as after a restart) makes no second wake-up.
+			require.NoError(t, a.cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: run.URI}))
+			ds, err = c.Inbox(context.Background(), run.Session, "")
+			require.NoError(t, err)
+			n := 0
+			for _, d := range ds {
+				if d.Type == mcpserver.WakeType {
+					n++
+					require.Equal(t, belay.DeliveryDone, d.Status)
+				}
+			}
+			require.Equal(t, 1, n)
+
+			list := call[mcpserver.ListOut](t, a, "runs_list", map[string]any{"limit": 50})
+			require.NotEmpty(t, list.Runs)
+			found := false
+			for _, r := range list.Runs {
+				found = found || r.Run == run.Run
+			}
+			require.True(t, found)
+
+			doc := call[mcpserver.DoctorOut](t, a, "doctor", map[string]any{"run": run.Run})
+			require.Equal(t, run.Session, doc.Session)
+			require.NotEmpty(t, doc.NextAction)
+		})
+	}
+}
+
+func TestWaitIsBoundedAndCancel(t *testing.T) {
+	t.Parallel()
+	_, c := startDaemon(t)
+	a := connectInMemory(t, c, mcpserver.Scope{Tags: []string{"team-a"}})
+	run := call[mcpserver.RunInfo](t, a, "send", map[string]any{"prompt": "long", "provider": "fake",
+		"script": map[string]any{"reply": "slow", "firstToken": "1h"}})
+	w := call[mcpserver.WaitOut](t, a, "wait", map[string]any{"run": run.Run, "timeoutSeconds": 0.2})
+	require.Equal(t, "still_running", w.State)
+	require.Equal(t, "0", w.Cursor)
+	require.Contains(t, w.Next, run.URI)
+
+	got := call[mcpserver.RunInfo](t, a, "cancel", map[string]any{"run": run.Run, "reason": "test"})
+	require.Equal(t, "cancelled", got.Status)
+	w = call[mcpserver.WaitOut](t, a, "wait", map[string]any{"run": run.Run, "timeoutSeconds": 5})
+	require.Equal(t, "ended", w.State)
+}
+
+func TestScopeAndValidation(t *testing.T) {
+	t.Parallel()
+	_, c := startDaemon(t)
+	a := connectInMemory(t, c, mcpserver.Scope{Tags: []string{"team-a"}})
+	ctx := context.Background()
+
+	// A run sent by someone else, untagged, is out of scope.
+	other, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "secret"}, "")
+	require.NoError(t, err)
+	for _, tool := range []string{"status", "read", "wait", "cancel"} {
+		e := toolError(t, a, tool, map[string]any{"run": other.ID})
+		require.Equal(t, mcpserver.CodeOutOfScope, e.Code, tool)
+		require.Contains(t, e.Command, "--session "+other.Session)
+	}
+	e := toolError(t, a, "send", map[string]any{"prompt": "x", "session": other.Session})
+	require.Equal(t, mcpserver.CodeOutOfScope, e.Code)
+	e = toolError(t, a, "inbox_post", map[string]any{"session": other.Session, "type": "x"})
+	require.Equal(t, mcpserver.CodeOutOfScope, e.Code)
+	_, err = a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "belay://runs/" + other.ID})
+	require.Error(t, err)
+	// A refused subscription records no wake-up. (Under protocol
+	// 2026-07-28 the SDK client does not report the refusal.)
+	_ = a.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "belay://runs/" + other.ID})
+	ds, err := c.Inbox(ctx, other.Session, "")
+	require.NoError(t, err)
+	for _, d := range ds {
+		require.NotEqual(t, mcpserver.WakeType, d.Type)
+	}
+
+	// A run tagged with the scope's tag by another client is in scope.
+	mine, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "hi", Tags: []string{"team-a"}}, "")
+	require.NoError(t, err)
+	st := call[mcpserver.StatusOut](t, a, "status", map[string]any{"run": mine.ID})
+	require.Equal(t, mine.ID, st.Run.Run)
+
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		code string
+	}{
+		{"send", map[string]any{"prompt": ""}, api.CodeInvalid},
+		{"send", map[string]any{"prompt": "x"}, api.CodeInvalid},
+		{"send", map[string]any{"prompt": "x", "provider": "fake", "policy": "sometimes"}, api.CodeInvalid},
+		{"send", map[string]any{"prompt": "x", "provider": "nope"}, api.CodeInvalid},
+		{"send", map[string]any{"prompt": "x", "provider": "fake", "tags": []string{"bad tag!"}}, api.CodeInvalid},
+		{"status", map[string]any{"run": "../../etc"}, api.CodeInvalid},
+		{"status", map[string]any{"run": "run_00000000000000000000000000"}, api.CodeNotFound},
+		{"read", map[string]any{"run": mine.ID, "cursor": "-3"}, api.CodeInvalid},
+		{"read", map[string]any{"run": mine.ID, "maxBytes": 1 << 30}, api.CodeInvalid},
+		{"runs_list", map[string]any{"tag": "team-b"}, api.CodeInvalid},
+		{"runs_list", map[string]any{"since": "yesterday"}, api.CodeInvalid},
+	} {
+		e := toolError(t, a, tc.tool, tc.args)
+		require.Equal(t, tc.code, e.Code, "%s %v: %s", tc.tool, tc.args, e.Message)
+		require.NotEmpty(t, e.NextAction)
+	}
+}
