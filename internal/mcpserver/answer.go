@@ -70,7 +70,6 @@ func (s *Server) answerPage(ctx context.Context, run belay.Run, off, limit int) 
 	}
 }
 
-
 // cut drops a rune split at either end of the window.
 func cut(b []byte) string {
 	for len(b) > 0 && !utf8.RuneStart(b[0]) {
@@ -86,4 +85,3 @@ func cut(b []byte) string {
 	}
 	return string(b)
 }
-

@@ -66,4 +66,3 @@ func toolError(err error) error {
 func invalid(format string, args ...any) error {
 	return &ToolError{Code: api.CodeInvalid, Message: fmt.Sprintf(format, args...), NextAction: doctor.ActionResolveManually, Command: "fix the arguments and call again"}
 }
-
