@@ -91,6 +91,8 @@ func Run(t *testing.T, h Harness) {
 		"RunEndDelivers":       testRunEndDelivers,
 		"Prune":                testPrune,
 		"Reopen":               testReopen,
+		"AddressedDeliveries":  testAddressedDeliveries,
+		"RunTagsAndFilter":     testRunTagsAndFilter,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -807,4 +809,103 @@ func testReopen(t *testing.T, h Harness) {
 	_, created, err = b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "t", Key: "a"})
 	require.NoError(t, err)
 	require.False(t, created)
+}
+
+// testAddressedDeliveries: an item addressed to a consumer goes only to a
+// lease for it, and an item held for a run only once the run has ended;
+// both survive a reopen.
+func testAddressedDeliveries(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	r := b.run(sess.ID)
+	_, _, err := b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "wake", Key: "a", To: "bad addressee!"})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, _, err = b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "wake", Key: "a", AfterRun: "run_nope"})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, _, err = b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "wake", Key: "a", AfterRun: ids.New(ids.Run)})
+	require.ErrorIs(t, err, belay.ErrNotFound, "the run must be in the session")
+
+	wake, created, err := b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "wake", Key: "agent-1/" + r.ID, To: "agent-1", AfterRun: r.ID})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, "agent-1", wake.To)
+	require.Equal(t, r.ID, wake.AfterRun)
+	plain := post(t, b, sess.ID, "ui.click", "k", 0)
+	_, err = b.s.LeaseDeliveriesTo(b.ctx, "", "w", time.Minute, 1)
+	require.ErrorIs(t, err, belay.ErrInvalid)
+
+	got, err := b.s.LeaseDeliveriesTo(b.ctx, "agent-1", "w", time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "held until the run ends")
+	got, err = b.s.LeaseDeliveries(b.ctx, "", "w", time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "a general lease never takes an addressed item")
+	require.Equal(t, plain.ID, got[0].ID)
+
+	l, err := b.s.AcquireRunLease(b.ctx, r.ID, "w", time.Minute, 0)
+	require.NoError(t, err)
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	b.reopen()
+	got, err = b.s.LeaseDeliveriesTo(b.ctx, "agent-2", "w", time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "addressed to another")
+	got, err = b.s.LeaseDeliveriesTo(b.ctx, "agent-1", "w", time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, wake.ID, got[0].ID)
+	require.Equal(t, "agent-1", got[0].To)
+	_, err = b.s.SettleDelivery(b.ctx, wake.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: got[0].Epoch, Result: "notified x"})
+	require.NoError(t, err)
+	again, created, err := b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "wake", Key: "agent-1/" + r.ID, To: "agent-1", AfterRun: r.ID})
+	require.NoError(t, err)
+	require.False(t, created, "one item per key: a second subscription is the first")
+	require.Equal(t, belay.DeliveryDone, again.Status)
+}
+
+// testRunTagsAndFilter: tags and metadata are kept with a run; Runs
+// filters by provider, tag, since and failed across sessions.
+func testRunTagsAndFilter(t *testing.T, h Harness) {
+	b := setup(t, h)
+	s1, s2 := b.session(), b.session()
+	_, _, err := b.s.CreateRun(b.ctx, belay.RunInput{Session: s1.ID, Tags: []string{"has space"}})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	_, _, err = b.s.CreateRun(b.ctx, belay.RunInput{Session: s1.ID, Meta: map[string]string{"": "x"}})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+
+	a, _, err := b.s.CreateRun(b.ctx, belay.RunInput{Session: s1.ID, Tags: []string{"team-a", "ci"}, Meta: map[string]string{"ticket": "T-1"}})
+	require.NoError(t, err)
+	b.clk.Advance(time.Hour)
+	c, _, err := b.s.CreateRun(b.ctx, belay.RunInput{Session: s2.ID, Provider: "other", Tags: []string{"team-b"}})
+	require.NoError(t, err)
+	l, err := b.s.AcquireRunLease(b.ctx, c.ID, "w", time.Minute, 0)
+	require.NoError(t, err)
+	_, err = b.s.UpdateRun(b.ctx, c.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseFailed, Error: &belay.RunError{Class: belay.ClassAuth, Message: "no"}})
+	require.NoError(t, err)
+	b.reopen()
+
+	got, err := b.s.Run(b.ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"team-a", "ci"}, got.Tags)
+	require.Equal(t, "T-1", got.Meta["ticket"])
+	for _, tc := range []struct {
+		f    belay.RunFilter
+		want []string
+	}{
+		{belay.RunFilter{Tag: "ci"}, []string{a.ID}},
+		{belay.RunFilter{Tag: "team-b"}, []string{c.ID}},
+		{belay.RunFilter{Provider: "other"}, []string{c.ID}},
+		{belay.RunFilter{Failed: true}, []string{c.ID}},
+		{belay.RunFilter{Since: Start.Add(30 * time.Minute)}, []string{c.ID}},
+		{belay.RunFilter{Session: s1.ID, Tag: "team-b"}, nil},
+		{belay.RunFilter{Status: belay.RunQueued}, []string{a.ID}},
+	} {
+		runs, err := b.s.Runs(b.ctx, tc.f)
+		require.NoError(t, err)
+		var gotIDs []string
+		for _, r := range runs {
+			gotIDs = append(gotIDs, r.ID)
+		}
+		require.Equal(t, tc.want, gotIDs, "%+v", tc.f)
+	}
 }
