@@ -182,23 +182,51 @@ func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	page := pageRuns(runs, q.Sort, after, q.Limit)
-	out := RunPage{Runs: make([]Run, 0, len(page))}
+	page, next := pageOf(runs, q.Sort, after, q.Limit)
+	out := RunPage{Runs: make([]Run, 0, len(page)), NextCursor: next}
 	for _, run := range page {
 		out.Runs = append(out.Runs, s.withActivity(run))
 	}
-	if len(page) == q.Limit && len(runs) > 0 {
-		last := page[len(page)-1]
-		next := keyOf(&last, q.Sort)
-		// A next page exists if any run sorts after the last one.
-		for i := range runs {
-			if next.before(keyOf(&runs[i], q.Sort), q.Sort) {
-				out.NextCursor = encodeCursor(next)
-				break
-			}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// PageRuns is GET /v1/runs over runs already filtered by q (a Store's
+// Runs): the page q's sort, limit and cursor select, and the cursor of the
+// next page. The CLI uses it to list runs from the files when the daemon
+// is down.
+func PageRuns(runs []belay.Run, q RunQuery) ([]belay.Run, string, error) {
+	if q.Sort == "" {
+		q.Sort = SortNewest
+	}
+	if q.Limit <= 0 {
+		q.Limit = DefaultRunsLimit
+	}
+	var after *runKey
+	if q.Cursor != "" {
+		k, err := decodeCursor(q.Cursor)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+		}
+		after = &k
+	}
+	page, next := pageOf(runs, q.Sort, after, q.Limit)
+	return page, next, nil
+}
+
+// pageOf returns a page and the cursor of the next one ("" if none).
+func pageOf(runs []belay.Run, sort string, after *runKey, limit int) ([]belay.Run, string) {
+	page := pageRuns(runs, sort, after, limit)
+	if len(page) < limit {
+		return page, ""
+	}
+	next := keyOf(&page[len(page)-1], sort)
+	// A next page exists if any run sorts after the last one.
+	for i := range runs {
+		if next.before(keyOf(&runs[i], sort), sort) {
+			return page, encodeCursor(next)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return page, ""
 }
 
 // pageRuns returns the first limit runs in the order sort that come after

@@ -37,6 +37,10 @@ func cmdInboxPoll(session string) string {
 	return command("belay", "inbox", "poll", "--session", session)
 }
 
+func cmdInboxPollTo(to string) string {
+	return command("belay", "inbox", "poll", "--to", to)
+}
+
 func cmdInboxAck(delivery string, epoch uint64) string {
 	return command("belay", "inbox", "ack", delivery, "--epoch", fmt.Sprint(epoch))
 }

@@ -106,8 +106,13 @@ func newDiagnosis(in Input) *diagnosis {
 		}
 	}
 
+	ended := map[string]bool{}
+	for i, r := range d.runs {
+		ended[r.ID] = d.status[i].Terminal()
+	}
 	for _, dl := range in.Deliveries {
-		if !dl.Status.Settled() {
+		// An item held back until a run ends is not due while it runs.
+		if !dl.Status.Settled() && (dl.AfterRun == "" || ended[dl.AfterRun]) {
 			d.unsettled = append(d.unsettled, dl)
 		}
 	}
@@ -304,6 +309,7 @@ func (d *diagnosis) describe() {
 		dr := DeliveryReport{
 			ID: token(dl.ID), Type: token(dl.Type), Status: token(string(dl.Status)), Priority: dl.Priority,
 			Seq: dl.Seq, Epoch: dl.Epoch, Attempts: dl.Attempts, NotBefore: utc(dl.NotBefore), CreatedAt: utc(dl.CreatedAt),
+			To: token(dl.To), AfterRun: token(dl.AfterRun),
 		}
 		if dl.Lease != nil {
 			dr.LeaseOwner, dr.LeaseExpiresAt = token(dl.Lease.Owner), utc(dl.Lease.ExpiresAt)
@@ -449,6 +455,15 @@ func (d *diagnosis) findings() {
 			if dl.Status == belay.DeliveryLeased && dl.Lease.Expired(d.now) {
 				d.add("delivery_lease_expired", SeverityWarn, "delivery %s: its lease expired; it is redelivered", token(dl.ID))
 			}
+			if dl.To != "" {
+				d.add("wake_undelivered", SeverityWarn, "wake-up %s for %s about run %s is not delivered yet (%d attempts): no client of that MCP server is connected and subscribed to the run",
+					token(dl.ID), token(dl.To), token(dl.AfterRun), dl.Attempts)
+			}
+		}
+	}
+	for _, dl := range d.in.Deliveries {
+		if dl.To != "" && dl.Status == belay.DeliveryError {
+			d.add("wake_missed", SeverityWarn, "wake-up %s for %s about run %s was given up at %s: %s", token(dl.ID), token(dl.To), token(dl.AfterRun), stamp(dl.SettledAt), scrubText(dl.Result))
 		}
 	}
 	if d.prunable {

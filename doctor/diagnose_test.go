@@ -267,6 +267,22 @@ var diagnoseCases = []diagnoseCase{
 	{name: "external event on an idle session", mod: func(in *Input) {
 		delivery(in, dlvB, belay.DeliveryPending, 2).Type = "ui.comment"
 	}, action: ActionAckDelivery, rule: "delivery_unsettled", reason: []string{"ui.comment"}},
+	{name: "undelivered MCP wake-up", mod: func(in *Input) {
+		finished(in, runA, belay.RunComplete, "", time.Hour)
+		d := delivery(in, dlvA, belay.DeliveryPending, 4)
+		d.Type, d.To, d.AfterRun = "mcp.wake", "mcp:tag:mcp", runA
+	}, action: ActionAckDelivery, rule: "delivery_unsettled", command: "belay inbox poll --to mcp:tag:mcp", reason: []string{"belay mcp"}},
+	{name: "MCP wake-up due again", mod: func(in *Input) {
+		finished(in, runA, belay.RunComplete, "", time.Hour)
+		d := delivery(in, dlvA, belay.DeliveryPending, 4)
+		d.Type, d.To, d.AfterRun, d.NotBefore = "mcp.wake", "mcp:tag:mcp", runA, now.Add(time.Minute)
+	}, action: ActionAckDelivery, rule: "delivery_unsettled", command: "belay inbox poll --to mcp:tag:mcp", reason: []string{"due again"}},
+	{name: "a wake-up held for a running run is not due", mod: func(in *Input) {
+		finished(in, runA, belay.RunComplete, "", time.Hour)
+		d := delivery(in, dlvA, belay.DeliveryPending, 4)
+		d.Type, d.To, d.AfterRun = "mcp.wake", "mcp:tag:mcp", runB
+		queued(in, runB)
+	}, action: ActionWait, rule: "queued"},
 	{name: "settled deliveries do not count", mod: func(in *Input) {
 		finished(in, runA, belay.RunComplete, "", time.Hour)
 		delivery(in, dlvA, belay.DeliveryDone, 4)
@@ -472,4 +488,42 @@ func TestDiagnosticsDaemonAndJournal(t *testing.T) {
 	require.Equal(t, SeverityWarn, codes["torn_tail_cut"])
 	require.Equal(t, SeverityWarn, codes["daemon_unreachable"])
 	require.Equal(t, SeverityWarn, codes["lock_stale"])
+}
+
+func TestWakeUpDiagnostics(t *testing.T) {
+	t.Parallel()
+	codes := func(rep Report) []string {
+		var out []string
+		for _, d := range rep.Diagnostics {
+			out = append(out, d.Code)
+		}
+		return out
+	}
+	// Held for a run still going: not unsettled work yet.
+	in := setup()
+	running(&in, runA)
+	d := delivery(&in, dlvA, belay.DeliveryPending, 4)
+	d.Type, d.To, d.AfterRun = "mcp.wake", "mcp:tag:mcp", runA
+	rep := Diagnose(in)
+	require.NotContains(t, codes(rep), "delivery_unsettled")
+	require.Empty(t, rep.Unsettled)
+
+	// Due and not delivered: named, with its addressee.
+	in = setup()
+	finished(&in, runA, belay.RunComplete, "", time.Hour)
+	d = delivery(&in, dlvA, belay.DeliveryPending, 4)
+	d.Type, d.To, d.AfterRun, d.Attempts = "mcp.wake", "mcp:tag:mcp", runA, 3
+	rep = Diagnose(in)
+	require.Contains(t, codes(rep), "wake_undelivered")
+	require.Equal(t, "mcp:tag:mcp", rep.Unsettled[0].To)
+	require.Equal(t, runA, rep.Unsettled[0].AfterRun)
+
+	// Given up: a missed wake-up stays visible.
+	in = setup()
+	finished(&in, runA, belay.RunComplete, "", time.Hour)
+	d = delivery(&in, dlvA, belay.DeliveryError, 4)
+	d.Type, d.To, d.AfterRun, d.Result = "mcp.wake", "mcp:tag:mcp", runA, "missed: no client was subscribed"
+	rep = Diagnose(in)
+	require.Contains(t, codes(rep), "wake_missed")
+	require.Equal(t, ActionReadResult, rep.NextAction)
 }

@@ -183,6 +183,10 @@ type DeliveryReport struct {
 	LeaseExpiresAt time.Time `json:"leaseExpiresAt,omitzero"`
 	NotBefore      time.Time `json:"notBefore,omitzero"`
 	CreatedAt      time.Time `json:"createdAt,omitzero"`
+	// To is the consumer an addressed item (an MCP wake-up) is for, and
+	// AfterRun the run whose end it waits for.
+	To       string `json:"to,omitempty"`
+	AfterRun string `json:"afterRun,omitempty"`
 }
 
 // Diagnostic is one finding.

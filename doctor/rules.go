@@ -298,6 +298,8 @@ func ruleUnsettled(d *diagnosis) (decision, bool) {
 			if waiting == nil {
 				waiting = dl
 			}
+		case dl.To != "": // deliverable now, to its addressee only
+			return decide(ActionAckDelivery, cmdInboxPollTo(token(dl.To)), "Wake-up %s for %s is not delivered: start the agent's MCP server (belay mcp) and subscribe to the run again, or poll and ack it by hand.", token(dl.ID), token(dl.To))
 		default: // deliverable now
 			return decide(ActionAckDelivery, cmdInboxPoll(d.sid), "%d inbox item(s) are unsettled, first %s (%s); poll, handle and ack them.", n, token(dl.ID), token(dl.Type))
 		}
@@ -305,6 +307,9 @@ func ruleUnsettled(d *diagnosis) (decision, bool) {
 	if leased != nil {
 		return decide(ActionAckDelivery, cmdInboxAck(token(leased.ID), leased.Lease.Epoch), "Inbox item %s (%s) is leased to %s until %s; ack it once it is handled.",
 			token(leased.ID), token(leased.Type), token(leased.Lease.Owner), stamp(leased.Lease.ExpiresAt))
+	}
+	if waiting.To != "" {
+		return decide(ActionAckDelivery, cmdInboxPollTo(token(waiting.To)), "Wake-up %s for %s is due again at %s; the agent's MCP server sends it when a client of it subscribes to the run.", token(waiting.ID), token(waiting.To), stamp(waiting.NotBefore))
 	}
 	return decide(ActionAckDelivery, cmdInboxPoll(d.sid), "Inbox item %s (%s) is due again at %s; poll, handle and ack it then.", token(waiting.ID), token(waiting.Type), stamp(waiting.NotBefore))
 }

@@ -78,16 +78,19 @@ func newInboxPostCmd(stdio Stdio) *cobra.Command {
 
 func newInboxPollCmd(stdio Stdio) *cobra.Command {
 	var g globalOptions
-	var session, owner string
+	var session, owner, to string
 	var ttl, wait time.Duration
 	var maxItems int
 	cmd := &cobra.Command{
-		Use:   "poll [--session SESSION]",
+		Use:   "poll [--session SESSION | --to NAME]",
 		Short: "Lease deliverable items (priority, then order), waiting up to --wait; settle each with inbox ack",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if session != "" && ids.Check(ids.Session, session) != nil {
 				return usagef("belay inbox poll --session ses_...", "--session %q is not a session id", session)
+			}
+			if to != "" && session != "" {
+				return usagef("belay inbox poll --to mcp:tag:mcp", "--to covers every session: give --session or --to, not both")
 			}
 			if owner == "" {
 				host, _ := os.Hostname()
@@ -97,7 +100,7 @@ func newInboxPollCmd(stdio Stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ds, err := c.Lease(cmd.Context(), api.LeaseRequest{Session: session, Owner: owner, TTL: api.Duration(ttl), Max: maxItems, Wait: api.Duration(wait)})
+			ds, err := c.Lease(cmd.Context(), api.LeaseRequest{Session: session, To: to, Owner: owner, TTL: api.Duration(ttl), Max: maxItems, Wait: api.Duration(wait)})
 			if err != nil {
 				return apiError(err)
 			}
@@ -123,6 +126,7 @@ func newInboxPollCmd(stdio Stdio) *cobra.Command {
 	f.BoolVar(&g.JSON, "json", false, "print JSON")
 	f.StringVar(&session, "session", "", "only this session's inbox (default: every session)")
 	f.StringVar(&owner, "owner", "", "who leases (default cli:HOST:PID)")
+	f.StringVar(&to, "to", "", "lease the items addressed to NAME instead (an MCP server's wake-ups: mcp:...)")
 	f.DurationVar(&ttl, "ttl", time.Minute, "lease duration: unacked items are redelivered after it")
 	f.DurationVar(&wait, "wait", 0, "wait up to this long for an item (at most 60s)")
 	f.IntVar(&maxItems, "max", 1, "lease at most this many")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/runtime"
@@ -30,6 +31,8 @@ type sendOptions struct {
 	Script         string
 	Timeout        time.Duration
 	Prompt         string
+	Tags           []string
+	Meta           []string // k=v
 }
 
 // sendResult is `belay send --json`.
@@ -78,6 +81,8 @@ belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
 	f.StringVar(&opts.File, "file", "", "read the prompt from a file")
 	f.StringVar(&opts.Script, "script", "", "fake provider: a JSON script file (see docs/providers.md)")
 	f.DurationVar(&opts.Timeout, "timeout", 0, "with --watch/--wait: stop following after this long (exit 5; the run goes on)")
+	f.StringArrayVar(&opts.Tags, "tag", nil, "tag the run, to find it with belay runs list --tag (repeatable)")
+	f.StringArrayVar(&opts.Meta, "meta", nil, "metadata kept with the run: key=value (repeatable)")
 	return cmd
 }
 
@@ -93,6 +98,13 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		return usagef("belay sessions list", "--session %q is not a session id", opts.Session)
 	case opts.File != "" && hasArg:
 		return usagef("belay send --file prompt.txt", "give the prompt as an argument or --file, not both")
+	}
+	meta, err := parseMeta(opts.Meta)
+	if err != nil {
+		return err
+	}
+	if err := belay.CheckTags(opts.Tags, meta); err != nil {
+		return usagef("belay send --tag team-a --meta ticket=ABC-1 ...", "%s", strings.TrimPrefix(err.Error(), "belay: invalid argument: "))
 	}
 	prompt := opts.Prompt
 	switch {
@@ -131,6 +143,7 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 	run, err := c.CreateRun(ctx, api.CreateRunRequest{
 		Session: opts.Session, Provider: opts.Provider, Model: opts.Model, Prompt: prompt, Script: script,
 		Policy: runtime.Policy(opts.Policy), Priority: opts.Priority, Deadline: api.Duration(opts.Deadline),
+		Tags: opts.Tags, Meta: meta,
 	}, opts.IdempotencyKey)
 	if err != nil {
 		return apiError(err)
@@ -162,4 +175,18 @@ func isTerminal(r io.Reader) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-var _ = strings.TrimSpace
+// parseMeta reads key=value pairs.
+func parseMeta(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("belay send --meta ticket=ABC-1 ...", "--meta %q: want key=value", kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/api"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/doctor"
 	"github.com/belayhq/belay/lock"
@@ -24,6 +25,7 @@ type source interface {
 	sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error)
 	events(ctx context.Context, session string, after uint64, limit int) ([]belay.Event, error)
 	doctor(ctx context.Context, session string) (doctor.Report, error)
+	listRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error)
 	close()
 }
 
@@ -83,6 +85,11 @@ func (s onlineSource) doctor(ctx context.Context, session string) (doctor.Report
 	return r, apiError(err)
 }
 
+func (s onlineSource) listRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error) {
+	p, err := s.c.ListRuns(ctx, q)
+	return p, apiError(err)
+}
+
 func (onlineSource) close() {}
 
 type offlineSource struct {
@@ -116,6 +123,23 @@ func (s offlineSource) doctor(ctx context.Context, session string) (doctor.Repor
 		in.Daemon.Lock = &ls
 	}
 	return doctor.Diagnose(in), nil
+}
+
+// listRuns pages the store's runs as GET /v1/runs does.
+func (s offlineSource) listRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error) {
+	runs, err := s.st.Runs(ctx, q.RunFilter)
+	if err != nil {
+		return api.RunPage{}, err
+	}
+	page, next, err := api.PageRuns(runs, q)
+	if err != nil {
+		return api.RunPage{}, usagef("belay runs list", "%v", err)
+	}
+	out := api.RunPage{Runs: make([]api.Run, 0, len(page)), NextCursor: next}
+	for _, r := range page {
+		out.Runs = append(out.Runs, api.Run{Run: r})
+	}
+	return out, nil
 }
 
 func (s offlineSource) close() { _ = s.st.Close() }
