@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/store"
 )
 
 // Paging of GET /v1/runs.
@@ -168,21 +170,11 @@ func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
 		return
 	}
-	var after *runKey
-	if q.Cursor != "" {
-		k, err := decodeCursor(q.Cursor)
-		if err != nil {
-			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
-			return
-		}
-		after = &k
-	}
-	runs, err := s.st.Runs(r.Context(), q.RunFilter)
+	page, next, err := ListRuns(r.Context(), s.st, q)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	page, next := pageOf(runs, q.Sort, after, q.Limit)
 	out := RunPage{Runs: make([]Run, 0, len(page)), NextCursor: next}
 	for _, run := range page {
 		out.Runs = append(out.Runs, s.withActivity(run))
@@ -190,11 +182,11 @@ func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// PageRuns is GET /v1/runs over runs already filtered by q (a Store's
-// Runs): the page q's sort, limit and cursor select, and the cursor of the
-// next page. The CLI uses it to list runs from the files when the daemon
-// is down.
-func PageRuns(runs []belay.Run, q RunQuery) ([]belay.Run, string, error) {
+// ListRuns is GET /v1/runs on a store: the page q selects and the cursor
+// of the next page ("" after the last). A store that is a
+// store.RunLister selects the page without copying every run; the CLI
+// uses this to list runs from the files when the daemon is down.
+func ListRuns(ctx context.Context, st store.Store, q RunQuery) ([]belay.Run, string, error) {
 	if q.Sort == "" {
 		q.Sort = SortNewest
 	}
@@ -208,6 +200,22 @@ func PageRuns(runs []belay.Run, q RunQuery) ([]belay.Run, string, error) {
 			return nil, "", fmt.Errorf("%w: %v", belay.ErrInvalid, err)
 		}
 		after = &k
+	}
+	if l, ok := st.(store.RunLister); ok {
+		less := func(a, b *belay.Run) bool { return keyOf(a, q.Sort).before(keyOf(b, q.Sort), q.Sort) }
+		var afterFn func(*belay.Run) bool
+		if after != nil {
+			afterFn = func(r *belay.Run) bool { return after.before(keyOf(r, q.Sort), q.Sort) }
+		}
+		page, more, err := l.ListRuns(ctx, q.RunFilter, less, afterFn, q.Limit)
+		if err != nil || !more || len(page) == 0 {
+			return page, "", err
+		}
+		return page, encodeCursor(keyOf(&page[len(page)-1], q.Sort)), nil
+	}
+	runs, err := st.Runs(ctx, q.RunFilter)
+	if err != nil {
+		return nil, "", err
 	}
 	page, next := pageOf(runs, q.Sort, after, q.Limit)
 	return page, next, nil

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -63,6 +64,31 @@ func TestListRunsAcrossSessions(t *testing.T) {
 	require.Empty(t, p.NextCursor)
 	require.Empty(t, page("failed=true").Runs)
 	require.Len(t, page("provider=fake&since=1h").Runs, 7)
+
+	// The store's page selection agrees with sorting everything.
+	for _, sort := range []string{SortNewest, SortOldest, SortUpdated} {
+		for _, limit := range []int{1, 2, 3, 100} {
+			q := RunQuery{RunFilter: belay.RunFilter{Tag: "all"}, Sort: sort, Limit: limit}
+			var viaStore, viaSort []string
+			for {
+				page, next, err := ListRuns(context.Background(), b.rt.Store(), q)
+				require.NoError(t, err)
+				for _, r := range page {
+					viaStore = append(viaStore, r.ID)
+				}
+				if next == "" {
+					break
+				}
+				q.Cursor = next
+			}
+			all, err := b.rt.Store().Runs(context.Background(), belay.RunFilter{Tag: "all"})
+			require.NoError(t, err)
+			for _, r := range pageRuns(all, sort, nil, 1000) {
+				viaSort = append(viaSort, r.ID)
+			}
+			require.Equal(t, viaSort, viaStore, "%s limit %d", sort, limit)
+		}
+	}
 
 	for _, q := range []string{"limit=0", "limit=5000", "sort=sideways", "status=bogus", "tag=a%20b", "since=yesterday", "failed=maybe", "cursor=zzz", "session=../x"} {
 		code, raw := b.do("GET", "/v1/runs?"+q, "", nil)

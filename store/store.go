@@ -159,6 +159,14 @@ type PrunedSession struct {
 	Bytes      int64         `json:"bytes"`
 }
 
+// RunLister is implemented by stores that select a page of runs across
+// sessions without copying every run (GET /v1/runs): the first limit runs
+// that match f and for which after holds, in the order less, and whether
+// more such runs exist.
+type RunLister interface {
+	ListRuns(ctx context.Context, f belay.RunFilter, less func(a, b *belay.Run) bool, after func(*belay.Run) bool, limit int) (page []belay.Run, more bool, err error)
+}
+
 // JournalInspector is implemented by stores that keep a journal file per
 // session (fsstore), for doctor.
 type JournalInspector interface {

@@ -127,13 +127,9 @@ func (s offlineSource) doctor(ctx context.Context, session string) (doctor.Repor
 
 // listRuns pages the store's runs as GET /v1/runs does.
 func (s offlineSource) listRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error) {
-	runs, err := s.st.Runs(ctx, q.RunFilter)
+	page, next, err := api.ListRuns(ctx, s.st, q)
 	if err != nil {
 		return api.RunPage{}, err
-	}
-	page, next, err := api.PageRuns(runs, q)
-	if err != nil {
-		return api.RunPage{}, usagef("belay runs list", "%v", err)
 	}
 	out := api.RunPage{Runs: make([]api.Run, 0, len(page)), NextCursor: next}
 	for _, r := range page {
