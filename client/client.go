@@ -90,6 +90,8 @@ func (e *Error) Is(target error) bool {
 		return target == belay.ErrActive
 	case api.CodeReadOnly:
 		return target == belay.ErrReadOnly
+	case api.CodeDiskFull:
+		return target == belay.ErrDiskFull
 	case api.CodeUnavailable:
 		return target == belay.ErrStoreClosed
 	}

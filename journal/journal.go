@@ -84,6 +84,7 @@ type Journal struct {
 	cur        *batch            // the batch being filled
 	durable    scanState         // what is written and synced
 	err        error             // sticky: why appends fail (read-only)
+	failed     *CommitError      // the commit failure that set err, if that is why
 	quarantine *QuarantineError
 	closed     bool
 	drained    bool          // Close has committed everything queued
@@ -307,6 +308,39 @@ func (j *Journal) Err() error {
 		return ErrClosed
 	}
 	return j.err
+}
+
+// Failed returns the commit failure that made the journal read-only, or
+// nil if none did (it may still be read-only for another reason: opened so,
+// quarantined, fenced). A store heals such a journal by [Journal.Abandon]
+// and opening it again, once the cause (a full disk) is gone.
+func (j *Journal) Failed() *CommitError {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.failed
+}
+
+// Abandon closes a journal whose commit failed, first cutting its file back
+// to the last acknowledged byte, so that the next Open finds exactly the
+// events whose appends were acknowledged: an append reported as failed
+// never comes back after a reopen by this process. Shrinking a file needs
+// no free space. If the cut fails, the next Open judges the tail as usual
+// (a torn record is cut after a backup). On a journal that did not fail,
+// Abandon is Close.
+func (j *Journal) Abandon() error {
+	j.mu.Lock()
+	failed, size := j.failed, j.durable.size
+	j.mu.Unlock()
+	var terr error
+	if failed != nil {
+		if terr = j.f.Truncate(size); terr == nil {
+			terr = j.f.Sync()
+		}
+		if terr != nil {
+			terr = fmt.Errorf("journal: cut %s back to %d acknowledged bytes: %w", j.path, size, terr)
+		}
+	}
+	return errors.Join(terr, j.Close())
 }
 
 // Close commits pending appends, stops the committer and closes the file.

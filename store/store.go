@@ -172,4 +172,11 @@ type JournalInfo struct {
 	// BrokenCopies are the .broken-<time> copies kept when torn tails were
 	// cut, oldest first.
 	BrokenCopies []string `json:"brokenCopies,omitempty"`
+	// WriteError is why the last write to the journal failed, when it did
+	// and the journal is not yet healed (the next write retries).
+	WriteError string `json:"writeError,omitempty"`
+	// DiskFull says that failure was a full disk; FreeBytes is the free
+	// space then (-1: unknown).
+	DiskFull  bool  `json:"diskFull,omitempty"`
+	FreeBytes int64 `json:"freeBytes,omitempty"`
 }

@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"errors"
+	"github.com/belayhq/belay"
 	"path/filepath"
 	"sort"
 
@@ -22,6 +23,13 @@ func (s *Store) JournalInfo(id string) (store.JournalInfo, error) {
 		var q *journal.QuarantineError
 		if errors.As(*p, &q) {
 			info.Quarantined, info.QuarantineOffset, info.LastGoodSeq = true, q.Offset, q.LastSeq
+		}
+	}
+	if err := ss.writeFailure(); err != nil {
+		info.WriteError = err.Error()
+		var df *belay.DiskFullError
+		if errors.As(err, &df) {
+			info.DiskFull, info.FreeBytes = true, df.Free
 		}
 	}
 	broken, _ := filepath.Glob(info.Path + ".broken-*")

@@ -45,6 +45,8 @@ type session struct {
 	// lastEvent is the time (unix nanos) of the newest event, raw events
 	// included; the folded state only tracks the store's own events.
 	lastEvent atomic.Int64
+	// lastWriteErr is why the last write failed, until one succeeds.
+	lastWriteErr atomic.Pointer[error]
 }
 
 // openSession loads a session: it opens its journal (recovering it), folds
@@ -92,10 +94,33 @@ func (ss *session) fault() error {
 	if j == nil || ss.store.opts.ReadOnly {
 		return nil
 	}
-	if err := j.Err(); err != nil && !errors.Is(err, journal.ErrClosed) {
+	if err := j.Err(); err != nil && !errors.Is(err, journal.ErrClosed) && j.Failed() == nil {
 		return err
 	}
 	return nil
+}
+
+// writeFailure returns why the last write to the session failed (a full
+// disk, an I/O error), or nil once a write succeeded since. Such a failure
+// is healed by the next acquire, not a quarantine.
+func (ss *session) writeFailure() error {
+	if p := ss.lastWriteErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// noteWrite records the outcome of a write for writeFailure.
+func (ss *session) noteWrite(err error) {
+	var ce *journal.CommitError
+	switch {
+	case err == nil:
+		if ss.lastWriteErr.Load() != nil {
+			ss.lastWriteErr.Store(nil)
+		}
+	case errors.Is(err, belay.ErrDiskFull), errors.As(err, &ce):
+		ss.lastWriteErr.Store(&err)
+	}
 }
 
 // fold rebuilds the state from the snapshot (if trusted) and the journal.
@@ -138,6 +163,13 @@ func (ss *session) snapshotSession() belay.Session {
 	case err != nil:
 		sess.State = belay.SessionQuarantined
 		sess.Problem = err.Error()
+	case ss.writeFailure() != nil:
+		// Not damage: the last write failed and the next one retries.
+		sess.Problem = ss.writeFailure().Error()
+		sess.State = belay.SessionIdle
+		if active {
+			sess.State = belay.SessionActive
+		}
 	case active:
 		sess.State = belay.SessionActive
 	default:
@@ -159,6 +191,9 @@ func (ss *session) appendRaw(ctx context.Context, d belay.Durability, evs []bela
 	seqs, err := j.Append(ctx, d, evs...)
 	if err != nil {
 		return nil, ss.wrap(err)
+	}
+	if d == belay.Sync {
+		ss.noteWrite(nil)
 	}
 	ss.touch(ss.store.clock.Now())
 	return seqs, nil
@@ -215,7 +250,9 @@ func (ss *session) wrap(err error) error {
 	if errors.Is(err, journal.ErrClosed) && ss.pruned.Load() {
 		return fmt.Errorf("%w: session %s was pruned", belay.ErrNotFound, ss.id)
 	}
-	return wrapJournal(err)
+	err = ss.store.classify(err)
+	ss.noteWrite(err)
+	return err
 }
 
 // commit journals one state change as a Sync event and applies it once it
@@ -244,6 +281,7 @@ func (ss *session) commitAll(ctx context.Context, evs ...belay.Event) ([]belay.E
 	if err != nil {
 		return evs, ss.wrap(err)
 	}
+	ss.noteWrite(nil)
 	ss.touch(now)
 	for i := range evs {
 		evs[i].Seq = seqs[i]
