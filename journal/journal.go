@@ -200,6 +200,16 @@ func (j *Journal) recover() error {
 	j.recovery.Scanned = end - from
 	j.durable = st
 	if d == nil {
+		q, err := j.loadQuarantine(end)
+		if err != nil {
+			return err
+		}
+		if q != nil {
+			// Damage an earlier read found in a range this open did not
+			// scan (it trusted the snapshot): still quarantined. Reads
+			// that reach the damage fail there, as before.
+			return q
+		}
 		return nil
 	}
 	if !d.torn {
