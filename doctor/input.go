@@ -91,6 +91,13 @@ type Journal struct {
 	// BrokenCopy is the .broken-<time> copy kept when a torn tail was cut;
 	// empty when no tail was cut.
 	BrokenCopy string
+	// WriteError is why the last write to the journal failed, while it is
+	// not healed (the next write retries); not damage.
+	WriteError string
+	// DiskFull says that failure was a full disk, with FreeBytes free
+	// then (-1: unknown).
+	DiskFull  bool
+	FreeBytes int64
 }
 
 // Thresholds tune the diagnosis.

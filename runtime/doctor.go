@@ -78,6 +78,7 @@ func DoctorInput(ctx context.Context, st store.Store, session string) (doctor.In
 			if n := len(info.BrokenCopies); n > 0 {
 				in.Journal.BrokenCopy = info.BrokenCopies[n-1]
 			}
+			in.Journal.WriteError, in.Journal.DiskFull, in.Journal.FreeBytes = info.WriteError, info.DiskFull, info.FreeBytes
 		}
 	}
 	return in, nil
