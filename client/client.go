@@ -305,6 +305,16 @@ func (c *Client) Settle(ctx context.Context, id string, req api.SettleRequest) (
 	return d, c.do(ctx, http.MethodPost, "/v1/inbox/"+url.PathEscape(id)+"/settle", nil, req, &d)
 }
 
+// DeleteSession deletes one session (DELETE /v1/sessions/{id}); force
+// deletes it with unsettled deliveries too.
+func (c *Client) DeleteSession(ctx context.Context, id string, force bool) error {
+	path := "/v1/sessions/" + url.PathEscape(id)
+	if force {
+		path += "?force=true"
+	}
+	return c.do(ctx, http.MethodDelete, path, nil, nil, nil)
+}
+
 // Prune prunes sessions by the daemon's retention policy.
 func (c *Client) Prune(ctx context.Context, dryRun bool) (store.PruneReport, error) {
 	var r store.PruneReport

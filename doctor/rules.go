@@ -26,6 +26,7 @@ type rule struct {
 // rules is the decision table, in order (docs/doctor.md, "Decision
 // table"). The last rule always matches.
 var rules = [...]rule{
+	{"journal_lost", ruleJournalLost},
 	{"journal_write_failing", ruleWriteFailing},
 	{"journal_quarantined", ruleQuarantined},
 	{"lock_stale", ruleStaleLock},
@@ -87,6 +88,21 @@ func ruleQuarantined(d *diagnosis) (decision, bool) {
 		return decide(ActionRepairJournal, cmd, "The journal is damaged at byte %d after seq %d, so the session is read-only; repair the journal before anything else.", j.QuarantineOffset, j.LastGoodSeq)
 	}
 	return decide(ActionRepairJournal, cmd, "The session's journal is damaged before its tail, so the session is read-only; repair the journal before anything else.")
+}
+
+// ruleJournalLost: the journal file is gone or empty. A repair has
+// nothing to work on; the way out is to restore the file or delete the
+// session.
+func ruleJournalLost(d *diagnosis) (decision, bool) {
+	j := d.in.Journal
+	if !j.Missing && !j.Empty {
+		return decision{}, false
+	}
+	what := "missing (deleted?)"
+	if j.Empty {
+		what = "empty"
+	}
+	return decide(ActionResolveManually, command("belay", "sessions", "delete", d.sid), "The session's journal %s is %s, so its history is gone and nothing can run in it. Restore the file from a backup and restart the daemon, or delete the session.", scrubText(j.Path), what)
 }
 
 // ruleWriteFailing: the last write failed (a full disk, an I/O error) and

@@ -42,6 +42,11 @@ type Options struct {
 	// directory): nothing is written, and the journal turns read-only with
 	// an error that wraps it. Stores pass their lock's self-fencing check.
 	Fence func() error
+	// MustExist refuses to create a missing journal file: Open fails with
+	// an error matching fs.ErrNotExist. A store opens the journals of
+	// sessions it knows with it, so that a deleted journal is reported as
+	// missing rather than silently replaced by an empty one.
+	MustExist bool
 	// ReadOnly opens without changing anything on disk: a torn tail is left
 	// in place (and not read), appends fail with ErrReadOnly, and a missing
 	// journal is an error. Doctor and offline readers use it.
@@ -133,6 +138,9 @@ func Open(dir string, opts Options) (*Journal, error) {
 		flag = os.O_RDONLY
 	}
 	_, statErr := j.fsys.Stat(j.path)
+	if opts.MustExist && errors.Is(statErr, fs.ErrNotExist) {
+		return nil, fmt.Errorf("journal: %s is missing: %w", j.path, statErr)
+	}
 	created := errors.Is(statErr, fs.ErrNotExist) && !opts.ReadOnly
 	f, err := j.fsys.OpenFile(j.path, flag, 0o600)
 	if err != nil {

@@ -47,7 +47,9 @@ func (ss *session) acquire() (*journal.Journal, error) {
 		ss.jmu.Unlock()
 		return nil, journal.ErrClosed
 	}
-	j, err := journal.Open(ss.dir, ss.store.journalOptions(ss.store.opts.ReadOnly))
+	jo := ss.store.journalOptions(ss.store.opts.ReadOnly)
+	jo.MustExist = true // a deleted journal is missing, never silently empty
+	j, err := journal.Open(ss.dir, jo)
 	var q *journal.QuarantineError
 	switch {
 	case errors.As(err, &q):

@@ -3,6 +3,7 @@ package fsstore
 import (
 	"errors"
 	"github.com/belayhq/belay"
+	"io/fs"
 	"path/filepath"
 	"sort"
 
@@ -31,6 +32,12 @@ func (s *Store) JournalInfo(id string) (store.JournalInfo, error) {
 		if errors.As(err, &df) {
 			info.DiskFull, info.FreeBytes = true, df.Free
 		}
+	}
+	switch fi, err := s.fsys.Stat(info.Path); {
+	case errors.Is(err, fs.ErrNotExist):
+		info.Missing = true
+	case err == nil && fi.Size() == 0:
+		info.Empty = true
 	}
 	broken, _ := filepath.Glob(info.Path + ".broken-*")
 	sort.Strings(broken)

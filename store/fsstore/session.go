@@ -65,7 +65,11 @@ func (s *Store) openSession(id string) (*session, error) {
 		ss.setProblem(err)
 	}
 	if ss.st.Session.ID != id {
-		ss.setProblem(fmt.Errorf("%w: journal of %s does not start with its session.created event", belay.ErrCorruptRecord, id))
+		if j.LastSeq() == 0 {
+			ss.setProblem(fmt.Errorf("%w: the journal of %s is empty: its history is gone", belay.ErrCorruptRecord, id))
+		} else {
+			ss.setProblem(fmt.Errorf("%w: journal of %s does not start with its session.created event", belay.ErrCorruptRecord, id))
+		}
 		ss.st.Session.ID = id
 	}
 	if last := j.LastSeq(); last > 0 {
