@@ -106,6 +106,19 @@ func hasText(evs []belay.Event) bool {
 	return false
 }
 
+// stopUntilHung SIGSTOPs the daemon and waits until its lock's TTL passed
+// without a heartbeat, so that it is judged hung. It returns its PID.
+func (w *oneWriter) stopUntilHung() int {
+	w.t.Helper()
+	require.NoError(w.t, w.daemon.Process.Signal(syscall.SIGSTOP))
+	lockPath := filepath.Join(w.dir, fsstore.LockName)
+	require.Eventually(w.t, func() bool {
+		st, err := lock.Inspect(lockPath, lock.Options{})
+		return err == nil && st.Reason == lock.ReasonHung
+	}, time.Minute, 20*time.Millisecond, "the stopped daemon is judged hung once its TTL passed")
+	return w.daemon.Process.Pid
+}
+
 // secondServe runs another `belay serve` on the same directory and returns
 // its exit error and output: it must refuse to start.
 func (w *oneWriter) secondServe() (error, string) {
@@ -164,13 +177,7 @@ func TestStoppedDaemonIsNeverReplaced(t *testing.T) {
 	}
 	t.Parallel()
 	w := startOneWriter(t, "600ms", 8)
-	pid := w.daemon.Process.Pid
-	require.NoError(t, w.daemon.Process.Signal(syscall.SIGSTOP))
-	lockPath := filepath.Join(w.dir, fsstore.LockName)
-	require.Eventually(t, func() bool {
-		st, err := lock.Inspect(lockPath, lock.Options{})
-		return err == nil && st.Reason == lock.ReasonHung
-	}, time.Minute, 20*time.Millisecond, "the stopped daemon is judged hung once its TTL passed")
+	pid := w.stopUntilHung()
 
 	err, out := w.secondServe()
 	require.Error(t, err, "a second daemon must not start: %s", out)
@@ -265,13 +272,7 @@ func TestStopHungDaemon(t *testing.T) {
 	}
 	t.Parallel()
 	w := startOneWriter(t, "600ms", 2)
-	pid := w.daemon.Process.Pid
-	require.NoError(t, w.daemon.Process.Signal(syscall.SIGSTOP))
-	lockPath := filepath.Join(w.dir, fsstore.LockName)
-	require.Eventually(t, func() bool {
-		st, err := lock.Inspect(lockPath, lock.Options{})
-		return err == nil && st.Reason == lock.ReasonHung
-	}, time.Minute, 20*time.Millisecond)
+	pid := w.stopUntilHung()
 
 	status := exec.Command(w.bin, "daemon", "status", "--data", w.dir)
 	out, err := status.CombinedOutput()
