@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -289,4 +290,41 @@ func TestStopHungDaemon(t *testing.T) {
 
 	w.daemon = startServe(t, w.bin, w.dir)
 	w.finish()
+}
+
+// TestRacingAutostartsNameTheRunningDaemon: two commands that find no
+// daemon start one each at the same moment; one daemon wins, and both
+// commands name the PID of the daemon that actually runs.
+func TestRacingAutostartsNameTheRunningDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child-process test")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "belay")
+	require.NoError(t, os.Symlink(os.Args[0], bin))
+	t.Cleanup(func() { stopDaemon(dir) })
+	outs := make([]string, 2)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Go(func() {
+			cmd := exec.Command(bin, "send", "--provider", "fake", "--json", "--data", dir, "hi")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("command %d: %v: %s", i, err, out)
+			}
+			outs[i] = string(out)
+		})
+	}
+	wg.Wait()
+	pid := daemonPID(dir)
+	require.NotZero(t, pid)
+	for i, out := range outs {
+		// Each says it started the daemon or uses the one another started;
+		// either way the PID is the one that holds the lock.
+		if strings.Contains(out, "daemon") {
+			require.Contains(t, out, fmt.Sprintf("(pid %d", pid), "command %d: %s", i, out)
+		}
+	}
+	require.NoFileExists(t, filepath.Join(dir, "belay.lock.reclaim"))
 }
