@@ -90,6 +90,8 @@ func (e *Error) Is(target error) bool {
 		return target == belay.ErrActive
 	case api.CodeReadOnly:
 		return target == belay.ErrReadOnly
+	case api.CodeDiskFull:
+		return target == belay.ErrDiskFull
 	case api.CodeUnavailable:
 		return target == belay.ErrStoreClosed
 	}
@@ -308,6 +310,16 @@ func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) ([]belay.Deliv
 func (c *Client) Settle(ctx context.Context, id string, req api.SettleRequest) (belay.Delivery, error) {
 	var d belay.Delivery
 	return d, c.do(ctx, http.MethodPost, "/v1/inbox/"+url.PathEscape(id)+"/settle", nil, req, &d)
+}
+
+// DeleteSession deletes one session (DELETE /v1/sessions/{id}); force
+// deletes it with unsettled deliveries too.
+func (c *Client) DeleteSession(ctx context.Context, id string, force bool) error {
+	path := "/v1/sessions/" + url.PathEscape(id)
+	if force {
+		path += "?force=true"
+	}
+	return c.do(ctx, http.MethodDelete, path, nil, nil, nil)
 }
 
 // Prune prunes sessions by the daemon's retention policy.

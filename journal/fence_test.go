@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -54,4 +55,52 @@ func TestFenceStopsEveryWrite(t *testing.T) {
 	j, err := reopen(t, b, Options{Fence: fence})
 	require.NoError(t, err)
 	requireGapFree(t, readAll(t, j), 3)
+}
+
+// TestQuarantineFoundByReadSurvivesRestart: Open trusted the snapshot and
+// skipped the damaged range; a later read finds the damage. The quarantine
+// is recorded and the next Open (which again skips the range) still
+// reports it. A repaired journal (another size) makes the record stale.
+func TestQuarantineFoundByReadSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Options{})
+	appendN(t, b.j, 10)
+	require.NoError(t, b.j.WriteSnapshot([]byte(`{}`), 10))
+	require.NoError(t, b.j.Close())
+	good := journalBytes(t, b.dir)
+	offs := lineOffsets(good)
+	bad := bytes.Clone(good)
+	bad[offs[4]+30] ^= 0x10 // inside seq 5, covered by the snapshot
+	writeJournal(t, b.dir, bad)
+
+	j, err := Open(b.dir, Options{})
+	require.NoError(t, err, "the snapshot is trusted: the damage is not seen at open")
+	require.Equal(t, "trusted", j.Recovery().Snapshot)
+	_, err = j.Read(0, 0)
+	var q *QuarantineError
+	require.ErrorAs(t, err, &q)
+	require.EqualValues(t, 4, q.LastSeq)
+	require.NoError(t, j.Close())
+	require.FileExists(t, filepath.Join(b.dir, QuarantineName))
+
+	j, err = Open(b.dir, Options{})
+	require.ErrorAs(t, err, &q, "still quarantined after a restart")
+	require.EqualValues(t, 4, q.LastSeq)
+	require.Equal(t, int64(offs[4]), q.Offset)
+	_, err = j.Append(context.Background(), Sync, ev("x", `1`))
+	require.ErrorIs(t, err, ErrQuarantined)
+	evs, rerr := j.Read(0, 0)
+	require.ErrorIs(t, rerr, ErrQuarantined)
+	requireGapFree(t, evs, 4)
+	require.NoError(t, j.Close())
+	require.Equal(t, bad, journalBytes(t, b.dir), "never rewritten")
+
+	// A repair rewrites the journal: the record no longer applies.
+	writeJournal(t, b.dir, good[:offs[4]])
+	require.NoError(t, os.Remove(filepath.Join(b.dir, SnapshotName)))
+	j, err = Open(b.dir, Options{})
+	require.NoError(t, err)
+	defer j.Close()
+	requireGapFree(t, readAll(t, j), 4)
+	require.NoFileExists(t, filepath.Join(b.dir, QuarantineName))
 }

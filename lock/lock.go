@@ -190,6 +190,10 @@ func (l *Lock) attempt() (*HeldError, error) {
 	}
 	l.f, l.held = f, &o
 	heldHere.Store(o.Nonce, struct{}{})
+	// Older belays guarded takeovers with "<path>.reclaim"; the kernel lock
+	// replaced it, and the holder of the lock owns the directory's lock
+	// files, so a leftover one is removed rather than left behind.
+	_ = os.Remove(l.path + ".reclaim")
 	l.fence.Store(nil)
 	l.confirmed.Store(int64(l.opts.Elapsed()))
 	return nil, nil

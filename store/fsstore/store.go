@@ -350,6 +350,11 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 	if err := checkJSON("session options", in.Options); err != nil {
 		return belay.Session{}, err
 	}
+	if in.FirstRun != nil {
+		if err := checkJSON("run input", in.FirstRun.Input); err != nil {
+			return belay.Session{}, err
+		}
+	}
 	id := in.ID
 	if id == "" {
 		id = ids.New(ids.Session)
@@ -377,7 +382,7 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 	}
 	ss, err := s.createSessionDir(ctx, id, in)
 	if err != nil {
-		return belay.Session{}, err
+		return belay.Session{}, s.classify(err)
 	}
 	if err := s.index(ss); err != nil {
 		_ = ss.close()
@@ -415,8 +420,21 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 	data, err := marshal(sessionCreated{
 		ID: id, Provider: in.Provider, Model: in.Model, Labels: in.Labels, Options: in.Options, Key: in.IdempotencyKey,
 	})
+	evs := []belay.Event{{Type: store.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data}}
+	if err == nil && in.FirstRun != nil {
+		// The session and its first run are one durable write: a failed
+		// create leaves neither.
+		var e belay.Event
+		if e, _, err = runCreatedEvent(*in.FirstRun, in.Provider, in.Model); err == nil {
+			evs = append(evs, e)
+		}
+	}
 	if err == nil {
-		_, err = j.AppendUnique(ctx, journal.Sync, belay.Event{Type: store.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data})
+		now := s.clock.Now().UTC()
+		for i := range evs {
+			evs[i].TS = now
+		}
+		_, err = j.AppendUnique(ctx, journal.Sync, evs...)
 	}
 	if cerr := j.Close(); err == nil {
 		err = cerr
@@ -526,18 +544,54 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 	return evs, ss.wrap(err)
 }
 
-// WaitEvents blocks until the session has an event after seq after.
+// WaitEvents blocks until the session has an event after seq after. A
+// journal whose last write failed (a full disk) is not the end of the
+// session: it is reopened by the next use once writes succeed again, so
+// the wait goes on (and takes part in that healing) rather than failing.
 func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
 	ss, err := s.session(id)
 	if err != nil {
 		return err
 	}
-	j, err := ss.acquire()
-	if err != nil {
-		return ss.wrap(err)
+	backoff := 50 * time.Millisecond
+	for {
+		j, err := ss.acquire()
+		if err != nil && !transient(err) {
+			return ss.wrap(err)
+		}
+		if err == nil {
+			err = j.Wait(ctx, after)
+			ss.release()
+			if err == nil || j.Failed() == nil || ctx.Err() != nil {
+				return ss.wrap(err)
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	defer ss.release()
-	return ss.wrap(j.Wait(ctx, after))
+}
+
+// classify maps a write error onto belay's sentinels: a full disk becomes
+// a *belay.DiskFullError naming the free space, the rest as wrapJournal.
+func (s *Store) classify(err error) error {
+	if err == nil || !vfs.IsNoSpace(err) {
+		return wrapJournal(err)
+	}
+	var df *belay.DiskFullError
+	if errors.As(err, &df) {
+		return err
+	}
+	free := int64(-1)
+	if n, ferr := vfs.FreeBytes(s.dir); ferr == nil {
+		free = int64(n)
+	}
+	return &belay.DiskFullError{Path: s.dir, Free: free, Err: err}
 }
 
 // wrapJournal maps journal errors onto belay's sentinels.
