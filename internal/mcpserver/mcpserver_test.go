@@ -336,3 +336,37 @@ func TestScopeAndValidation(t *testing.T) {
 		require.NotEmpty(t, e.NextAction)
 	}
 }
+
+func TestSessionScopeAndSessionResource(t *testing.T) {
+	t.Parallel()
+	_, c := startDaemon(t)
+	ctx := context.Background()
+	granted, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "hi", Script: json.RawMessage(`{"reply":"granted answer"}`)}, "")
+	require.NoError(t, err)
+	_, err = c.WaitRun(ctx, granted.ID, 20*time.Second)
+	require.NoError(t, err)
+	a := connectInMemory(t, c, mcpserver.Scope{Sessions: []string{granted.Session}})
+
+	st := call[mcpserver.StatusOut](t, a, "status", map[string]any{"session": granted.Session})
+	require.Len(t, st.Runs, 1)
+	run := call[mcpserver.RunInfo](t, a, "send", map[string]any{"prompt": "again", "session": granted.Session, "script": map[string]any{"reply": "second answer"}})
+	require.Equal(t, granted.Session, run.Session)
+	w := call[mcpserver.WaitOut](t, a, "wait", map[string]any{"run": run.Run, "timeoutSeconds": 20})
+	require.Equal(t, "ended", w.State)
+	e := toolError(t, a, "send", map[string]any{"prompt": "new", "provider": "fake"})
+	require.Equal(t, mcpserver.CodeOutOfScope, e.Code, "a session-scoped server starts no new session")
+
+	list := call[mcpserver.ListOut](t, a, "runs_list", map[string]any{})
+	require.Len(t, list.Runs, 2, "the granted session's runs")
+
+	res, err := a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: mcpserver.SessionURI(granted.Session)})
+	require.NoError(t, err)
+	var sr mcpserver.SessionResource
+	require.NoError(t, json.Unmarshal([]byte(res.Contents[0].Text), &sr))
+	require.Len(t, sr.Runs, 2)
+	require.Equal(t, "granted answer", sr.Runs[0].Answer)
+	require.Equal(t, "second answer", sr.Runs[1].Answer)
+
+	_, err = a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "belay://runs/nope"})
+	require.Error(t, err)
+}
