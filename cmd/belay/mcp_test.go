@@ -148,8 +148,11 @@ func TestMCPWakeAcrossDaemonCrash(t *testing.T) {
 
 	var run mcpserver.RunInfo
 	a.call(t, "send", map[string]any{"prompt": "a long job", "provider": "fake", "idempotencyKey": "job-1",
-		"script": map[string]any{"reply": crashReply, "tokens": 16, "rate": 8}}, &run)
+		"script": map[string]any{"reply": crashReply, "tokens": 16, "rate": 4}}, &run)
 	require.NoError(t, a.cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: run.URI}))
+	// The subscription is recorded in the daemon before the crash (under
+	// protocol 2026-07-28 the SDK client does not wait for it).
+	require.Eventually(t, func() bool { return len(wakes(t, c, run.Session)) == 1 }, 20*time.Second, 10*time.Millisecond)
 	untilStreaming(t, c, run.Run)
 
 	require.NoError(t, daemon.Process.Signal(syscall.SIGKILL))
@@ -191,7 +194,7 @@ func TestMCPWakeAcrossServerRestart(t *testing.T) {
 	a := startMCPAgent(t, bin, dir)
 	var run mcpserver.RunInfo
 	a.call(t, "send", map[string]any{"prompt": "p", "provider": "fake",
-		"script": map[string]any{"reply": crashReply, "tokens": 16, "rate": 8}}, &run)
+		"script": map[string]any{"reply": crashReply, "tokens": 16, "rate": 4}}, &run)
 	require.NoError(t, a.cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: run.URI}))
 	// The subscription is recorded in the daemon (under protocol 2026-07-28
 	// the SDK client does not wait for the server to take it).

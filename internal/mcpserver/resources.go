@@ -6,13 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/ids"
 )
+
+// subscribeRetry is how long a subscription waits for a daemon that does
+// not answer.
+const subscribeRetry = 15 * time.Second
 
 // WakeType is the type of the inbox items that carry wake-ups: addressed to
 // the subscriber, held back until the run ends.
@@ -148,11 +154,26 @@ func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	if err != nil {
 		return err
 	}
-	if _, err := s.c.Post(ctx, run.Session, api.PostRequest{
+	// A daemon restarting is waited for a little: the subscription must be
+	// recorded in the daemon, or refused.
+	req2 := api.PostRequest{
 		Type: WakeType, Key: s.sub + "/" + run.ID, To: s.sub, AfterRun: run.ID,
 		Data: mustJSON(wakeData{Run: run.ID, URI: uri}),
-	}); err != nil {
-		return toolError(err)
+	}
+	deadline := time.Now().Add(subscribeRetry)
+	for backoff := 100 * time.Millisecond; ; backoff = min(backoff*2, 2*time.Second) {
+		_, err := s.c.Post(ctx, run.Session, req2)
+		if err == nil {
+			break
+		}
+		if !client.IsUnreachable(err) || time.Now().Add(backoff).After(deadline) {
+			return toolError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
 	}
 	s.mu.Lock()
 	if s.subs[uri] == nil {
