@@ -177,6 +177,24 @@ func TestMCPWakeAcrossDaemonCrash(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	require.Equal(t, 1, a.count())
+
+	// belay runs show says who was woken and when.
+	out, err := exec.Command(bin, "runs", "show", "--data", dir, "--json", run.Run).Output()
+	require.NoError(t, err)
+	var shown struct {
+		Wakeups []struct {
+			To        string
+			Status    belay.DeliveryStatus
+			Result    string
+			SettledAt time.Time
+		}
+	}
+	require.NoError(t, json.Unmarshal(out, &shown), "%s", out)
+	require.Len(t, shown.Wakeups, 1)
+	require.Equal(t, "mcp:tag:mcp", shown.Wakeups[0].To)
+	require.Equal(t, belay.DeliveryDone, shown.Wakeups[0].Status)
+	require.Contains(t, shown.Wakeups[0].Result, "notified crash-agent")
+	require.False(t, shown.Wakeups[0].SettledAt.IsZero())
 }
 
 // TestMCPWakeAcrossServerRestart: the MCP server process dies after the

@@ -24,6 +24,17 @@ type runReport struct {
 	Recoveries []recoveryReport `json:"recoveries"`
 	Watchdog   []watchdogReport `json:"watchdog"`
 	Suspended  []noteReport     `json:"suspended"`
+	// Wakeups are the MCP wake-ups of the run: who was to be notified of
+	// its end, and whether and when they were.
+	Wakeups []wakeReport `json:"wakeups"`
+}
+
+type wakeReport struct {
+	To        string               `json:"to"`
+	Status    belay.DeliveryStatus `json:"status"`
+	Attempts  int                  `json:"attempts"`
+	Result    string               `json:"result,omitempty"`
+	SettledAt time.Time            `json:"settledAt,omitzero"`
 }
 
 type attemptReport struct {
@@ -109,7 +120,16 @@ func showRun(ctx context.Context, src source, id string) (runReport, error) {
 	if err != nil {
 		return runReport{}, err
 	}
-	rep := runReport{Run: run, Attempts: []attemptReport{}, Recoveries: []recoveryReport{}, Watchdog: []watchdogReport{}, Suspended: []noteReport{}}
+	rep := runReport{Run: run, Attempts: []attemptReport{}, Recoveries: []recoveryReport{}, Watchdog: []watchdogReport{}, Suspended: []noteReport{}, Wakeups: []wakeReport{}}
+	ds, err := src.inbox(ctx, run.Session)
+	if err != nil {
+		return rep, err
+	}
+	for _, d := range ds {
+		if d.To != "" && d.AfterRun == id {
+			rep.Wakeups = append(rep.Wakeups, wakeReport{To: d.To, Status: d.Status, Attempts: d.Attempts, Result: d.Result, SettledAt: d.SettledAt})
+		}
+	}
 	after := run.InputSeq
 	if after > 0 {
 		after--
@@ -262,5 +282,17 @@ func printRunReport(stdio Stdio, rep runReport) {
 	}
 	for _, s := range rep.Suspended {
 		fmt.Fprintf(out, "suspended %s\n", s.Reason)
+	}
+	for _, w := range rep.Wakeups {
+		switch {
+		case w.Status == belay.DeliveryDone:
+			fmt.Fprintf(out, "wake-up   %s: %s\n", w.To, w.Result)
+		case w.Status == belay.DeliveryError:
+			fmt.Fprintf(out, "wake-up   %s: MISSED: %s\n", w.To, w.Result)
+		case r.Status.Terminal():
+			fmt.Fprintf(out, "wake-up   %s: not delivered yet (%d attempts)\n", w.To, w.Attempts)
+		default:
+			fmt.Fprintf(out, "wake-up   %s: when the run ends\n", w.To)
+		}
 	}
 }

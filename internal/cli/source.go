@@ -26,6 +26,7 @@ type source interface {
 	events(ctx context.Context, session string, after uint64, limit int) ([]belay.Event, error)
 	doctor(ctx context.Context, session string) (doctor.Report, error)
 	listRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error)
+	inbox(ctx context.Context, session string) ([]belay.Delivery, error)
 	close()
 }
 
@@ -90,6 +91,11 @@ func (s onlineSource) listRuns(ctx context.Context, q api.RunQuery) (api.RunPage
 	return p, apiError(err)
 }
 
+func (s onlineSource) inbox(ctx context.Context, session string) ([]belay.Delivery, error) {
+	ds, err := s.c.Inbox(ctx, session, "")
+	return ds, apiError(err)
+}
+
 func (onlineSource) close() {}
 
 type offlineSource struct {
@@ -136,6 +142,10 @@ func (s offlineSource) listRuns(ctx context.Context, q api.RunQuery) (api.RunPag
 		out.Runs = append(out.Runs, api.Run{Run: r})
 	}
 	return out, nil
+}
+
+func (s offlineSource) inbox(ctx context.Context, session string) ([]belay.Delivery, error) {
+	return s.st.Deliveries(ctx, belay.DeliveryFilter{Session: session})
 }
 
 func (s offlineSource) close() { _ = s.st.Close() }
