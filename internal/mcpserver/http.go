@@ -6,11 +6,17 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/belayhq/belay/client"
 )
+
+// SessionTimeout closes an MCP session over HTTP that has had no request
+// open (a client waiting for wake-ups keeps its event stream open) for
+// this long, so that vanished clients do not pile up in the daemon.
+const SessionTimeout = 30 * time.Minute
 
 // HTTP serves the MCP servers of every scope over streamable HTTP. A
 // request names its scope in the query, as the flags of `belay mcp` do:
@@ -42,7 +48,7 @@ func NewHTTP(c *client.Client, version string, log *slog.Logger) *HTTP {
 			return s.MCP()
 		}
 		return nil
-	}, nil)
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: SessionTimeout})
 	return h
 }
 
