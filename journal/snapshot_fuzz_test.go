@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/belayhq/belay/internal/vfs"
 )
 
 // snapFixture is a journal of a few hundred KB (several index entries, so
@@ -26,7 +29,7 @@ type snapFixture struct {
 
 func newSnapFixture(tb testing.TB) *snapFixture {
 	dir := tb.TempDir()
-	j, err := Open(dir, Options{Now: fixedClock()})
+	j, err := Open(dir, Options{FS: noSyncFS{vfs.OS}, Now: fixedClock()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -63,6 +66,22 @@ func newSnapFixture(tb testing.TB) *snapFixture {
 		tb.Fatal(err)
 	}
 	return fx
+}
+
+// noSyncFS is the OS filesystem without fsync: durability is not what
+// FuzzSnapshot checks, and syncs would make each run take a disk flush.
+type noSyncFS struct{ vfs.FS }
+
+type noSyncFile struct{ vfs.File }
+
+func (noSyncFile) Sync() error        { return nil }
+func (noSyncFS) SyncDir(string) error { return nil }
+func (fs noSyncFS) OpenFile(name string, flag int, perm iofs.FileMode) (vfs.File, error) {
+	f, err := fs.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return noSyncFile{f}, nil
 }
 
 // sealSnapshot gives a snapshot body a valid checksum trailer, as
@@ -126,18 +145,26 @@ func FuzzSnapshot(f *testing.F) {
 	mutate(func(s *snapshotFile) { s.Index[len(s.Index)-1].Off = -1 })
 	mutate(func(s *snapshotFile) { s.Size = -1 })
 	mutate(func(s *snapshotFile) { s.State = json.RawMessage(`null`) })
+	// One directory serves every run: the journal is written once and cut
+	// back after each run's append, so a run costs no file creation.
+	dir := f.TempDir()
+	journalPath := filepath.Join(dir, FileName)
+	if err := os.WriteFile(journalPath, fx.journal, 0o600); err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, snapBytes []byte, sealed bool) {
-		dir := t.TempDir()
 		if sealed {
 			snapBytes = sealSnapshot(snapBytes)
 		}
-		if err := os.WriteFile(filepath.Join(dir, FileName), fx.journal, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		defer func() {
+			if err := os.Truncate(journalPath, int64(len(fx.journal))); err != nil {
+				t.Fatal(err)
+			}
+		}()
 		if err := os.WriteFile(filepath.Join(dir, SnapshotName), snapBytes, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		j, err := Open(dir, Options{Now: fixedClock(), BufferedDelay: time.Millisecond})
+		j, err := Open(dir, Options{FS: noSyncFS{vfs.OS}, Now: fixedClock(), BufferedDelay: time.Millisecond})
 		if err != nil {
 			t.Fatalf("open of an intact journal failed because of its snapshot: %v", err)
 		}
