@@ -184,4 +184,3 @@ func FuzzResponsesStream(f *testing.F) {
 		}
 	})
 }
-
