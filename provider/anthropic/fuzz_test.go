@@ -6,8 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/internal/httpapi"
@@ -102,6 +109,86 @@ func FuzzMessagesStream(f *testing.F) {
 		}
 		if ends != 1 {
 			t.Fatalf("a stream that ended well has %d turn ends", ends)
+		}
+	})
+}
+
+// FuzzConfig decodes arbitrary [providers.NAME] tables (TOML, as the
+// daemon does). A config New accepts must work: a run reaches a loopback
+// server through net/http with every configured header, the version and
+// the key, and its base URL keeps host and path. Anything else must be an
+// error from New, never one from each run.
+func FuzzConfig(f *testing.F) {
+	f.Add("type = \"anthropic\"\nmodel = \"claude-sonnet-4-5\"\napi_key = \"" + fuzzKey + "\"\nmax_tokens = 8192\n[headers]\nanthropic-beta = \"interleaved-thinking-2025-05-14\"\n")
+	f.Add("api_key = \"k\"\nbase_url = \"http://127.0.0.1:9/v1/\"\nidle_timeout = \"-1s\"\n")
+	// Regressions: values net/http refuses, and a base URL fragment.
+	f.Add("api_key = \"k\"\n[headers]\nX-A = \"a\\nb\"\n")
+	f.Add("api_key = \"k\"\nanthropic_version = \"2023-06-01\\r\\nX: y\"\n")
+	f.Add("api_key = \"k\\u0000\"\n")
+	f.Add("api_key = \"k\"\nbase_url = \"http://h/v1#x\"\n")
+	var mu sync.Mutex
+	var got http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header.Clone()
+		mu.Unlock()
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	}))
+	defer srv.Close()
+	f.Fuzz(func(t *testing.T, table string) {
+		var cfg Config
+		if _, err := toml.Decode(table, &cfg); err != nil {
+			return
+		}
+		t.Setenv(DefaultAPIKeyEnv, "")
+		p, err := New("a", cfg)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("error is not ErrConfig: %v", err)
+			}
+			return
+		}
+		defer p.Close()
+		c := p.cfg
+		if c.ConnectTimeout < 0 || c.FirstByteTimeout < 0 || c.IdleTimeout < 0 || c.MaxTokens <= 0 || c.AnthropicVersion == "" {
+			t.Fatalf("config after defaults: %+v", c)
+		}
+		base, err := url.Parse(c.BaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, err := url.Parse(c.BaseURL + "/messages"); err != nil || u.Host != base.Host || u.Path != base.Path+"/messages" {
+			t.Fatalf("base %q sends to %v (%v)", c.BaseURL, u, err)
+		}
+		p.cfg.BaseURL = srv.URL + "/v1"
+		p.client = httpapi.NewClient(httpapi.Timeouts{})
+		var evs []provider.Event
+		err = p.Run(context.Background(), provider.Request{Model: "m", Prompt: "hi"}, func(e provider.Event) error { evs = append(evs, e); return nil })
+		if err != nil {
+			t.Fatalf("a run of a valid config fails: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		want := map[string]map[string]bool{}
+		for k, v := range c.Headers {
+			ck := http.CanonicalHeaderKey(k)
+			if want[ck] == nil {
+				want[ck] = map[string]bool{}
+			}
+			want[ck][v] = true
+		}
+		for _, own := range []string{"Content-Type", "Accept", "User-Agent", "Anthropic-Version"} {
+			delete(want, own)
+		}
+		for k, vs := range want {
+			if !vs[got.Get(k)] {
+				t.Fatalf("header %s: sent %q, configured %v", k, got.Get(k), vs)
+			}
+		}
+		if got.Get("x-api-key") != p.key || got.Get("anthropic-version") != c.AnthropicVersion {
+			t.Fatalf("key or version not sent")
 		}
 	})
 }

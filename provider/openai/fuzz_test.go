@@ -8,9 +8,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/internal/httpapi"
@@ -182,5 +188,101 @@ func FuzzResponsesStream(f *testing.F) {
 		if err != nil && ends > 0 {
 			t.Fatalf("a turn end and an error: %v", err)
 		}
+	})
+}
+
+// FuzzConfig decodes arbitrary [providers.NAME] tables (TOML, as the
+// daemon does). A config New accepts must work: its timeouts are not
+// negative, and the requests it builds keep the configured base URL's
+// host and path, and carry every configured header and the key, as sent
+// through net/http to a loopback server. Anything else must be an error
+// from New, never one from each run.
+func FuzzConfig(f *testing.F) {
+	f.Add("type = \"openai\"\nmodel = \"gpt-4.1\"\napi_key = \"" + fuzzKey + "\"\norganization = \"org-1\"\nproject = \"proj_1\"\n")
+	f.Add("type = \"openai\"\napi = \"responses\"\nbase_url = \"http://127.0.0.1:8000/v1/\"\npoll_interval = \"5s\"\ncursor_every = 3\n")
+	f.Add("base_url = \"http://127.0.0.1:8000/v1\"\nfirst_byte_timeout = \"-1s\"\nstream_retries = 4\n[headers]\nX-Extra = \"a\"\n")
+	// Regressions: values net/http refuses, and a base URL whose fragment
+	// swallowed every request path.
+	f.Add("base_url = \"http://h/v1\"\n[headers]\nX-A = \"a\\nb\"\n")
+	f.Add("base_url = \"http://h/v1\"\norganization = \"org\\r\\nX-Injected: 1\"\n")
+	f.Add("base_url = \"http://h/v1\"\napi_key = \"abc\\ndef\"\n")
+	f.Add("base_url = \"http://h/v1#frag\"\n")
+	var mu sync.Mutex
+	var got http.Header
+	var gotPath string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got, gotPath = r.Header.Clone(), r.URL.Path
+		mu.Unlock()
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	f.Fuzz(func(t *testing.T, table string) {
+		var cfg Config
+		if _, err := toml.Decode(table, &cfg); err != nil {
+			return
+		}
+		t.Setenv(DefaultAPIKeyEnv, "")
+		p, err := New("o", cfg)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("error is not ErrConfig: %v", err)
+			}
+			return
+		}
+		defer p.Close()
+		c := p.cfg
+		for _, d := range []time.Duration{c.ConnectTimeout, c.FirstByteTimeout, c.IdleTimeout, c.CancelTimeout, c.PollInterval} {
+			if d < 0 {
+				t.Fatalf("negative duration %v", d)
+			}
+		}
+		if c.CancelTimeout == 0 || c.PollInterval == 0 || c.StreamRetries <= 0 || c.CursorEvery <= 0 {
+			t.Fatalf("defaults not applied: %+v", c)
+		}
+		// The request as built for the configured base URL.
+		r, err := p.newRequest(context.Background(), "POST", "/chat/completions", map[string]string{})
+		if err != nil {
+			t.Fatalf("a valid config builds no request: %v", err)
+		}
+		base, err := url.Parse(c.BaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.URL.Host != base.Host || r.URL.Path != base.Path+"/chat/completions" {
+			t.Fatalf("base %q sends to host %q path %q", c.BaseURL, r.URL.Host, r.URL.Path)
+		}
+		// The same request sent to a loopback server.
+		r.URL.Scheme, r.URL.Host, r.Host = "http", strings.TrimPrefix(srv.URL, "http://"), ""
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatalf("net/http refuses the request of a valid config: %v", err)
+		}
+		resp.Body.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		// Headers the provider sets itself win; of two names that differ
+		// only in case, one is sent.
+		want := map[string]map[string]bool{}
+		for k, v := range c.Headers {
+			ck := http.CanonicalHeaderKey(k)
+			if want[ck] == nil {
+				want[ck] = map[string]bool{}
+			}
+			want[ck][v] = true
+		}
+		for _, own := range []string{"Content-Type", "Accept", "User-Agent", "Openai-Organization", "Openai-Project"} {
+			delete(want, own)
+		}
+		for k, vs := range want {
+			if !vs[got.Get(k)] {
+				t.Fatalf("header %s: sent %q, configured %v", k, got.Get(k), vs)
+			}
+		}
+		if p.key != "" && got.Get("Authorization") != "Bearer "+p.key {
+			t.Fatalf("key not sent")
+		}
+		_ = gotPath
 	})
 }
