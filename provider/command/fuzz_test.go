@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/belayhq/belay/provider"
 )
@@ -185,6 +190,55 @@ func FuzzDecoders(f *testing.F) {
 			!reflect.DeepEqual(all.events[len(want.events):], resumed.events) && len(resumed.events) > 0 ||
 			all.done != resumed.done || all.hint != resumed.hint || (all.err == nil) != (resumed.err == nil) {
 			t.Fatalf("%s: replaying %d of %d lines changes what follows", format, k, len(lines))
+		}
+	})
+}
+
+// FuzzConfig decodes arbitrary [providers.NAME] tables (TOML, as the
+// daemon does). A config New accepts must be able to start its agent:
+// argv, environment and directories hold no NUL byte (the kernel takes
+// none), environment names are names, and the defaults are applied.
+func FuzzConfig(f *testing.F) {
+	f.Add("type = \"command\"\npreset = \"claude\"\ndir = \"/home/me/src\"\nargv = [\"claude\", \"-p\", \"--output-format\", \"stream-json\", \"--verbose\"]\n")
+	f.Add("preset = \"codex\"\nread_only_tools = [\"Read\"]\n")
+	f.Add("argv = [\"mytool\", \"--ask\", \"{prompt}\", \"--run\", \"{run_dir}/{attempt}\"]\nmodel_args = [\"--model\", \"{model}\"]\nformat = \"jsonl\"\nenv = { MYTOOL_LOG = \"warn\" }\nkill_grace = \"10s\"\n")
+	f.Add("argv = [\"x\"]\nprompt = \"sometimes\"\n")
+	// Regressions: values no process can be started with.
+	f.Add("argv = [\"x\\u0000y\"]\n")
+	f.Add("argv = [\"x\"]\nenv = { \"A=B\" = \"c\" }\n")
+	f.Add("argv = [\"x\"]\nenv = { \"\" = \"c\" }\n")
+	f.Add("argv = [\"x\"]\nenv = { A = \"c\\u0000\" }\n")
+	f.Add("argv = [\"x\"]\ndir = \"/tmp/\\u0000\"\n")
+	f.Fuzz(func(t *testing.T, table string) {
+		var cfg Config
+		if _, err := toml.Decode(table, &cfg); err != nil {
+			return
+		}
+		p, err := New("c", cfg)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("error is not ErrConfig: %v", err)
+			}
+			return
+		}
+		c := p.Config()
+		if len(c.Argv) == 0 || c.Argv[0] == "" || decoders[c.Format] == nil || c.Prompt != PromptArg && c.Prompt != PromptStdin ||
+			!filepath.IsAbs(c.RunDir) || c.KillGrace <= 0 || c.PollInterval <= 0 || c.RefEvery <= 0 {
+			t.Fatalf("config after defaults: %+v", c)
+		}
+		for _, s := range append(append(append([]string{c.Dir, c.RunDir}, c.Argv...), c.ModelArgs...), slices.Collect(maps.Values(c.Env))...) {
+			if strings.IndexByte(s, 0) >= 0 {
+				t.Fatalf("a NUL byte in %q", s)
+			}
+		}
+		for k := range c.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				t.Fatalf("environment name %q", k)
+			}
+		}
+		argv := c.expand(vars{prompt: "p", model: "m", session: "s", run: "r", attempt: "1", runDir: "/d"})
+		if len(argv) != len(c.Argv)+len(c.ModelArgs) {
+			t.Fatalf("expanded %d args from %d and %d", len(argv), len(c.Argv), len(c.ModelArgs))
 		}
 	})
 }
