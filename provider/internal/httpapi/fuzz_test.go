@@ -35,8 +35,8 @@ func checkScrubbed(t *testing.T, out, secret, input string) {
 	if strings.Contains(out, secret) {
 		t.Fatalf("secret %q survives in %q", secret, out)
 	}
-	if strings.Contains(input, "…") {
-		return
+	if strings.Contains(input, "…") || !strings.Contains(input, secret) {
+		return // a start of the secret, if any, is the input's own text
 	}
 	for k := 4; k < len(secret); k++ {
 		if strings.Contains(out, secret[:k]+"…") {
