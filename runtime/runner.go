@@ -215,6 +215,9 @@ func (rn *runner) takeLease(run belay.Run) bool {
 	}
 	rn.run, rn.epoch = leased, leased.Epoch
 	rn.setPhase(leased.Phase)
+	if rn.mode == startRetry {
+		r.unstalled(rn.id)
+	}
 	return true
 }
 
