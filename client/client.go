@@ -64,7 +64,12 @@ type Error struct {
 	Details map[string]any
 }
 
-func (e *Error) Error() string { return e.Message }
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("the daemon answered HTTP %d %s without a message", e.Status, e.Code)
+	}
+	return e.Message
+}
 
 // Is maps API codes onto belay's sentinel errors, so callers can use
 // errors.Is(err, belay.ErrNotFound) across the wire.

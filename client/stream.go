@@ -64,7 +64,12 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64, fn fu
 			if data != "" {
 				if typ == "error" {
 					var e api.ErrorBody
-					_ = json.Unmarshal([]byte(data), &e)
+					if json.Unmarshal([]byte(data), &e) != nil || e.Code == "" {
+						if len(data) > 200 {
+							data = data[:200] + "…"
+						}
+						e = api.ErrorBody{Code: api.CodeInternal, Message: "the daemon ended the stream with an error it did not describe: " + data}
+					}
 					return &Error{Status: http.StatusOK, Code: e.Code, Message: e.Message}
 				}
 				var ev belay.Event

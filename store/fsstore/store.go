@@ -537,7 +537,7 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 	if err != nil {
 		return nil, ss.wrap(err)
 	}
-	defer ss.release()
+	defer ss.release(j)
 	// A quarantined session returns what precedes the damage together with
 	// the error: it is never read as if it simply ended.
 	evs, err := j.Read(after, limit)
@@ -561,7 +561,7 @@ func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
 		}
 		if err == nil {
 			err = j.Wait(ctx, after)
-			ss.release()
+			ss.release(j)
 			if err == nil || j.Failed() == nil || ctx.Err() != nil {
 				return ss.wrap(err)
 			}
