@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,4 +372,95 @@ func TestSessionScopeAndSessionResource(t *testing.T) {
 
 	_, err = a.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "belay://runs/nope"})
 	require.Error(t, err)
+}
+
+// TestWakeSettledOnceWhenTheDaemonIsAway: the daemon stops answering
+// between the notification and its settlement, long enough for the lease
+// to expire; when it answers again the wake-up is settled without being
+// sent a second time.
+func TestWakeSettledOnceWhenTheDaemonIsAway(t *testing.T) {
+	t.Parallel()
+	dir, c := startDaemon(t)
+	// A proxy in front of the daemon that can drop settlements, as a
+	// daemon that went away would.
+	var blocked atomic.Bool
+	var dropped atomic.Int32
+	sock := filepath.Join(dir, daemon.SocketName)
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL.Scheme, r.Out.URL.Host = "http", "belay" },
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if blocked.Load() && strings.HasSuffix(r.URL.Path, "/settle") {
+			dropped.Add(1)
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+
+	ms, err := mcpserver.New(mcpserver.Options{Client: client.New(client.Options{BaseURL: srv.URL}), Version: "test", WakeTTL: time.Second})
+	require.NoError(t, err)
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := ms.MCP().Connect(ctx, st, nil)
+	require.NoError(t, err)
+	ms.Start(ctx)
+	a, mc := newAgent()
+	cs, err := mc.Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	a.cs = cs
+	t.Cleanup(func() {
+		_ = cs.Close()
+		_ = ss.Wait()
+		ms.Stop()
+	})
+
+	blocked.Store(true)
+	run := call[mcpserver.RunInfo](t, a, "send", map[string]any{"prompt": "p", "provider": "fake", "script": fakeScript()})
+	require.NoError(t, a.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: run.URI}))
+	select {
+	case <-a.got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no wake-up")
+	}
+	// Keep the daemon "away" until the wake-up's lease has expired.
+	require.Eventually(t, func() bool {
+		for _, d := range wakesOf(t, c, run.Session) {
+			if dropped.Load() > 0 && (d.Status == belay.DeliveryPending || d.Lease.Expired(time.Now())) {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond)
+	blocked.Store(false)
+
+	require.Eventually(t, func() bool {
+		ws := wakesOf(t, c, run.Session)
+		return len(ws) == 1 && ws[0].Status == belay.DeliveryDone
+	}, 30*time.Second, 10*time.Millisecond)
+	ws := wakesOf(t, c, run.Session)
+	require.GreaterOrEqual(t, ws[0].Attempts, 2, "the item came back after its lease expired")
+	require.Contains(t, ws[0].Result, "notified test-agent/")
+	require.Equal(t, 1, a.count(run.URI), "settled without a second send")
+}
+
+func wakesOf(t *testing.T, c *client.Client, session string) []belay.Delivery {
+	t.Helper()
+	ds, err := c.Inbox(context.Background(), session, "")
+	require.NoError(t, err)
+	var out []belay.Delivery
+	for _, d := range ds {
+		if d.Type == mcpserver.WakeType {
+			out = append(out, d)
+		}
+	}
+	return out
 }
