@@ -91,6 +91,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/runs", s.createRun)
 	mux.HandleFunc("GET /v1/runs/{id}", s.getRun)
 	mux.HandleFunc("GET /v1/runs/{id}/wait", s.waitRun)
+	mux.HandleFunc("GET /v1/runs/{id}/answer", s.answer)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.cancelRun)
 	mux.HandleFunc("POST /v1/inbox/lease", s.lease)
 	mux.HandleFunc("POST /v1/inbox/{id}/settle", s.settle)
@@ -441,9 +442,7 @@ func (s *Server) transcript(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	if err := s.opts.Export(r.Context(), w, id, format); err != nil {
-		writeError(w, err)
-	}
+	stream(w, r, func(sw *streamWriter) error { return s.opts.Export(r.Context(), sw, id, format) })
 }
 
 func (s *Server) post(w http.ResponseWriter, r *http.Request) {

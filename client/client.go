@@ -271,7 +271,57 @@ func (c *Client) DaemonDoctor(ctx context.Context) (json.RawMessage, error) {
 
 // Transcript writes a session's transcript in a format to w.
 func (c *Client) Transcript(ctx context.Context, session, format string, w io.Writer) error {
-	return c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/transcript?format="+url.QueryEscape(format), nil, nil, w)
+	return c.stream(ctx, "/v1/sessions/"+url.PathEscape(session)+"/transcript?format="+url.QueryEscape(format), w)
+}
+
+// Answer writes a run's answer text as it is now to w, streamed: memory
+// does not grow with the answer. It fails if the stream did not end whole
+// (a damaged journal, a lost connection), after writing what came.
+func (c *Client) Answer(ctx context.Context, run string, w io.Writer) error {
+	return c.stream(ctx, "/v1/runs/"+url.PathEscape(run)+"/answer", w)
+}
+
+// ErrCutOff says a streamed body ended without its status trailer.
+var ErrCutOff = errors.New("client: the stream ended before its end (connection lost)")
+
+// stream copies a streamed body to w and checks its status trailer.
+func (c *Client) stream(ctx context.Context, path string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return &UnreachableError{Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return decodeError(resp)
+	}
+	buf := make([]byte, 256<<10)
+	if _, err := io.CopyBuffer(w, struct{ io.Reader }{resp.Body}, buf); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return err
+	}
+	switch resp.Trailer.Get(api.TrailerStatus) {
+	case "ok":
+		return nil
+	case "error":
+		var e api.ErrorBody
+		if json.Unmarshal([]byte(resp.Trailer.Get(api.TrailerError)), &e) != nil || e.Code == "" {
+			e = api.ErrorBody{Code: api.CodeInternal, Message: "the daemon stopped the stream: " + resp.Trailer.Get(api.TrailerError)}
+		}
+		return &Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message}
+	}
+	return ErrCutOff
 }
 
 // Post adds an item to a session's inbox.
