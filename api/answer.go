@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -35,7 +36,14 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Belay-Run-Status", string(run.Status))
-	stream(w, r, func(sw *streamWriter) error { return runtime.WriteAnswer(r.Context(), s.st, run, sw) })
+	stream(w, r, func(sw *streamWriter) error {
+		// Deltas are small; the connection gets them in 64 KiB writes.
+		bw := bufio.NewWriterSize(sw, 64<<10)
+		if err := runtime.WriteAnswer(r.Context(), s.st, run, bw); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
 }
 
 // stream runs write, which writes a body of any length, and ends it with

@@ -43,6 +43,7 @@ func New(opts Options) *Client {
 	tr := &http.Transport{
 		MaxIdleConns: 16, IdleConnTimeout: 30 * time.Second,
 		ResponseHeaderTimeout: 0, // long polls and streams wait by design
+		ReadBufferSize:        64 << 10,
 	}
 	base := strings.TrimRight(opts.BaseURL, "/")
 	if opts.Socket != "" {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,10 +133,7 @@ func appendText(dst, data []byte) ([]byte, error) {
 func unquote(dst, s []byte) ([]byte, bool) {
 	start := len(dst)
 	for len(s) > 0 {
-		i := 0
-		for i < len(s) && s[i] != '\\' && s[i] != '"' && s[i] >= 0x20 {
-			i++
-		}
+		i := plainPrefix(s)
 		dst = append(dst, s[:i]...)
 		s = s[i:]
 		if len(s) == 0 {
@@ -185,4 +183,25 @@ func unquote(dst, s []byte) ([]byte, bool) {
 		s = s[2:]
 	}
 	return dst, utf8.Valid(dst[start:])
+}
+
+// plainPrefix returns the length of the prefix of s that holds no quote,
+// backslash or control byte, eight bytes at a time.
+func plainPrefix(s []byte) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(s[i:])
+		q, b := x^(ones*'"'), x^(ones*'\\')
+		if ((x-ones*0x20)&^x|(q-ones)&^q|(b-ones)&^b)&highs != 0 {
+			break
+		}
+	}
+	for i < len(s) && s[i] != '\\' && s[i] != '"' && s[i] >= 0x20 {
+		i++
+	}
+	return i
 }

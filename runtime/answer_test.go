@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -102,4 +103,33 @@ func FuzzAppendText(f *testing.F) {
 			t.Fatalf("dst was not kept: %q", got)
 		}
 	})
+}
+
+// BenchmarkWriteAnswer reads a run's answer of 4 KiB deltas back from the
+// store (the daemon's side of belay read).
+func BenchmarkWriteAnswer(b *testing.B) {
+	ctx := context.Background()
+	st, err := fsstore.Open(ctx, b.TempDir(), fsstore.Options{})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = st.Close() })
+	sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(b, err)
+	run, _, err := st.CreateRun(ctx, belay.RunInput{Session: sess.ID, Input: json.RawMessage(`{"prompt":"p"}`)})
+	require.NoError(b, err)
+	run, err = st.AcquireRunLease(ctx, run.ID, "w", time.Hour, 0)
+	require.NoError(b, err)
+	text := strings.Repeat("The answer streams back: \"quoted\", <tagged> & ünïcödé.\n", 4096/60)
+	d, _ := json.Marshal(textData{Text: text})
+	var evs []belay.Event
+	for range 256 {
+		evs = append(evs, belay.Event{Type: EventText, Run: run.ID, Epoch: run.Epoch, Data: d})
+	}
+	for range 16 {
+		_, err := st.Append(ctx, sess.ID, belay.Sync, evs...)
+		require.NoError(b, err)
+	}
+	b.SetBytes(int64(16 * 256 * len(text)))
+	for b.Loop() {
+		require.NoError(b, WriteAnswer(ctx, st, run, io.Discard))
+	}
 }
