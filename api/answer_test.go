@@ -1,0 +1,88 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/runtime"
+)
+
+// longRun journals a complete run whose answer is n deltas of text.
+func longRun(t *testing.T, rt *runtime.Runtime, text string, n int) belay.Run {
+	t.Helper()
+	ctx := context.Background()
+	st := rt.Store()
+	sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+	run, _, err := st.CreateRun(ctx, belay.RunInput{Session: sess.ID, Input: json.RawMessage(`{"prompt":"p"}`)})
+	require.NoError(t, err)
+	run, err = st.AcquireRunLease(ctx, run.ID, "test", time.Hour, 0)
+	require.NoError(t, err)
+	d, _ := json.Marshal(map[string]string{"text": text})
+	var evs []belay.Event
+	for range n {
+		evs = append(evs, belay.Event{Type: runtime.EventText, Run: run.ID, Epoch: run.Epoch, Data: d})
+	}
+	_, err = st.Append(ctx, sess.ID, belay.Sync, evs...)
+	require.NoError(t, err)
+	run, err = st.UpdateRun(ctx, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	return run
+}
+
+func TestAnswerStreamsWithTrailer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	run := longRun(t, b.rt, "line <one> & \"two\"\n", 300)
+	resp, err := b.srv.Client().Get(b.srv.URL + "/v1/runs/" + run.ID + "/answer")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "complete", resp.Header.Get("Belay-Run-Status"))
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, strings.Repeat("line <one> & \"two\"\n", 300), string(body))
+	require.Equal(t, "ok", resp.Trailer.Get(TrailerStatus), "a whole answer ends with the ok trailer")
+
+	code, raw := b.do("GET", "/v1/runs/run_01m84gxpdkc7bs4zhbns75pgh2/answer", "", nil)
+	require.Equal(t, http.StatusNotFound, code)
+	require.Equal(t, CodeNotFound, errCode(t, raw))
+}
+
+// TestAnswerStopsWhenClientGoesAway: a reader that hangs up stops the
+// daemon's work on its request.
+func TestAnswerStopsWhenClientGoesAway(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	run := longRun(t, b.rt, strings.Repeat("x", 64<<10), 256) // 16 MiB
+	s := NewServer(Options{Runtime: b.rt})
+	ended := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(ended)
+		s.Handler("").ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/runs/"+run.ID+"/answer", nil)
+	require.NoError(t, err)
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	_, err = io.ReadFull(resp.Body, make([]byte, 1<<10))
+	require.NoError(t, err)
+	cancel()
+	resp.Body.Close()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler kept streaming after its client went away")
+	}
+}
