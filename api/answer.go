@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/runtime"
@@ -51,7 +52,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 // error response.
 func stream(w http.ResponseWriter, r *http.Request, write func(*streamWriter) error) {
 	w.Header().Set("Trailer", TrailerStatus+", "+TrailerError)
-	sw := &streamWriter{w: w}
+	sw := &streamWriter{w: w, rc: http.NewResponseController(w)}
 	err := write(sw)
 	switch {
 	case err == nil:
@@ -73,11 +74,15 @@ var errClientGone = errors.New("api: the client went away")
 // streamWriter counts what was written, and turns a failed write into
 // errClientGone so the writer stops.
 type streamWriter struct {
-	w http.ResponseWriter
-	n int64
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	n  int64
 }
 
 func (sw *streamWriter) Write(p []byte) (int, error) {
+	// Each write must get through within the write timeout: a client that
+	// stops reading is let go.
+	_ = sw.rc.SetWriteDeadline(time.Now().Add(DefaultWriteTimeout))
 	n, err := sw.w.Write(p)
 	sw.n += int64(n)
 	if err != nil {

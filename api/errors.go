@@ -25,6 +25,7 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeUnauthenticated  = "unauthenticated"
 	CodeTooLarge         = "too_large"
+	CodeOverloaded       = "overloaded"
 	CodeMethod           = "method_not_allowed"
 	CodeTimeout          = "timeout"
 	CodeInternal         = "internal"

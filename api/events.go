@@ -48,6 +48,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 			after = n
 		}
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
 		s.sse(w, r, id, after)
 		return
 	}
@@ -66,6 +71,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	evs, err := s.st.Events(r.Context(), id, after, limit)
 	if err == nil && len(evs) == 0 && wait > 0 {
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		werr := s.st.WaitEvents(ctx, id, after)
 		cancel()
@@ -94,6 +104,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // the daemon stops, with keepalive comments between events.
 func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, after uint64) {
 	rc := http.NewResponseController(w)
+	// Each write must get through within the write timeout; between them
+	// the stream may last as long as the client stays.
+	extend := func() { _ = rc.SetWriteDeadline(time.Now().Add(DefaultWriteTimeout)) }
+	extend()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -106,6 +120,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 	ctx := r.Context()
 	for {
 		evs, err := s.st.Events(ctx, session, after, maxEventsPage)
+		extend()
 		for _, e := range evs {
 			data, merr := json.Marshal(e)
 			if merr != nil {
@@ -139,6 +154,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 		case ctx.Err() != nil:
 			return
 		case errors.Is(werr, context.DeadlineExceeded):
+			extend()
 			if _, err := fmt.Fprintf(w, ": keepalive %s\n\n", time.Now().UTC().Format(time.RFC3339)); err != nil {
 				return
 			}

@@ -48,15 +48,21 @@ type Options struct {
 	Export func(ctx context.Context, w io.Writer, session, format string) error
 	// DaemonDoctor reports on the daemon, store and locks.
 	DaemonDoctor func(ctx context.Context) (any, error)
+	// MaxWatchers caps SSE streams and long polls at once (see ConnLimits;
+	// 1024 if 0); beyond it they are answered 503 overloaded.
+	MaxWatchers int
+	// BodyTimeout bounds reading a request body (DefaultBodyTimeout if 0).
+	BodyTimeout time.Duration
 }
 
 // Server serves the API.
 type Server struct {
-	opts    Options
-	rt      *runtime.Runtime
-	st      store.Store
-	started time.Time
-	log     *slog.Logger
+	opts     Options
+	watchers watchers
+	rt       *runtime.Runtime
+	st       store.Store
+	started  time.Time
+	log      *slog.Logger
 }
 
 // NewServer returns a Server.
@@ -67,7 +73,13 @@ func NewServer(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{opts: opts, rt: opts.Runtime, st: opts.Runtime.Store(), started: time.Now(), log: opts.Logger}
+	if opts.MaxWatchers <= 0 {
+		opts.MaxWatchers = 1024
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	return &Server{opts: opts, watchers: make(watchers, opts.MaxWatchers), rt: opts.Runtime, st: opts.Runtime.Store(), started: time.Now(), log: opts.Logger}
 }
 
 // Handler returns the API's handler. With a non-empty token every request
@@ -101,7 +113,7 @@ func (s *Server) Handler(token string) http.Handler {
 	if token != "" {
 		h = requireToken(token, h)
 	}
-	return s.recoverer(h)
+	return s.recoverer(s.deadlines(h))
 }
 
 // jsonMisses answers requests no route matches (404, or 405 with Allow)
@@ -370,6 +382,13 @@ func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if d > 0 {
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), d)
 	defer cancel()
 	run, err := s.rt.Wait(ctx, id)
@@ -507,6 +526,13 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 		req.Max = 1
 	}
 	wait := min(time.Duration(req.Wait), MaxWait)
+	if wait > 0 {
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	ds, err := s.rt.Lease(r.Context(), req.Session, req.Owner, time.Duration(req.TTL), min(req.Max, 100), wait)
 	if err != nil {
 		writeError(w, err)

@@ -63,7 +63,13 @@ type Error struct {
 	Code    string
 	Message string
 	Details map[string]any
+	// RetryAfter is the wait a 503 overloaded answer asked for.
+	RetryAfter time.Duration
 }
+
+// ErrOverloaded matches an answer that the daemon is at its connection or
+// watcher limit (errors.Is); the request was not processed.
+var ErrOverloaded = errors.New("client: the daemon is overloaded")
 
 func (e *Error) Error() string { return e.Message }
 
@@ -93,6 +99,8 @@ func (e *Error) Is(target error) bool {
 		return target == belay.ErrReadOnly
 	case api.CodeUnavailable:
 		return target == belay.ErrStoreClosed
+	case api.CodeOverloaded:
+		return target == ErrOverloaded
 	}
 	return false
 }
@@ -111,15 +119,41 @@ func IsUnreachable(err error) bool {
 	return errors.As(err, &u)
 }
 
+// overloadRetries is how many times a request the daemon refused as
+// overloaded (and so did not process) is sent again, after the wait it
+// asked for.
+const overloadRetries = 3
+
 // do sends a request and decodes a JSON answer into out (if not nil).
 func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, in, out any) error {
-	var body io.Reader
+	var payload []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		payload = b
+	}
+	for attempt := 0; ; attempt++ {
+		err := c.once(ctx, method, path, hdr, payload, in != nil, out)
+		var e *Error
+		if attempt == overloadRetries || !errors.As(err, &e) || e.Code != api.CodeOverloaded {
+			return err
+		}
+		t := time.NewTimer(min(max(e.RetryAfter, 100*time.Millisecond), 2*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) once(ctx context.Context, method, path string, hdr http.Header, payload []byte, hasBody bool, out any) error {
+	var body io.Reader
+	if hasBody {
+		body = bytes.NewReader(payload)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
@@ -128,7 +162,7 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, i
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	if in != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
@@ -165,7 +199,11 @@ func decodeError(resp *http.Response) error {
 	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
 		return &Error{Status: resp.StatusCode, Code: api.CodeInternal, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))}
 	}
-	return &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
+	out := &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		out.RetryAfter = time.Duration(s) * time.Second
+	}
+	return out
 }
 
 func keyHeader(key string) http.Header {

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay/internal/daemon"
+)
+
+// TestOverloadIsExit6: when every connection the daemon allows is busy,
+// the CLI says the daemon is overloaded and exits 6 (not a timeout and
+// exit 1), and works again once the load is gone.
+func TestOverloadIsExit6(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{DataDir: dir, Version: "test", MaxConns: 8, Ready: func() { close(ready) }, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	sock := filepath.Join(dir, daemon.SocketName)
+	env := map[string]string{"BELAY_HOME": dir, "BELAY_NO_AUTOSTART": "1"}
+
+	// Eight requests whose bodies never come: each holds a connection the
+	// daemon is serving (the 100 Continue says the handler is reading).
+	var busy []net.Conn
+	for range 8 {
+		c, err := net.Dial("unix", sock)
+		require.NoError(t, err)
+		busy = append(busy, c)
+		fmt.Fprint(c, "POST /v1/sessions HTTP/1.1\r\nHost: belay\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n")
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusContinue, resp.StatusCode)
+	}
+	code, _, stderr := run(t, env, "send", "--provider", "fake", "hello")
+	require.Equal(t, ExitUnreachable, code, stderr)
+	require.Contains(t, stderr, "overloaded")
+	require.Contains(t, stderr, "limit of 8 connections")
+	require.Contains(t, stderr, "Try: ")
+
+	for _, c := range busy {
+		c.Close()
+	}
+	code, stdout, stderr := run(t, env, "send", "--provider", "fake", "hello")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, stdout, "run_")
+}
