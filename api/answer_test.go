@@ -1,9 +1,11 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -85,4 +87,26 @@ func TestAnswerStopsWhenClientGoesAway(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler kept streaming after its client went away")
 	}
+}
+
+// TestSlowBodyTimesOut: a client that sends headers and then too little of
+// its body is answered 408 and let go, not held forever.
+func TestSlowBodyTimesOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	s := NewServer(Options{Runtime: b.rt, BodyTimeout: 100 * time.Millisecond})
+	srv := httptest.NewServer(s.Handler(""))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prov")
+	require.NoError(t, err)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
+	raw, _ := io.ReadAll(resp.Body)
+	require.Equal(t, CodeTimeout, errCode(t, raw))
 }

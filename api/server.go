@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -185,6 +186,12 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 		}
 		if errors.Is(err, io.EOF) {
 			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body is empty; send a JSON object", nil)
+			return false
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			w.Header().Set("Connection", "close")
+			writeErrorCode(w, http.StatusRequestTimeout, CodeTimeout, "the request body did not arrive within the read timeout", nil)
 			return false
 		}
 		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body is not valid JSON for this endpoint: "+err.Error(), nil)
