@@ -20,10 +20,28 @@ var (
 	ErrStoreLocked   = errors.New("belay: data dir in use")
 	ErrStoreClosed   = errors.New("belay: store closed")
 	ErrCorruptRecord = errors.New("belay: corrupt record")
+	// ErrTooLarge is an input bigger than belay can store (see
+	// TooLargeError).
+	ErrTooLarge = errors.New("belay: too large")
 	// ErrStillRunning is a local wait's timeout: the run goes on (G8). It is
 	// never a failure of the run.
 	ErrStillRunning = errors.New("belay: still running")
 )
+
+// TooLargeError says an input is bigger than belay can store, and the
+// limit. It matches ErrTooLarge.
+type TooLargeError struct {
+	What  string
+	Size  int
+	Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s is %d bytes; belay stores at most %d bytes (one journal record)", e.What, e.Size, e.Limit)
+}
+
+// Is matches ErrTooLarge.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // ErrorClass classifies every failure a provider or the runtime reports.
 type ErrorClass string

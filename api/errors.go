@@ -41,6 +41,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusConflict, CodeStaleEpoch
 	case errors.Is(err, runtime.ErrConversationBusy):
 		return http.StatusConflict, CodeConversationBusy
+	case errors.Is(err, belay.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, CodeTooLarge
 	case errors.Is(err, belay.ErrInvalid):
 		return http.StatusBadRequest, CodeInvalid
 	case errors.Is(err, belay.ErrNotFound):
@@ -70,8 +72,12 @@ func writeError(w http.ResponseWriter, err error) {
 	status, code := statusOf(err)
 	var details map[string]any
 	var stale *belay.StaleEpochError
-	if errors.As(err, &stale) {
+	var large *belay.TooLargeError
+	switch {
+	case errors.As(err, &stale):
 		details = map[string]any{"kind": stale.Kind, "id": stale.ID, "epoch": stale.Got, "currentEpoch": stale.Current}
+	case errors.As(err, &large):
+		details = map[string]any{"size": large.Size, "limit": large.Limit}
 	}
 	writeErrorCode(w, status, code, err.Error(), details)
 }

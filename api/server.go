@@ -19,14 +19,18 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store"
 )
 
-// Body size limits.
+// Body size limits. A run's input is journaled whole in one record, so a
+// run request is capped at the journal's record size, and its input
+// (prompt, script and options as JSON) at runtime.MaxInput: what is
+// accepted can be stored.
 const (
-	MaxBody    = 1 << 20  // most requests
-	MaxRunBody = 16 << 20 // run creation: prompts can be long
+	MaxBody    = 1 << 20               // most requests
+	MaxRunBody = journal.MaxRecordSize // run creation
 )
 
 // Limits on waits a client may ask for.
@@ -181,7 +185,7 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeErrorCode(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit), nil)
+			writeErrorCode(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit), map[string]any{"limit": limit})
 			return false
 		}
 		if errors.Is(err, io.EOF) {

@@ -101,6 +101,8 @@ func (e *Error) Is(target error) bool {
 		return target == belay.ErrStoreClosed
 	case api.CodeOverloaded:
 		return target == ErrOverloaded
+	case api.CodeTooLarge:
+		return target == belay.ErrTooLarge
 	}
 	return false
 }

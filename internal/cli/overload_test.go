@@ -2,18 +2,21 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/runtime"
 )
 
 // TestOverloadIsExit6: when every connection the daemon allows is busy,
@@ -65,4 +68,19 @@ func TestOverloadIsExit6(t *testing.T) {
 	code, stdout, stderr := run(t, env, "send", "--provider", "fake", "hello")
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, stdout, "run_")
+}
+
+// TestSendRefusesWhatCannotBeStored: belay send checks the prompt against
+// the journal's limit before it contacts a daemon.
+func TestSendRefusesWhatCannotBeStored(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	env := map[string]string{"BELAY_HOME": t.TempDir(), "BELAY_NO_AUTOSTART": "1"}
+	code := Main(context.Background(), []string{"belay", "send", "--provider", "fake", "-"}, Stdio{
+		In: strings.NewReader(strings.Repeat("x", 10<<20)), Out: &out, Err: &errb,
+		Getenv: func(k string) string { return env[k] },
+	})
+	require.Equal(t, ExitError, code, errb.String())
+	require.Contains(t, errb.String(), fmt.Sprintf("at most %d bytes", runtime.MaxInput))
+	require.NotContains(t, errb.String(), "not reachable", "refused before any connection")
 }
