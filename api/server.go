@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -256,24 +255,29 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := belay.SessionFilter{State: belay.SessionState(q.Get("state")), Provider: q.Get("provider")}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "limit must be a non-negative integer", nil)
-			return
-		}
-		f.Limit = n
+	limit, cursor, ok := pageParams(w, r)
+	if !ok {
+		return
 	}
+	if sessionsCursor(cursor) != nil {
+		badCursor(w, cursor)
+		return
+	}
+	f := belay.SessionFilter{State: belay.SessionState(q.Get("state")), Provider: q.Get("provider"), Limit: limit + 1, Before: cursor}
 	list, err := s.st.Sessions(r.Context(), f)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if list == nil {
-		list = []belay.Session{}
+	out := SessionList{Sessions: list}
+	if len(list) > limit {
+		out.Sessions = list[:limit]
+		out.NextCursor = list[limit-1].ID
 	}
-	writeJSON(w, http.StatusOK, SessionList{Sessions: list})
+	if out.Sessions == nil {
+		out.Sessions = []belay.Session{}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
@@ -302,12 +306,21 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	limit, cursor, ok := pageParams(w, r)
+	if !ok {
+		return
+	}
 	runs, err := s.st.Runs(r.Context(), belay.RunFilter{Session: id, Status: belay.RunStatus(r.URL.Query().Get("status"))})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	out := RunList{Runs: []Run{}}
+	runs, next, ok := runsPage(runs, cursor, limit)
+	if !ok {
+		badCursor(w, cursor)
+		return
+	}
+	out := RunList{Runs: []Run{}, NextCursor: next}
 	for _, run := range runs {
 		out.Runs = append(out.Runs, s.withActivity(run))
 	}
@@ -508,15 +521,24 @@ func (s *Server) listInbox(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	limit, cursor, ok := pageParams(w, r)
+	if !ok {
+		return
+	}
 	ds, err := s.st.Deliveries(r.Context(), belay.DeliveryFilter{Session: id, Status: belay.DeliveryStatus(r.URL.Query().Get("status"))})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	ds, next, ok := deliveriesPage(ds, cursor, limit)
+	if !ok {
+		badCursor(w, cursor)
+		return
+	}
 	if ds == nil {
 		ds = []belay.Delivery{}
 	}
-	writeJSON(w, http.StatusOK, DeliveryList{Deliveries: ds})
+	writeJSON(w, http.StatusOK, DeliveryList{Deliveries: ds, NextCursor: next})
 }
 
 func (s *Server) lease(w http.ResponseWriter, r *http.Request) {

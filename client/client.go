@@ -234,8 +234,28 @@ func (c *Client) Session(ctx context.Context, id string) (belay.Session, error) 
 	return s, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil, nil, &s)
 }
 
-// Sessions lists sessions.
+// Sessions lists sessions, newest first, following the pages of the
+// list up to f.Limit sessions (all of them if 0).
 func (c *Client) Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error) {
+	var all []belay.Session
+	cursor := f.Before
+	for {
+		page, err := c.SessionsPage(ctx, f, cursor)
+		all = append(all, page.Sessions...)
+		if err != nil || page.NextCursor == "" || f.Limit > 0 && len(all) >= f.Limit {
+			if f.Limit > 0 && len(all) > f.Limit {
+				all = all[:f.Limit]
+			}
+			return all, err
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// SessionsPage returns one page of sessions after cursor ("" for the
+// first): at most f.Limit (the daemon's default page if 0), and the next
+// page's cursor.
+func (c *Client) SessionsPage(ctx context.Context, f belay.SessionFilter, cursor string) (api.SessionList, error) {
 	q := url.Values{}
 	if f.State != "" {
 		q.Set("state", string(f.State))
@@ -244,16 +264,32 @@ func (c *Client) Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.S
 		q.Set("provider", f.Provider)
 	}
 	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
+		q.Set("limit", strconv.Itoa(min(f.Limit, api.MaxPage)))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
 	}
 	var out api.SessionList
-	return out.Sessions, c.do(ctx, http.MethodGet, "/v1/sessions?"+q.Encode(), nil, nil, &out)
+	return out, c.do(ctx, http.MethodGet, "/v1/sessions?"+q.Encode(), nil, nil, &out)
 }
 
-// Runs lists a session's runs.
+// Runs lists a session's runs in creation order, following the pages.
 func (c *Client) Runs(ctx context.Context, session string) ([]api.Run, error) {
-	var out api.RunList
-	return out.Runs, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/runs", nil, nil, &out)
+	var all []api.Run
+	cursor := ""
+	for {
+		q := url.Values{"limit": {strconv.Itoa(api.MaxPage)}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var out api.RunList
+		err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/runs?"+q.Encode(), nil, nil, &out)
+		all = append(all, out.Runs...)
+		if err != nil || out.NextCursor == "" {
+			return all, err
+		}
+		cursor = out.NextCursor
+	}
 }
 
 // CreateRun submits a run; key makes it idempotent.
@@ -371,10 +407,23 @@ func (c *Client) Post(ctx context.Context, session string, req api.PostRequest) 
 	return d, c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/inbox", nil, req, &d)
 }
 
-// Inbox lists a session's inbox.
+// Inbox lists a session's inbox in delivery order, following the pages.
 func (c *Client) Inbox(ctx context.Context, session string, status belay.DeliveryStatus) ([]belay.Delivery, error) {
-	var out api.DeliveryList
-	return out.Deliveries, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/inbox?status="+url.QueryEscape(string(status)), nil, nil, &out)
+	var all []belay.Delivery
+	cursor := ""
+	for {
+		q := url.Values{"status": {string(status)}, "limit": {strconv.Itoa(api.MaxPage)}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var out api.DeliveryList
+		err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/inbox?"+q.Encode(), nil, nil, &out)
+		all = append(all, out.Deliveries...)
+		if err != nil || out.NextCursor == "" {
+			return all, err
+		}
+		cursor = out.NextCursor
+	}
 }
 
 // Lease leases deliverable items, waiting up to req.Wait.

@@ -192,3 +192,34 @@ func rawGet(sock, path string, headers ...string) (*rawResponse, error) {
 	}
 	return &rawResponse{Response: resp, body: string(body)}, nil
 }
+
+// TestClientFollowsPages: a list longer than the daemon's default page is
+// returned whole by the client, which follows the cursors.
+func TestClientFollowsPages(t *testing.T) {
+	dir := t.TempDir()
+	startLimited(t, dir, 0)
+	c := client.New(client.Options{Socket: filepath.Join(dir, SocketName)})
+	ctx := context.Background()
+	want := map[string]bool{}
+	for range api.DefaultPage + 30 {
+		s, err := c.CreateSession(ctx, api.CreateSessionRequest{Provider: "fake"}, "")
+		require.NoError(t, err)
+		want[s.ID] = true
+	}
+	page, err := c.SessionsPage(ctx, belay.SessionFilter{}, "")
+	require.NoError(t, err)
+	require.Len(t, page.Sessions, api.DefaultPage, "a default page")
+	require.NotEmpty(t, page.NextCursor)
+	all, err := c.Sessions(ctx, belay.SessionFilter{})
+	require.NoError(t, err)
+	require.Len(t, all, len(want))
+	for i, s := range all {
+		require.True(t, want[s.ID])
+		if i > 0 {
+			require.Less(t, s.ID, all[i-1].ID, "newest first, no repeats")
+		}
+	}
+	some, err := c.Sessions(ctx, belay.SessionFilter{Limit: 7})
+	require.NoError(t, err)
+	require.Len(t, some, 7)
+}
