@@ -16,7 +16,31 @@ import (
 // Errors are those of Read: on a quarantined journal Scan yields the events
 // before the damage and returns the *QuarantineError.
 func (j *Journal) Scan(after uint64, fn func(Event) bool) error {
-	return j.scanLines(after, decodeLineView, fn)
+	var v viewDecoder
+	return j.scanLines(after, v.decode, fn)
+}
+
+// viewDecoder decodes the lines of one scan, reusing the type and run
+// strings of the line before when they repeat (a run's deltas).
+type viewDecoder struct{ typ, run string }
+
+func (v *viewDecoder) decode(line []byte) (Event, error) {
+	body, err := checkLine(line)
+	if err != nil {
+		return Event{}, err
+	}
+	if e, ok := parseEnvelope(body, v); ok {
+		return e, nil
+	}
+	return decodeLine(line)
+}
+
+// intern returns b as a string, the cached one if equal.
+func intern(cache *string, b []byte) string {
+	if string(b) != *cache {
+		*cache = string(b)
+	}
+	return *cache
 }
 
 // decodeLineView verifies a line and decodes its envelope from the fixed
@@ -24,19 +48,13 @@ func (j *Journal) Scan(after uint64, fn func(Event) bool) error {
 // which it returns as a slice of line. A line that does not have exactly
 // that layout (an id with escapes, say) is decoded by decodeLine.
 func decodeLineView(line []byte) (Event, error) {
-	body, err := checkLine(line)
-	if err != nil {
-		return Event{}, err
-	}
-	if e, ok := parseEnvelope(body); ok {
-		return e, nil
-	}
-	return decodeLine(line)
+	var v viewDecoder
+	return v.decode(line)
 }
 
 // parseEnvelope parses `{"seq":N,"ts":"...","type":"T"[,"id":"I"][,"run":"R"][,"epoch":N],"data":D`
 // where the strings hold no escapes. ok is false for anything else.
-func parseEnvelope(b []byte) (e Event, ok bool) {
+func parseEnvelope(b []byte, v *viewDecoder) (e Event, ok bool) {
 	p := envParser{b: b}
 	if !p.lit(`{"seq":`) {
 		return e, false
@@ -48,16 +66,19 @@ func parseEnvelope(b []byte) (e Event, ok bool) {
 	if !ok || len(ts) != len(tsLayout) {
 		return e, false
 	}
-	t, err := time.Parse(time.RFC3339Nano, string(ts))
-	if err != nil {
-		return e, false
+	t, ok := parseTS(ts)
+	if !ok {
+		var err error
+		if t, err = time.Parse(time.RFC3339Nano, string(ts)); err != nil {
+			return e, false
+		}
 	}
 	e.TS = t
 	typ, ok := p.field(`,"type":`)
 	if !ok || len(typ) == 0 {
 		return e, false
 	}
-	e.Type = string(typ)
+	e.Type = intern(&v.typ, typ)
 	if p.has(`,"id":`) {
 		id, ok := p.field(`,"id":`)
 		if !ok || len(id) == 0 {
@@ -70,7 +91,7 @@ func parseEnvelope(b []byte) (e Event, ok bool) {
 		if !ok || len(run) == 0 {
 			return e, false
 		}
-		e.Run = string(run)
+		e.Run = intern(&v.run, run)
 	}
 	if p.lit(`,"epoch":`) {
 		if e.Epoch, ok = p.uint(); !ok || e.Epoch == 0 {
@@ -136,4 +157,38 @@ func (p *envParser) field(name string) ([]byte, bool) {
 		p.i++
 	}
 	return nil, false
+}
+
+// parseTS reads a time in the journal's layout (tsLayout), digit by digit.
+// ok is false for anything it does not take exactly as time.Parse would;
+// the caller then asks time.Parse.
+func parseTS(b []byte) (time.Time, bool) {
+	if len(b) != len(tsLayout) || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' || b[19] != '.' || b[29] != 'Z' {
+		return time.Time{}, false
+	}
+	num := func(from, to int) (int, bool) {
+		n := 0
+		for _, c := range b[from:to] {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	y, ok1 := num(0, 4)
+	mo, ok2 := num(5, 7)
+	d, ok3 := num(8, 10)
+	h, ok4 := num(11, 13)
+	mi, ok5 := num(14, 16)
+	s, ok6 := num(17, 19)
+	ns, ok7 := num(20, 29)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || s > 59 {
+		return time.Time{}, false
+	}
+	t := time.Date(y, time.Month(mo), d, h, mi, s, ns, time.UTC)
+	if t.Day() != d { // past the end of the month
+		return time.Time{}, false
+	}
+	return t, true
 }

@@ -107,7 +107,9 @@ func FuzzAppendText(f *testing.F) {
 
 // BenchmarkWriteAnswer reads a run's answer of 4 KiB deltas back from the
 // store (the daemon's side of belay read).
-func BenchmarkWriteAnswer(b *testing.B) {
+func BenchmarkWriteAnswer(b *testing.B) { benchWriteAnswer(b, 4096) }
+
+func benchWriteAnswer(b *testing.B, delta int) {
 	ctx := context.Background()
 	st, err := fsstore.Open(ctx, b.TempDir(), fsstore.Options{})
 	require.NoError(b, err)
@@ -118,18 +120,22 @@ func BenchmarkWriteAnswer(b *testing.B) {
 	require.NoError(b, err)
 	run, err = st.AcquireRunLease(ctx, run.ID, "w", time.Hour, 0)
 	require.NoError(b, err)
-	text := strings.Repeat("The answer streams back: \"quoted\", <tagged> & ünïcödé.\n", 4096/60)
+	text := strings.ToValidUTF8(strings.Repeat("The answer streams back: \"quoted\", <tagged> & ünïcödé.\n", delta/40+1)[:delta], "")
 	d, _ := json.Marshal(textData{Text: text})
 	var evs []belay.Event
 	for range 256 {
 		evs = append(evs, belay.Event{Type: EventText, Run: run.ID, Epoch: run.Epoch, Data: d})
 	}
-	for range 16 {
+	for range 16 * 4096 / delta {
 		_, err := st.Append(ctx, sess.ID, belay.Sync, evs...)
 		require.NoError(b, err)
 	}
-	b.SetBytes(int64(16 * 256 * len(text)))
+	b.SetBytes(int64(16 * 4096 / delta * 256 * len(text)))
 	for b.Loop() {
 		require.NoError(b, WriteAnswer(ctx, st, run, io.Discard))
 	}
 }
+
+// BenchmarkWriteAnswerSmallDeltas is BenchmarkWriteAnswer with 256-byte
+// deltas: the per-event cost.
+func BenchmarkWriteAnswerSmallDeltas(b *testing.B) { benchWriteAnswer(b, 256) }
