@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Connection limits: a daemon never runs out of file descriptors because
@@ -239,4 +241,33 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// Connections adds the limiter's gauges and counters to the metrics:
+// belay_connections, belay_connections_max, and
+// belay_connections_evicted_total / belay_connections_rejected_total.
+func (m *Metrics) Connections(cl *ConnLimiter) { m.reg.MustRegister(connCollector{cl}) }
+
+type connCollector struct{ cl *ConnLimiter }
+
+var (
+	descConns    = prometheus.NewDesc("belay_connections", "Open client connections.", nil, nil)
+	descConnsMax = prometheus.NewDesc("belay_connections_max", "The cap on client connections.", nil, nil)
+	descEvicted  = prometheus.NewDesc("belay_connections_evicted_total", "Idle connections closed to make room at the cap.", nil, nil)
+	descRejected = prometheus.NewDesc("belay_connections_rejected_total", "Connections answered 503 overloaded at the cap.", nil, nil)
+)
+
+func (c connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descConns
+	ch <- descConnsMax
+	ch <- descEvicted
+	ch <- descRejected
+}
+
+func (c connCollector) Collect(ch chan<- prometheus.Metric) {
+	open, evicted, rejected := c.cl.Stats()
+	ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(open))
+	ch <- prometheus.MustNewConstMetric(descConnsMax, prometheus.GaugeValue, float64(c.cl.max))
+	ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(evicted))
+	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(rejected))
 }

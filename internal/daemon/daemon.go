@@ -174,6 +174,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	limiter := api.NewConnLimiter(maxConns)
+	metrics.Connections(limiter)
 	srv := api.NewServer(api.Options{
 		Runtime: rt, Version: opts.Version, DataDir: dir, Logger: log, Metrics: metrics, MaxWatchers: maxWatchers,
 		Export:       exporter(st),

@@ -144,6 +144,11 @@ func TestIdleAndSlowClientsCannotCrowdOut(t *testing.T) {
 	}
 	closed.Wait()
 	require.LessOrEqual(t, open, maxConns, "connections the daemon still holds")
+	resp, err := rawGet(sock, "/metrics")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Regexp(t, `belay_connections_evicted_total [1-9]`, resp.body)
+	require.Contains(t, resp.body, "belay_connections_max 16")
 
 	// The streams still stream: an inbox post is an event they all see.
 	_, err = c.Post(ctx, sess.ID, api.PostRequest{Type: "ui.click"})
@@ -171,8 +176,7 @@ type rawResponse struct {
 	body string
 }
 
-// rawGet sends one GET on a new connection and reads the status and, for
-// an error, the body.
+// rawGet sends one GET on a new connection and reads the answer.
 func rawGet(sock, path string, headers ...string) (*rawResponse, error) {
 	conn, err := net.Dial("unix", sock)
 	if err != nil {
@@ -186,10 +190,7 @@ func rawGet(sock, path string, headers ...string) (*rawResponse, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var body []byte
-	if resp.StatusCode >= 300 {
-		body, _ = io.ReadAll(resp.Body)
-	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return &rawResponse{Response: resp, body: string(body)}, nil
 }
 
