@@ -84,3 +84,37 @@ func TestSendRefusesWhatCannotBeStored(t *testing.T) {
 	require.Contains(t, errb.String(), fmt.Sprintf("at most %d bytes", runtime.MaxInput))
 	require.NotContains(t, errb.String(), "not reachable", "refused before any connection")
 }
+
+// TestHungDaemonIsExit6: a daemon that accepts connections but never
+// answers is unreachable (exit 6, saying so), not a timeout error (exit 1),
+// and no second daemon is started on its data directory.
+func TestHungDaemonIsExit6(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l, err := net.Listen("unix", filepath.Join(dir, daemon.SocketName))
+	require.NoError(t, err)
+	held := make(chan net.Conn, 16)
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // never answered
+		}
+	}()
+	defer func() {
+		l.Close()
+		<-accepted
+		close(held)
+		for c := range held {
+			c.Close()
+		}
+	}()
+	code, _, stderr := run(t, map[string]string{"BELAY_HOME": dir}, "send", "--provider", "fake", "hello")
+	require.Equal(t, ExitUnreachable, code, stderr)
+	require.Contains(t, stderr, "did not answer within 5s")
+	require.Contains(t, stderr, "Try: belay doctor")
+}
