@@ -23,6 +23,9 @@ var (
 	// ErrTooLarge is an input bigger than belay can store (see
 	// TooLargeError).
 	ErrTooLarge = errors.New("belay: too large")
+	// ErrDiskFull: a write failed because the filesystem or quota is full.
+	// Nothing is lost; writes succeed again once space is free.
+	ErrDiskFull = errors.New("belay: disk full")
 	// ErrStillRunning is a local wait's timeout: the run goes on (G8). It is
 	// never a failure of the run.
 	ErrStillRunning = errors.New("belay: still running")
@@ -67,6 +70,28 @@ const (
 func (c ErrorClass) Retryable() bool {
 	return c == ClassRateLimited || c == ClassOverloaded || c == ClassTransient
 }
+
+// DiskFullError is a write refused because the filesystem holding Path is
+// full. errors.Is(err, ErrDiskFull) holds.
+type DiskFullError struct {
+	Path string
+	// Free is how many bytes were free when the write failed (-1: unknown).
+	Free int64
+	Err  error
+}
+
+func (e *DiskFullError) Error() string {
+	if e.Free >= 0 {
+		return fmt.Sprintf("belay: disk full: %d bytes free on the filesystem of %s; free space and the write succeeds again (nothing acknowledged was lost): %v", e.Free, e.Path, e.Err)
+	}
+	return fmt.Sprintf("belay: disk full on the filesystem of %s; free space and the write succeeds again (nothing acknowledged was lost): %v", e.Path, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *DiskFullError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrDiskFull) hold.
+func (e *DiskFullError) Is(target error) bool { return target == ErrDiskFull }
 
 // StaleEpochError is returned for a write, ack or completion that names an
 // epoch older than the current one.

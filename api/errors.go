@@ -28,6 +28,7 @@ const (
 	CodeOverloaded       = "overloaded"
 	CodeMethod           = "method_not_allowed"
 	CodeTimeout          = "timeout"
+	CodeDiskFull         = "disk_full"
 	CodeInternal         = "internal"
 )
 
@@ -57,6 +58,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusConflict, CodeTerminal
 	case errors.Is(err, belay.ErrActive):
 		return http.StatusConflict, CodeConversationBusy
+	case errors.Is(err, belay.ErrDiskFull):
+		return http.StatusInsufficientStorage, CodeDiskFull
 	case errors.Is(err, belay.ErrReadOnly):
 		return http.StatusServiceUnavailable, CodeReadOnly
 	case errors.Is(err, belay.ErrStoreClosed):
@@ -73,11 +76,14 @@ func writeError(w http.ResponseWriter, err error) {
 	var details map[string]any
 	var stale *belay.StaleEpochError
 	var large *belay.TooLargeError
+	var full *belay.DiskFullError
 	switch {
 	case errors.As(err, &stale):
 		details = map[string]any{"kind": stale.Kind, "id": stale.ID, "epoch": stale.Got, "currentEpoch": stale.Current}
 	case errors.As(err, &large):
 		details = map[string]any{"size": large.Size, "limit": large.Limit}
+	case errors.As(err, &full) && full.Free >= 0:
+		details = map[string]any{"freeBytes": full.Free}
 	}
 	writeErrorCode(w, status, code, err.Error(), details)
 }
