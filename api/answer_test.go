@@ -110,3 +110,20 @@ func TestSlowBodyTimesOut(t *testing.T) {
 	raw, _ := io.ReadAll(resp.Body)
 	require.Equal(t, CodeTimeout, errCode(t, raw))
 }
+
+// TestLongPollOutlivesBodyTimeout: the body deadline ends once the body is
+// read, so a lease that waits longer than it is answered, not cut.
+func TestLongPollOutlivesBodyTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	s := NewServer(Options{Runtime: b.rt, BodyTimeout: 50 * time.Millisecond})
+	srv := httptest.NewServer(s.Handler(""))
+	defer srv.Close()
+	resp, err := srv.Client().Post(srv.URL+"/v1/inbox/lease", "application/json", strings.NewReader(`{"owner":"a","wait":"400ms"}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	require.JSONEq(t, `{"deliveries":[]}`, string(raw), "the wait ran out, the request was not cut")
+}
