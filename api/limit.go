@@ -3,7 +3,6 @@ package api
 import (
 	"container/list"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -209,38 +208,17 @@ func writeOverloaded(w http.ResponseWriter, msg string) {
 // deadlines bounds a request's body read and its response writes: the body
 // must arrive within BodyTimeout, and the response within the longest wait
 // a request may ask for plus DefaultWriteTimeout. Streams (SSE, answers,
-// transcripts) set their own per-write deadlines.
+// transcripts) set their own per-write deadlines. (net/http clears the
+// read deadline once the body is read, so a long poll is not cut by it.)
 func (s *Server) deadlines(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		_ = rc.SetWriteDeadline(time.Now().Add(MaxWait + DefaultWriteTimeout))
 		if r.Body != nil && r.Body != http.NoBody {
-			if rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
-			}
+			_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// deadlineBody clears the read deadline once the body is read, so that a
-// long poll that follows is not cut.
-type deadlineBody struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	done bool
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && !b.done {
-		b.done = true
-		var ne net.Error
-		if !(errors.As(err, &ne) && ne.Timeout()) {
-			_ = b.rc.SetReadDeadline(time.Time{})
-		}
-	}
-	return n, err
 }
 
 // Connections adds the limiter's gauges and counters to the metrics:
