@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -126,4 +127,33 @@ func TestLongPollOutlivesBodyTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
 	require.JSONEq(t, `{"deliveries":[]}`, string(raw), "the wait ran out, the request was not cut")
+}
+
+// TestEventPagesAreBounded: a long-poll page of large events stops at
+// maxPageBytes (and holds at least one event), and the next page goes on.
+func TestEventPagesAreBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	run := longRun(t, b.rt, strings.Repeat("x", 256<<10), 20) // 5 MiB of events
+	var after uint64
+	texts := 0
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 20)
+		code, raw := b.do("GET", fmt.Sprintf("/v1/sessions/%s/events?after=%d", run.Session, after), "", nil)
+		require.Equal(t, http.StatusOK, code)
+		require.LessOrEqual(t, len(raw), maxPageBytes+(1<<20)+(64<<10), "a page is bounded")
+		var l EventList
+		require.NoError(t, json.Unmarshal(raw, &l))
+		if len(l.Events) == 0 {
+			break
+		}
+		for _, e := range l.Events {
+			require.Equal(t, after+1, e.Seq)
+			after = e.Seq
+			if e.Type == runtime.EventText {
+				texts++
+			}
+		}
+	}
+	require.Equal(t, 20, texts, "every event once, in order")
 }
