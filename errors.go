@@ -3,6 +3,7 @@ package belay
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Sentinel errors shared by stores and the runtime.
@@ -81,10 +82,17 @@ type DiskFullError struct {
 }
 
 func (e *DiskFullError) Error() string {
-	if e.Free >= 0 {
-		return fmt.Sprintf("belay: disk full: %d bytes free on the filesystem of %s; free space and the write succeeds again (nothing acknowledged was lost): %v", e.Free, e.Path, e.Err)
+	// The cause is named by its errno ("no space left on device"), not by
+	// the chain of layers it went through.
+	cause := e.Err
+	var errno syscall.Errno
+	if errors.As(e.Err, &errno) {
+		cause = errno
 	}
-	return fmt.Sprintf("belay: disk full on the filesystem of %s; free space and the write succeeds again (nothing acknowledged was lost): %v", e.Path, e.Err)
+	if e.Free >= 0 {
+		return fmt.Sprintf("belay: disk full (%v): %d bytes free on the filesystem of %s; free space and the write succeeds again, nothing acknowledged was lost", cause, e.Free, e.Path)
+	}
+	return fmt.Sprintf("belay: disk full (%v) on the filesystem of %s; free space and the write succeeds again, nothing acknowledged was lost", cause, e.Path)
 }
 
 // Unwrap returns the cause.

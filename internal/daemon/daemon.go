@@ -135,6 +135,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 			metrics.Watchdog(t)
 		}
 	}
+	ropts.OnStall = func(_ string, err error) {
+		if metrics != nil {
+			metrics.RunStalled(err)
+		}
+	}
 	rt, err := runtime.New(ropts)
 	if err != nil {
 		return err

@@ -580,18 +580,37 @@ func (s *Store) ScanEvents(ctx context.Context, id string, after uint64, fn func
 	return ss.wrap(err)
 }
 
-// WaitEvents blocks until the session has an event after seq after.
+// WaitEvents blocks until the session has an event after seq after. A
+// journal whose last write failed (a full disk) is not the end of the
+// session: it is reopened by the next use once writes succeed again, so
+// the wait goes on (and takes part in that healing) rather than failing.
 func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
 	ss, err := s.session(id)
 	if err != nil {
 		return err
 	}
-	j, err := ss.acquire()
-	if err != nil {
-		return ss.wrap(err)
+	backoff := 50 * time.Millisecond
+	for {
+		j, err := ss.acquire()
+		if err != nil && !transient(err) {
+			return ss.wrap(err)
+		}
+		if err == nil {
+			err = j.Wait(ctx, after)
+			ss.release()
+			if err == nil || j.Failed() == nil || ctx.Err() != nil {
+				return ss.wrap(err)
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	defer ss.release()
-	return ss.wrap(j.Wait(ctx, after))
 }
 
 // classify maps a write error onto belay's sentinels: a full disk becomes
