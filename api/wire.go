@@ -21,6 +21,8 @@ type CreateSessionRequest struct {
 // SessionList is the body of GET /v1/sessions.
 type SessionList struct {
 	Sessions []belay.Session `json:"sessions"`
+	// NextCursor, when set, asks for the next page (?cursor=).
+	NextCursor string `json:"nextCursor,omitempty"`
 }
 
 // CreateRunRequest is the body of POST /v1/runs (and of POST
@@ -49,7 +51,8 @@ type Run struct {
 
 // RunList is the body of GET /v1/sessions/{id}/runs.
 type RunList struct {
-	Runs []Run `json:"runs"`
+	Runs       []Run  `json:"runs"`
+	NextCursor string `json:"nextCursor,omitempty"`
 }
 
 // EventList is the body of a long-poll GET /v1/sessions/{id}/events.
@@ -90,6 +93,7 @@ type LeaseRequest struct {
 // /v1/sessions/{id}/inbox.
 type DeliveryList struct {
 	Deliveries []belay.Delivery `json:"deliveries"`
+	NextCursor string           `json:"nextCursor,omitempty"`
 }
 
 // SettleRequest is the body of POST /v1/inbox/{id}/settle.

@@ -126,14 +126,20 @@ func (c *Client) Follow(ctx context.Context, session string, after uint64, opts 
 			return nil
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
-		case err == io.EOF || IsUnreachable(err) || errors.Is(err, belay.ErrStoreClosed):
+		case err == io.EOF || IsUnreachable(err) || errors.Is(err, belay.ErrStoreClosed) || errors.Is(err, ErrOverloaded):
+			// An overloaded daemon did not take the stream: try again after
+			// the backoff, as after a disconnect.
 			if opts.OnDisconnect != nil {
 				opts.OnDisconnect(err, after)
 			}
 		default:
 			return err
 		}
-		t := time.NewTimer(backoff)
+		wait := backoff
+		if e := (*Error)(nil); errors.As(err, &e) && e.RetryAfter > wait {
+			wait = max(min(e.RetryAfter, opts.MaxBackoff), wait)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -191,7 +191,7 @@ func TestMCPWakeAcrossDaemonCrash(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(out, &shown), "%s", out)
 	require.Len(t, shown.Wakeups, 1)
-	require.Equal(t, "mcp:tag:mcp", shown.Wakeups[0].To)
+	require.True(t, strings.HasPrefix(shown.Wakeups[0].To, "mcp:tag:mcp@"), shown.Wakeups[0].To)
 	require.Equal(t, belay.DeliveryDone, shown.Wakeups[0].Status)
 	require.Contains(t, shown.Wakeups[0].Result, "notified crash-agent")
 	require.False(t, shown.Wakeups[0].SettledAt.IsZero())

@@ -2,12 +2,16 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
+	"os"
 	"log/slog"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/mcpserver"
 )
 
@@ -63,6 +67,9 @@ func runMCP(ctx context.Context, stdio Stdio, o mcpOptions) error {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: level}))
+	if o.Subscriber == "" {
+		o.Subscriber = defaultSubscriber(o.Scope)
+	}
 	srv, err := mcpserver.New(mcpserver.Options{Client: c, Scope: o.Scope, Subscriber: o.Subscriber, Version: Version, Logger: log})
 	if err != nil {
 		return usagef("belay mcp --tag my-project", "%v", err)
@@ -76,6 +83,19 @@ func runMCP(ctx context.Context, stdio Stdio, o mcpOptions) error {
 		return nil
 	}
 	return err
+}
+
+// defaultSubscriber names the wake-ups of `belay mcp` by its scope and its
+// working directory (an agent's project): stable across restarts of the
+// server, distinct between agents of different projects that share a scope.
+func defaultSubscriber(s mcpserver.Scope) string {
+	wd, _ := os.Getwd()
+	h := sha256.Sum256([]byte(wd))
+	name := "mcp:" + s.String()
+	if len(name) > belay.MaxTagLen-9 {
+		name = name[:belay.MaxTagLen-9]
+	}
+	return name + "@" + hex.EncodeToString(h[:4])
 }
 
 type nopWriteCloser struct{ io.Writer }

@@ -2,72 +2,37 @@ package mcpserver
 
 import (
 	"context"
-	"encoding/json"
 	"unicode/utf8"
 
 	"github.com/belayhq/belay"
-	brt "github.com/belayhq/belay/runtime"
-	"github.com/belayhq/belay/store"
 )
 
-// answerPage reads bytes [off, off+max) of a run's answer (the text of its
-// last attempt: a resumed attempt continues the text before it, one sent
-// again replaces it) and the answer's length so far. It reads the journal
-// a page of events at a time and keeps only the window, so memory does not
-// grow with the answer.
+// answerPage reads bytes [off, off+limit) of a run's answer as it is now
+// (the daemon's GET /v1/runs/{id}/answer: the text of the last attempt)
+// and the answer's length. The answer is streamed through a window, so
+// memory does not grow with it; a stream that does not end whole fails
+// (G14), never passing part of an answer off as all of it.
 func (s *Server) answerPage(ctx context.Context, run belay.Run, off, limit int) (string, int, error) {
-	after := run.InputSeq
-	if after > 0 {
-		after--
+	w := &window{off: off, end: off + max(limit, 0)}
+	if err := s.c.Answer(ctx, run.ID, w); err != nil {
+		return "", 0, err
 	}
-	var win []byte
-	total := 0
-	for {
-		page, err := s.c.Events(ctx, run.Session, after, 1000, 0)
-		if err != nil {
-			return "", 0, err
-		}
-		for _, e := range page.Events {
-			after = e.Seq
-			if e.Run != run.ID {
-				continue
-			}
-			switch e.Type {
-			case store.EventRunUpdated:
-				var u struct {
-					Phase belay.RunPhase `json:"phase"`
-					Data  struct {
-						Attempt int  `json:"attempt"`
-						Resume  bool `json:"resume"`
-					} `json:"data"`
-				}
-				if json.Unmarshal(e.Data, &u) == nil {
-					if u.Data.Attempt > 1 && !u.Data.Resume {
-						win, total = win[:0], 0
-					}
-					if u.Phase.Status().Terminal() {
-						return cut(win), total, nil
-					}
-				}
-			case brt.EventText:
-				var d struct {
-					Text string `json:"text"`
-				}
-				if json.Unmarshal(e.Data, &d) != nil {
-					continue
-				}
-				start, end := total, total+len(d.Text)
-				total = end
-				lo, hi := max(start, off), min(end, off+max(limit, 0))
-				if lo < hi {
-					win = append(win, d.Text[lo-start:hi-start]...)
-				}
-			}
-		}
-		if len(page.Events) == 0 {
-			return cut(win), total, nil
-		}
+	return cut(w.buf), w.total, nil
+}
+
+// window keeps the bytes [off, end) of what is written and counts it all.
+type window struct {
+	off, end, total int
+	buf             []byte
+}
+
+func (w *window) Write(p []byte) (int, error) {
+	start := w.total
+	w.total += len(p)
+	if lo, hi := max(start, w.off), min(w.total, w.end); lo < hi {
+		w.buf = append(w.buf, p[lo-start:hi-start]...)
 	}
+	return len(p), nil
 }
 
 // cut drops a rune split at either end of the window.

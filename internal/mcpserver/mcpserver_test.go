@@ -90,7 +90,7 @@ func (a *agent) count(uri string) int {
 // transport (what stdio carries).
 func connectInMemory(t *testing.T, c *client.Client, scope mcpserver.Scope) *agent {
 	t.Helper()
-	srv, err := mcpserver.New(mcpserver.Options{Client: c, Scope: scope, Version: "test"})
+	srv, err := mcpserver.New(mcpserver.Options{Client: c, Scope: scope, Version: "test", Subscriber: "inmemory-agent"})
 	require.NoError(t, err)
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
@@ -191,13 +191,15 @@ func TestAgentIsWokenOverBothTransports(t *testing.T) {
 			run := call[mcpserver.RunInfo](t, a, "send", map[string]any{"prompt": "why is the sky blue?", "provider": "fake", "script": fakeScript(), "meta": map[string]any{"ticket": "T-1"}})
 			require.Equal(t, "belay://runs/"+run.Run, run.URI)
 			require.Contains(t, run.Tags, mcpserver.DefaultTag, "a run sent here carries the scope's tag")
+
 			require.NoError(t, a.cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: run.URI}))
 
 			select {
 			case uri := <-a.got:
 				require.Equal(t, run.URI, uri)
 			case <-time.After(30 * time.Second):
-				t.Fatal("no notifications/resources/updated for the run")
+				ds, _ := c.Inbox(context.Background(), run.Session, "")
+				t.Fatalf("no notifications/resources/updated for the run; inbox: %+v", ds)
 			}
 			res, err := a.cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: run.URI})
 			require.NoError(t, err)

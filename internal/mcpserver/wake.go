@@ -96,8 +96,10 @@ func (s *Server) deliver(ctx context.Context, d belay.Delivery) {
 				return
 			}
 			// No client of this server wants it now (the client has not
-			// subscribed again since a restart): try again later.
-			delay := min(5*time.Second<<min(max(d.Attempts-1, 0), 4), time.Minute)
+			// subscribed again since a restart, or it is another server's
+			// of the same subscriber): hand it back, soon at first, so
+			// that the server whose client subscribed gets it.
+			delay := min(time.Second<<min(max(d.Attempts-1, 0), 6), time.Minute)
 			s.settle(ctx, d, api.SettleRequest{Kind: belay.SettleRetry, Delay: api.Duration(delay), Result: "no client subscribed yet"})
 			return
 		}
