@@ -1,6 +1,7 @@
 package transcript
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -64,22 +65,88 @@ func (claudeCodec) build(d *Document) error {
 			anyMain = true
 		}
 	}
-	path := treePath(body, func(e *entry) bool {
-		return e.id != "" && conversational(e) && (!anyMain || !sidechain(e))
-	}, len(d.Dropped) > 0)
-	if len(path) > 0 && path[0].id == "" {
-		path = nil
-	}
+	body = d.dropDuplicates(body)
+	path := d.linkTree(body, treeSpec{
+		idKey: "uuid", parentKey: "parentUuid",
+		leaf: func(e *entry) bool {
+			return e.id != "" && conversational(e) && (!anyMain || !sidechain(e))
+		},
+		near: func(child, c *entry) bool {
+			return conversational(c) && sidechain(c) == sidechain(child)
+		},
+	})
 	for _, e := range path {
 		e.path = true
-		msgs := claudeEntryMessages(e)
+	}
+	// Claude Code writes the result of each call of a turn on a line whose
+	// parent is the line holding that call, so with several calls the
+	// results hang on different branches and only the last is on the path
+	// from the leaf. Pair them by id across the tree: a result line off
+	// the path, on a path line holding its call, belongs to the
+	// conversation right after that line, unless the path answers the call
+	// otherwise (an abandoned branch).
+	answered := map[string][]byte{}
+	for _, e := range path {
+		for _, m := range claudeEntryMessages(e) {
+			if b, ok := resultOf(m); ok {
+				answered[b.CallID] = b.raw
+			}
+		}
+	}
+	children := map[string][]*entry{}
+	for _, e := range body {
+		if !e.path && e.id != "" && e.link != "" {
+			children[e.link] = append(children[e.link], e)
+		}
+	}
+	add := func(e *entry, msgs []*Message) {
 		e.parts = len(msgs)
 		for i, m := range msgs {
 			m.seal(e, i)
 			d.items = append(d.items, m)
 		}
 	}
+	for _, e := range path {
+		msgs := claudeEntryMessages(e)
+		add(e, msgs)
+		if len(msgs) != 1 || msgs[0].Role != RoleAssistant || len(children[e.id]) == 0 {
+			continue
+		}
+		calls := map[string]bool{}
+		for _, b := range msgs[0].ToolCalls() {
+			calls[b.ID] = true
+		}
+		for _, c := range children[e.id] {
+			if sidechain(c) != sidechain(e) {
+				continue
+			}
+			if rs := resultLine(c, calls, answered); rs != nil {
+				c.path, c.branch = true, true
+				add(c, rs)
+			}
+		}
+	}
 	return nil
+}
+
+// resultLine returns the messages of a user line that holds only results
+// of the given calls, each not answered on the path or answered there
+// with the same content (a copy), or nil.
+func resultLine(e *entry, calls map[string]bool, answered map[string][]byte) []*Message {
+	if typ, _ := getString(e.raw, "type"); typ != "user" {
+		return nil
+	}
+	msgs := claudeEntryMessages(e)
+	for _, m := range msgs {
+		b, ok := resultOf(m)
+		if !ok || !calls[b.CallID] {
+			return nil
+		}
+		if raw, ok := answered[b.CallID]; ok && !bytes.Equal(raw, b.raw) {
+			return nil
+		}
+	}
+	return msgs
 }
 
 func conversational(e *entry) bool {
@@ -136,7 +203,8 @@ func (claudeCodec) render(d *Document, items []*Message) []outEntry {
 	}
 	used := map[*entry]bool{}
 	var out []outEntry
-	var prevLine []byte // the last line written that came from the file
+	var prevLine []byte          // the last line written that came from the file
+	owner := map[string]string{} // call id -> uuid of the line holding it
 	for i := 0; i < len(items); {
 		m := items[i]
 		// The messages read from one line stay one line while together.
@@ -146,9 +214,14 @@ func (claudeCodec) render(d *Document, items []*Message) []outEntry {
 		}
 		g := items[i:j]
 		i = j
+		if m.src != nil && m.Role == RoleAssistant {
+			for _, b := range m.ToolCalls() {
+				owner[b.ID] = m.src.id
+			}
+		}
 		if m.src != nil && (m.opaque() || wholeEntries(g)) && !used[m.src] {
 			used[m.src] = true
-			out = append(out, outEntry{src: m.src, raw: m.src.raw, id: m.src.id})
+			out = append(out, outEntry{src: m.src, raw: m.src.raw, id: m.src.id, branch: m.src.branch})
 			prevLine = m.src.raw
 			continue
 		}
@@ -164,12 +237,25 @@ func (claudeCodec) render(d *Document, items []*Message) []outEntry {
 			used[m.src] = true
 			msg, _ := getField(m.src.raw, "message")
 			msg = setField(msg, "content", contentValue(msg, blocks, g))
-			out = append(out, outEntry{src: m.src, raw: setField(m.src.raw, "message", msg), id: m.src.id})
+			out = append(out, outEntry{src: m.src, raw: setField(m.src.raw, "message", msg), id: m.src.id, branch: m.src.branch})
 			prevLine = m.src.raw
 			continue
 		}
 		id := newUUID(ids, seedOf(m, out))
-		out = append(out, outEntry{raw: claudeNewLine(m, blocks, id, prevLine), id: id})
+		prev := prevLine
+		if prev == nil {
+			prev = d.envelope
+		}
+		o := outEntry{raw: claudeNewLine(m, blocks, id, prev), id: id}
+		// A new result line hangs on the line holding its call, as Claude
+		// Code writes them.
+		if res, ok := m.Result(); ok && len(g) == 1 && d.data != nil {
+			if p := owner[res.CallID]; p != "" {
+				o.branch, o.parent = true, p
+				o.raw = setField(o.raw, "sourceToolAssistantUUID", mustJSON(p))
+			}
+		}
+		out = append(out, o)
 	}
 	return out
 }

@@ -178,6 +178,7 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 	}
 	rep.Messages = !opts.LinesOnly
 	rep.Changes = append(rep.Changes, d.Dropped...)
+	rep.Changes = append(rep.Changes, d.Relinked...)
 	if !opts.LinesOnly {
 		rep.Changes = append(rep.Changes, d.Repair().Changes...)
 	}
@@ -185,12 +186,11 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 	if err != nil {
 		return rep, err
 	}
-	if d.Format == FormatBelay && d.events != nil && d.events.renumber && len(d.Dropped) > 0 {
+	if d.Format == FormatBelay && d.events != nil && d.events.renumber {
 		rep.Changes = append(rep.Changes, Change{Kind: ChangeRenumberJournal, Reason: "events after the dropped lines were given gap-free seqs again"})
 	}
-	if bytes.Equal(out, data) {
-		rep.Changes = []Change{}
-		return rep, nil
+	if len(rep.Changes) == 0 {
+		return rep, nil // clean: the file is not touched
 	}
 	rep.BytesAfter = int64(len(out))
 	if opts.DryRun {

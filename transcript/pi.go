@@ -138,7 +138,8 @@ func (piCodec) build(d *Document) error {
 			e.id, _ = getString(e.raw, "id")
 			e.parent, _ = getString(e.raw, "parentId")
 		}
-		path = treePath(body, nil, len(d.Dropped) > 0)
+		body = d.dropDuplicates(body)
+		path = d.linkTree(body, treeSpec{idKey: "id", parentKey: "parentId"})
 	}
 	for _, e := range path {
 		e.path = true
@@ -148,52 +149,6 @@ func (piCodec) build(d *Document) error {
 		d.items = append(d.items, m)
 	}
 	return nil
-}
-
-// treePath walks from the leaf (the last entry that leaf accepts, or the
-// last entry) up through the parents and returns the path root first. With
-// relink (lines were dropped), an entry whose parent is not in the file
-// continues the path at the entry before it in the file: its parent was
-// most likely the dropped line, and the writer re-links it.
-func treePath(body []*entry, leaf func(*entry) bool, relink bool) []*entry {
-	byID := make(map[string]*entry, len(body))
-	pos := make(map[*entry]int, len(body))
-	for i, e := range body {
-		pos[e] = i
-		if e.id != "" {
-			byID[e.id] = e
-		}
-	}
-	var cur *entry
-	for i := len(body) - 1; i >= 0; i-- {
-		if leaf == nil || leaf(body[i]) {
-			cur = body[i]
-			break
-		}
-	}
-	var path []*entry
-	seen := map[*entry]bool{}
-	for cur != nil && !seen[cur] {
-		seen[cur] = true
-		path = append(path, cur)
-		if cur.parent == "" || cur.parent == cur.id {
-			break
-		}
-		next, ok := byID[cur.parent]
-		if !ok && relink {
-			for i := pos[cur] - 1; i >= 0; i-- {
-				if body[i].id != "" && (leaf == nil || leaf(body[i])) {
-					next = body[i]
-					break
-				}
-			}
-		}
-		cur = next
-	}
-	for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
-		path[i], path[j] = path[j], path[i]
-	}
-	return path
 }
 
 func piEntryMessage(e *entry) *Message {
