@@ -1,7 +1,6 @@
 package transcript
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,7 +16,17 @@ func (claudeCodec) hasHeader() bool            { return false }
 func (claudeCodec) checkHeader(_ []byte) error { return nil }
 
 func (claudeCodec) checkLine(line []byte) string {
-	k := keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
+	why, _ := claudeCheck(line)
+	return why
+}
+
+// claudeCheck is checkLine that also returns where the line's keys are.
+func claudeCheck(line []byte) (string, *keyCheck) {
+	k := &keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
+	return claudeCheckKeys(line, k), k
+}
+
+func claudeCheckKeys(line []byte, k *keyCheck) string {
 	if why := k.check(line); why != "" {
 		return why
 	}
@@ -83,14 +92,13 @@ func (claudeCodec) build(d *Document) error {
 	// results hang on different branches and only the last is on the path
 	// from the leaf. Pair them by id across the tree: a result line off
 	// the path, on a path line holding its call, belongs to the
-	// conversation right after that line, unless the path answers the call
-	// otherwise (an abandoned branch).
-	answered := map[string][]byte{}
+	// conversation right after that line, unless the path itself goes on
+	// from that line through a result line (then the others are abandoned
+	// branches).
+	resultChild := map[string]bool{} // path lines with a result line as path child
 	for _, e := range path {
-		for _, m := range claudeEntryMessages(e) {
-			if b, ok := resultOf(m); ok {
-				answered[b.CallID] = b.raw
-			}
+		if e.link != "" && isResultLine(e) {
+			resultChild[e.link] = true
 		}
 	}
 	children := map[string][]*entry{}
@@ -109,7 +117,7 @@ func (claudeCodec) build(d *Document) error {
 	for _, e := range path {
 		msgs := claudeEntryMessages(e)
 		add(e, msgs)
-		if len(msgs) != 1 || msgs[0].Role != RoleAssistant || len(children[e.id]) == 0 {
+		if len(msgs) != 1 || msgs[0].Role != RoleAssistant || len(children[e.id]) == 0 || resultChild[e.id] {
 			continue
 		}
 		calls := map[string]bool{}
@@ -120,7 +128,7 @@ func (claudeCodec) build(d *Document) error {
 			if sidechain(c) != sidechain(e) {
 				continue
 			}
-			if rs := resultLine(c, calls, answered); rs != nil {
+			if rs := resultLine(c, calls); rs != nil {
 				c.path, c.branch = true, true
 				add(c, rs)
 			}
@@ -130,23 +138,48 @@ func (claudeCodec) build(d *Document) error {
 }
 
 // resultLine returns the messages of a user line that holds only results
-// of the given calls, each not answered on the path or answered there
-// with the same content (a copy), or nil.
-func resultLine(e *entry, calls map[string]bool, answered map[string][]byte) []*Message {
-	if typ, _ := getString(e.raw, "type"); typ != "user" {
+// of the given calls, or nil.
+func resultLine(e *entry, calls map[string]bool) []*Message {
+	if !isResultLine(e) {
 		return nil
 	}
 	msgs := claudeEntryMessages(e)
 	for _, m := range msgs {
-		b, ok := resultOf(m)
-		if !ok || !calls[b.CallID] {
-			return nil
-		}
-		if raw, ok := answered[b.CallID]; ok && !bytes.Equal(raw, b.raw) {
+		if b, ok := resultOf(m); !ok || !calls[b.CallID] {
 			return nil
 		}
 	}
 	return msgs
+}
+
+// isResultLine reports whether e is a user line whose content is a
+// non-empty array of tool_result blocks only.
+func isResultLine(e *entry) bool {
+	typ, _ := getString(e.raw, "type")
+	if typ != "user" {
+		return false
+	}
+	msg, _ := getField(e.raw, "message")
+	c, _ := getField(msg, "content")
+	return resultBlocksOnly(c)
+}
+
+// resultBlocksOnly reports whether content c is a non-empty array whose
+// elements are all objects of type tool_result.
+func resultBlocksOnly(c []byte) bool {
+	if len(c) == 0 || c[0] != '[' {
+		return false
+	}
+	spans := arrayElems(c)
+	if len(spans) == 0 {
+		return false
+	}
+	for _, sp := range spans {
+		if t, _ := getString(c[sp[0]:sp[1]], "type"); t != "tool_result" {
+			return false
+		}
+	}
+	return true
 }
 
 func conversational(e *entry) bool {

@@ -88,7 +88,8 @@ type Document struct {
 	sep    []byte // between elements,
 	suffix []byte // and after the last
 
-	envelope []byte // claude: the envelope fields of lines belay writes from scratch
+	envelope []byte      // claude: the envelope fields of lines belay writes from scratch
+	region   *regionOpts // set when the document is a region of a file repaired by streaming
 	version  int    // pi: header version
 	jsonl    bool
 	events   *belayDoc
@@ -185,6 +186,9 @@ func (d *Document) splitLines() error {
 			continue
 		}
 		first = false
+		if d.region != nil && d.region.skip[lineNo] {
+			continue // dropped by the scan, which reported it
+		}
 		if why := d.codec.checkLine(line); why != "" {
 			d.Dropped = append(d.Dropped, Change{Kind: ChangeDropLine, Line: lineNo, Reason: why})
 			d.droppedRaw = append(d.droppedRaw, droppedLine{line: lineNo, raw: line})
@@ -404,6 +408,15 @@ func (d *Document) assembleLinear(out []outEntry) []byte {
 // path held in the new order (the leaf stays last), and a new entry goes
 // right after the entry before it.
 func (d *Document) assembleTree(out []outEntry) []byte {
+	b, _ := d.assembleTreeEntries(d.entries, out, map[string]string{})
+	return b
+}
+
+// assembleTreeEntries is assembleTree over some of the document's entries
+// (a region of a file repaired by streaming); droppedParent holds, and
+// receives, the parents of the path entries dropped so far. It also
+// returns the id of the last entry of the chain it wrote.
+func (d *Document) assembleTreeEntries(entries []*entry, out []outEntry, droppedParent map[string]string) ([]byte, string) {
 	inOut := make(map[*entry]bool, len(out))
 	for _, o := range out {
 		if o.src != nil {
@@ -411,8 +424,7 @@ func (d *Document) assembleTree(out []outEntry) []byte {
 		}
 	}
 	// Parents of dropped path entries, to relink their children.
-	droppedParent := map[string]string{}
-	for _, e := range d.entries {
+	for _, e := range entries {
 		if e.path && !inOut[e] && e.id != "" {
 			droppedParent[e.id] = e.link
 		}
@@ -460,8 +472,8 @@ func (d *Document) assembleTree(out []outEntry) []byte {
 		lead *outEntry
 		outs []outEntry
 	}
-	index := make(map[*entry]int, len(d.entries))
-	for i, e := range d.entries {
+	index := make(map[*entry]int, len(entries))
+	for i, e := range entries {
 		index[e] = i
 	}
 	var groups []*group
@@ -506,7 +518,7 @@ func (d *Document) assembleTree(out []outEntry) []byte {
 			w.line(o.raw, d.termOf(o))
 		}
 	}
-	for i, e := range d.entries {
+	for i, e := range entries {
 		if g, ok := bySlot[i]; ok {
 			if !emitted {
 				emit(pre)
@@ -529,7 +541,7 @@ func (d *Document) assembleTree(out []outEntry) []byte {
 	if !emitted {
 		emit(pre)
 	}
-	return w.buf.Bytes()
+	return w.buf.Bytes(), prev
 }
 
 func parentValue(id string) []byte {

@@ -120,6 +120,13 @@ func RepairFile(path string, opts FileOptions) (*FileReport, error) {
 		}
 	}
 	rep.Format = f
+	if !opts.LinesOnly && (f == FormatPi || f == FormatClaude) {
+		r, err := repairStream(path, fi, f, rep, opts)
+		if !errors.Is(err, errNoStream) {
+			return r, err
+		}
+		*rep = FileReport{Path: path, Format: f, Status: StatusClean, BytesBefore: fi.Size(), BytesAfter: fi.Size(), Changes: []Change{}}
+	}
 	if opts.LinesOnly || fi.Size() > opts.MessageLimit || !isJSONL(head, f) {
 		if isJSONL(head, f) {
 			return repairLines(path, fi, f, rep, opts)

@@ -29,7 +29,17 @@ func (piCodec) checkHeader(line []byte) error {
 }
 
 func (piCodec) checkLine(line []byte) string {
-	k := keyCheck{top: piLineKeys, sub: piMsgKeys, subOf: "message"}
+	why, _ := piCheck(line)
+	return why
+}
+
+// piCheck is checkLine that also returns where the line's keys are.
+func piCheck(line []byte) (string, *keyCheck) {
+	k := &keyCheck{top: piLineKeys, sub: piMsgKeys, subOf: "message"}
+	return piCheckKeys(line, k), k
+}
+
+func piCheckKeys(line []byte, k *keyCheck) string {
 	if why := k.check(line); why != "" {
 		return why
 	}

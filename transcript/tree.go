@@ -24,6 +24,9 @@ type treeSpec struct {
 // (the same line written twice); their id stays in the file through the
 // first copy.
 func (d *Document) dropDuplicates(body []*entry) []*entry {
+	if d.region != nil {
+		return body // the scan dropped them
+	}
 	first := make(map[string]*entry, len(body))
 	drop := map[*entry]bool{}
 	for _, e := range body {
@@ -103,6 +106,20 @@ func (d *Document) salvage(spec treeSpec) map[string]salvaged {
 // ancestor it is relinked to, and returns the conversation path (root
 // first) from the leaf, walking the links as repaired.
 func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
+	if r := d.region; r != nil {
+		// The scan walked the whole file: take its path and links.
+		var path []*entry
+		for _, e := range body {
+			e.link = e.parent
+			if p, ok := r.relink[e.line]; ok {
+				e.link, e.broken = p, true
+			}
+			if r.path[e.line] {
+				path = append(path, e)
+			}
+		}
+		return path
+	}
 	byID := make(map[string]*entry, len(body))
 	pos := make(map[*entry]int, len(body))
 	for i, e := range body {

@@ -1,0 +1,1098 @@
+package transcript
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// This file is the default repair of pi (v2+) and Claude Code sessions,
+// line and message level, in memory that does not grow with the lines'
+// sizes or the file's: a few bytes per line (a parent link and flags) and
+// what is damaged. It reads the file three times, each a sequential
+// stream:
+//
+//  1. scan: validate every line, find each entry's parent (through a
+//     window of recent ids; parents further back are looked up in one more
+//     pass when there are any), drop invalid and repeated lines;
+//  2. walk the tree from the leaf, relink broken parent links, then read
+//     the path again, turn by turn (a turn frame at a time), and check
+//     each frame with message-level repair on a light reading of its
+//     messages; frames that need a change are remembered by byte span;
+//  3. repair the damaged frames together (RepairMessages on a document
+//     made of their lines, so that a displaced result can still go back to
+//     its call in an earlier frame) and write the file anew: unchanged
+//     lines copied, damaged spans replaced, relinked parents patched.
+//
+// The result is the same as repairing the whole document in memory (a
+// differential fuzz test holds the two to it); files it cannot stream
+// (pi v1, a child written before its parent, a result line far from its
+// call) are repaired in memory.
+
+// errMerged makes repairStream repair the regions again, some merged.
+var errMerged = errors.New("transcript: regions merged")
+
+// errNoStream makes RepairFile repair a file in memory.
+var errNoStream = errors.New("transcript: file cannot be repaired by streaming")
+
+// windowSize is how many recent ids the scan keeps to find parents.
+const windowSize = 1 << 16
+
+// Line flags of the scan.
+const (
+	fBad    uint8 = 1 << iota // dropped: not valid, or written twice
+	fBlank                    // blank line
+	fHeader                   // the pi header
+	fEntry                    // a valid entry
+	fID                       // the entry has an id
+	fConv                     // claude: user, assistant, system or attachment
+	fSide                     // claude: isSidechain
+	fResult                   // claude: a user line holding only tool results
+)
+
+const (
+	noParent      = -1 // null, or the entry's own id
+	missingParent = -2 // named but not in the file
+	farParent     = -3 // not among the recent ids: looked up in another pass
+)
+
+type bitset []uint64
+
+func (b bitset) get(i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
+func (b bitset) set(i int)      { b[i>>6] |= 1 << (i & 63) }
+
+type salvage struct {
+	parent     uint64
+	parentNull bool
+	parentIdx  int32
+	line       int
+}
+
+type farRef struct {
+	line   int32
+	ph     uint64
+	parent string
+}
+
+type winSlot struct {
+	id   uint64
+	line int32
+	sum  uint64
+}
+
+// streamRepair is one streaming repair (or check) of a file.
+type streamRepair struct {
+	f      *os.File
+	size   int64
+	format Format
+	idKey  string
+	parK   string
+	seed   maphash.Seed
+
+	n      int
+	parent []int32
+	flags  []uint8
+	path   bitset
+	resCh  bitset // claude: a path line whose path child is a result line
+
+	header   []byte
+	anyMain  bool
+	dropped  []Change // drop_line, in line order
+	dups     []Change // drop_duplicate, in line order
+	badSpans map[int]bool
+	lost     map[uint64]*salvage
+	far      []farRef
+	win      []winSlot
+	winIdx   map[uint64]int32
+	winPos   int
+
+	// broken links: line -> parent named; its rank on the path (-1 off it)
+	broken    map[int]string
+	brokenVia map[int]int
+	rank      map[int]int
+	targets   map[int]string // lines whose id a relink reason names
+
+	regions []*region
+	items   int // items read so far (message index of reports)
+
+	term          string            // terminator for new lines (the first line's)
+	droppedParent map[string]string // dropped path entries: id -> parent
+	nextParent    map[int]string    // line after a region -> its parent
+}
+
+// region is a run of frames that need a change, by line and byte span.
+type region struct {
+	first, last int // lines, 0-based, inclusive
+	off, end    int64
+	itemBase    int // message index of its first item
+	next        int // the path line after it (-1: none)
+}
+
+func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
+	s := &streamRepair{f: f, size: size, format: format, seed: maphash.MakeSeed(),
+		term: "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
+		badSpans: map[int]bool{}, lost: map[uint64]*salvage{}, winIdx: map[uint64]int32{},
+		win: make([]winSlot, min(windowSize, size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
+	for i := range s.win {
+		s.win[i].line = -1
+	}
+	s.idKey, s.parK = "id", "parentId"
+	if format == FormatClaude {
+		s.idKey, s.parK = "uuid", "parentUuid"
+	}
+	return s
+}
+
+func (s *streamRepair) lines() *lineScanner {
+	return &lineScanner{r: bufio.NewReaderSize(io.NewSectionReader(s.f, 0, s.size), int(min(1<<20, max(4096, s.size))))}
+}
+
+// idHash hashes a JSON string value (raw, with quotes).
+func (s *streamRepair) idHash(v []byte) uint64 {
+	inner := v[1 : len(v)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		if str, ok := jsonString(v); ok {
+			return maphash.String(s.seed, str)
+		}
+	}
+	return maphash.Bytes(s.seed, inner)
+}
+
+// value returns the raw value at a recorded key start (0: absent).
+func value(line []byte, at int) []byte {
+	if at == 0 {
+		return nil
+	}
+	return line[at-1 : skipValue(line, at-1)]
+}
+
+// scan is the first pass.
+func (s *streamRepair) scan() error {
+	ls := s.lines()
+	first := true
+	for {
+		line, off, end, tooLong, err := ls.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("transcript: %w", err)
+		}
+		idx := len(s.flags)
+		if idx == 0 && !tooLong && end-off-int64(len(line)) == 2 {
+			s.term = "\r\n"
+		}
+		s.flags = append(s.flags, 0)
+		s.parent = append(s.parent, noParent)
+		if tooLong {
+			if first && s.format == FormatPi {
+				return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, ls.line, MaxLineSize)
+			}
+			first = false
+			s.drop(idx, fmt.Sprintf("line longer than %d bytes", MaxLineSize), nil)
+			continue
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			s.flags[idx] = fBlank
+			continue
+		}
+		if first && s.format == FormatPi {
+			first = false
+			if err := (piCodec{}).checkHeader(line); err != nil {
+				return fmt.Errorf("%w: line %d: %v; the file was not changed", ErrInvalidHeader, ls.line, err)
+			}
+			if v, ok := getField(line, "version"); !ok || string(v) == "1" || string(v) == "0" || v[0] != '1' && v[0] != '2' && v[0] != '3' {
+				if !ok || !(len(v) == 1 && (v[0] == '2' || v[0] == '3')) {
+					return errNoStream // v1 (no tree), or a version this reads differently
+				}
+			}
+			s.flags[idx] = fHeader
+			s.header = append([]byte(nil), line...)
+			continue
+		}
+		first = false
+		var why string
+		var k *keyCheck
+		if s.format == FormatPi {
+			why, k = piCheck(line)
+		} else {
+			why, k = claudeCheck(line)
+		}
+		if why != "" {
+			s.drop(idx, why, line)
+			continue
+		}
+		s.entry(idx, line, k)
+	}
+	s.n = len(s.flags)
+	if s.format == FormatPi && s.header == nil && s.n > 0 {
+		for _, fl := range s.flags {
+			if fl&fBlank == 0 {
+				return fmt.Errorf("%w: no header line; the file was not changed", ErrInvalidHeader)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *streamRepair) drop(idx int, why string, line []byte) {
+	s.flags[idx] |= fBad
+	s.badSpans[idx] = true
+	s.dropped = append(s.dropped, Change{Kind: ChangeDropLine, Line: idx + 1, Reason: why})
+	if line == nil {
+		return
+	}
+	var id, par []byte
+	okID, okPar := false, false
+	topFields(line, func(f field) bool {
+		if f.end >= len(line) {
+			return false
+		}
+		v := line[f.start:f.end]
+		switch string(f.key) {
+		case s.idKey:
+			if len(v) >= 2 && v[0] == '"' {
+				id, okID = v, true
+			}
+		case s.parK:
+			if string(v) == "null" || len(v) >= 2 && v[0] == '"' {
+				par, okPar = v, true
+			}
+		}
+		return true
+	})
+	if !okID || !okPar || string(id) == `""` {
+		return
+	}
+	h := s.idHash(id)
+	if _, taken := s.lost[h]; taken {
+		return
+	}
+	sv := &salvage{line: idx + 1, parentIdx: noParent}
+	if string(par) == "null" {
+		sv.parentNull = true
+	} else {
+		sv.parent = s.idHash(par)
+		sv.parentIdx = s.lookup(sv.parent, idx, par)
+	}
+	s.lost[h] = sv
+}
+
+// lookup finds the line of an id among the recent ones, or records a far
+// reference for the line idx (-1 for a salvaged parent).
+func (s *streamRepair) lookup(h uint64, idx int, raw []byte) int32 {
+	if slot, ok := s.winIdx[h]; ok {
+		return s.win[slot].line
+	}
+	str, _ := jsonString(raw)
+	s.far = append(s.far, farRef{line: int32(idx), ph: h, parent: str})
+	return farParent
+}
+
+func (s *streamRepair) entry(idx int, line []byte, k *keyCheck) {
+	fl := fEntry
+	var typ []byte
+	var idAt, parAt, sideAt int
+	if s.format == FormatPi {
+		typ, idAt, parAt = value(line, k.topAt[0]), k.topAt[1], k.topAt[2]
+	} else {
+		typ, idAt, parAt, sideAt = value(line, k.topAt[0]), k.topAt[1], k.topAt[2], k.topAt[5]
+		switch string(typ) {
+		case `"user"`, `"assistant"`, `"system"`, `"attachment"`:
+			fl |= fConv
+		}
+		if string(value(line, sideAt)) == "true" {
+			fl |= fSide
+		}
+		if string(typ) == `"user"` && resultBlocksOnly(value(line, k.subAt[2])) {
+			fl |= fResult
+		}
+	}
+	id := value(line, idAt)
+	var h uint64
+	if len(id) >= 2 && id[0] == '"' && string(id) != `""` {
+		fl |= fID
+		h = s.idHash(id)
+		if fl&fConv != 0 && fl&fSide == 0 {
+			s.anyMain = true
+		}
+	}
+	s.flags[idx] = fl
+	par := value(line, parAt)
+	if len(par) >= 2 && par[0] == '"' && string(par) != `""` {
+		ph := s.idHash(par)
+		if fl&fID == 0 || ph != h {
+			s.parent[idx] = s.lookup(ph, idx, par)
+		}
+	}
+	if fl&fID == 0 {
+		return
+	}
+	sum := maphash.Bytes(s.seed, line)
+	if slot, ok := s.winIdx[h]; ok {
+		if s.win[slot].sum == sum {
+			s.flags[idx] |= fBad
+			s.badSpans[idx] = true
+			s.parent[idx] = noParent
+			if n := len(s.far); n > 0 && s.far[n-1].line == int32(idx) {
+				s.far = s.far[:n-1]
+			}
+			s.dups = append(s.dups, Change{Kind: ChangeDropDuplicate, Line: idx + 1,
+				Reason: fmt.Sprintf("line %d repeats line %d (the same entry written twice)", idx+1, s.win[slot].line+1)})
+		}
+		return
+	}
+	old := s.win[s.winPos]
+	if old.line >= 0 && s.winIdx[old.id] == int32(s.winPos) {
+		delete(s.winIdx, old.id)
+	}
+	s.win[s.winPos] = winSlot{id: h, line: int32(idx), sum: sum}
+	s.winIdx[h] = int32(s.winPos)
+	s.winPos = (s.winPos + 1) % len(s.win)
+}
+
+// resolveFar looks up the parents that were not among the recent ids in
+// one more pass over the file.
+func (s *streamRepair) resolveFar() error {
+	s.win, s.winIdx = nil, nil
+	if len(s.far) == 0 {
+		return nil
+	}
+	want := make(map[uint64]int32, len(s.far))
+	for _, r := range s.far {
+		want[r.ph] = missingParent
+	}
+	ls := s.lines()
+	for idx := 0; ; idx++ {
+		line, _, _, tooLong, err := ls.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("transcript: %w", err)
+		}
+		if tooLong || s.flags[idx]&(fID|fBad) != fID {
+			continue
+		}
+		v, ok := getField(line, s.idKey)
+		if !ok {
+			continue
+		}
+		h := s.idHash(v)
+		if at, ok := want[h]; ok && at == missingParent {
+			want[h] = int32(idx)
+		}
+	}
+	for _, r := range s.far {
+		at := want[r.ph]
+		if r.line >= 0 && s.flags[r.line]&fBad == 0 {
+			s.parent[r.line] = at
+			if at == missingParent {
+				s.broken[int(r.line)] = r.parent
+			}
+		}
+	}
+	for _, sv := range s.lost {
+		if sv.parentIdx == farParent {
+			sv.parentIdx = want[sv.parent]
+		}
+	}
+	return nil
+}
+
+// link relinks the broken links and walks the path from the leaf.
+func (s *streamRepair) link() error {
+	for i := 0; i < s.n; i++ {
+		p, ok := s.broken[i]
+		if !ok {
+			continue
+		}
+		target := int32(missingParent)
+		h := maphash.String(s.seed, p)
+		via := 0
+		for hops := 0; hops <= len(s.lost); hops++ {
+			sv, ok := s.lost[h]
+			if !ok {
+				break
+			}
+			if via == 0 {
+				via = sv.line
+			}
+			if sv.parentNull {
+				target = noParent
+				break
+			}
+			if sv.parentIdx >= 0 {
+				target = sv.parentIdx
+				break
+			}
+			h = sv.parent
+		}
+		if target == missingParent {
+			via = 0
+			target = noParent
+			for j := i - 1; j >= 0; j-- {
+				fl := s.flags[j]
+				if fl&(fID|fBad) != fID {
+					continue
+				}
+				if s.format == FormatClaude && (fl&fConv == 0 || fl&fSide != s.flags[i]&fSide) {
+					continue
+				}
+				target = int32(j)
+				break
+			}
+		}
+		s.parent[i] = target
+		if via > 0 {
+			s.brokenVia[i] = via
+		}
+		if target >= 0 {
+			s.targets[int(target)] = ""
+		}
+	}
+	leaf := -1
+	for i := s.n - 1; i >= 0; i-- {
+		fl := s.flags[i]
+		if fl&(fEntry|fBad) != fEntry {
+			continue
+		}
+		if s.format == FormatClaude && (fl&fID == 0 || fl&fConv == 0 || s.anyMain && fl&fSide != 0) {
+			continue
+		}
+		leaf = i
+		break
+	}
+	s.path = make(bitset, (s.n+63)/64)
+	s.resCh = make(bitset, (s.n+63)/64)
+	var walk []int32
+	for cur := leaf; cur >= 0 && !s.path.get(cur); {
+		s.path.set(cur)
+		walk = append(walk, int32(cur))
+		p := int(s.parent[cur])
+		if p < 0 {
+			break
+		}
+		if p >= cur {
+			return errNoStream // a child written before its parent
+		}
+		cur = p
+	}
+	for k, line := range walk {
+		if _, ok := s.broken[int(line)]; ok {
+			s.rank[int(line)] = len(walk) - 1 - k
+		}
+		if s.flags[line]&fResult != 0 && s.parent[line] >= 0 {
+			s.resCh.set(int(s.parent[line]))
+		}
+	}
+	return nil
+}
+
+// relinkChanges reports the broken links, in line order.
+func (s *streamRepair) relinkChanges() []Change {
+	lines := make([]int, 0, len(s.broken))
+	for l := range s.broken {
+		lines = append(lines, l)
+	}
+	sort.Ints(lines)
+	var out []Change
+	for _, l := range lines {
+		p := s.broken[l]
+		why := fmt.Sprintf("parent %q is not in the file (a lost or torn line)", p)
+		if v, ok := s.brokenVia[l]; ok {
+			why = fmt.Sprintf("parent %q is gone with the dropped line %d", p, v)
+		}
+		target := "made a root: no earlier entry can be its ancestor"
+		if t := s.parent[l]; t >= 0 {
+			target = fmt.Sprintf("relinked to %q, its nearest surviving ancestor", s.targets[int(t)])
+		}
+		lostWhat := "a reader walking parents from here stops at it"
+		if r, ok := s.rank[l]; ok {
+			lostWhat = fmt.Sprintf("a reader walking parents from the leaf stops here and loses the %d entries before it", r)
+		}
+		out = append(out, Change{Kind: ChangeRelink, Line: l + 1, Reason: why + "; " + lostWhat + "; " + target})
+	}
+	return out
+}
+
+// fitem is one item of the frame being read: a light message and where it
+// came from.
+type fitem struct {
+	m    *Message
+	line int
+	off  int64
+	end  int64
+	part int // which message of its line
+}
+
+// frameReader reads the path a turn frame at a time.
+type frameReader struct {
+	s        *streamRepair
+	cur      []fitem // the open frame (or the items before the first assistant)
+	started  bool    // cur holds a frame (it starts with an assistant part)
+	lastResp string
+	sawOther bool
+	prev     *region // span of the last frame checked
+	prevDrop bool    // the last frame checked loses its first part
+	pending  *region // the region being grown
+}
+
+// check is the second pass.
+func (s *streamRepair) check() error {
+	fr := &frameReader{s: s}
+	ls := s.lines()
+	for idx := 0; ; idx++ {
+		line, off, end, tooLong, err := ls.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("transcript: %w", err)
+		}
+		if tooLong || s.flags[idx]&fBad != 0 {
+			continue
+		}
+		if _, ok := s.targets[idx]; ok {
+			v, _ := getString(line, s.idKey)
+			s.targets[idx] = v
+		}
+		if s.path.get(idx) {
+			if err := fr.add(idx, off, end, line); err != nil {
+				return err
+			}
+			continue
+		}
+		if s.format == FormatClaude && s.flags[idx]&fResult != 0 {
+			p := int(s.parent[idx])
+			if p >= 0 && s.path.get(p) && !s.resCh.get(p) && s.flags[p]&fSide == s.flags[idx]&fSide {
+				if err := fr.attach(idx, p, off, end, line); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	fr.close(true)
+	return nil
+}
+
+func (fr *frameReader) add(idx int, off, end int64, line []byte) error {
+	for k, m := range lightMessages(fr.s.format, line) {
+		it := fitem{m: m, line: idx, off: off, end: end, part: k}
+		switch m.Role {
+		case RoleAssistant:
+			same := fr.started && !fr.sawOther && m.Meta.ResponseID != "" && m.Meta.ResponseID == fr.lastResp
+			if !same {
+				fr.close(false)
+				fr.started = true
+			}
+			fr.lastResp, fr.sawOther = m.Meta.ResponseID, false
+		case RoleUser, RoleSystem:
+			fr.sawOther = true
+		}
+		fr.cur = append(fr.cur, it)
+	}
+	return nil
+}
+
+// attach puts a result line that hangs on its call's line right after
+// that line (and the result lines attached to it before).
+func (fr *frameReader) attach(idx, p int, off, end int64, line []byte) error {
+	at := -1
+	for i, it := range fr.cur {
+		if it.line == p {
+			at = i
+		}
+	}
+	if at < 0 {
+		return errNoStream // the result line came after its call's frame
+	}
+	call := fr.cur[at].m
+	if call.Role != RoleAssistant {
+		return nil
+	}
+	calls := map[string]bool{}
+	for _, b := range call.ToolCalls() {
+		calls[b.ID] = true
+	}
+	msgs := lightMessages(fr.s.format, line)
+	for _, m := range msgs {
+		b, ok := resultOf(m)
+		if !ok || !calls[b.CallID] {
+			return nil
+		}
+	}
+	// After the call's line and the lines attached to it already.
+	at++
+	for at < len(fr.cur) && fr.s.flags[fr.cur[at].line]&fResult != 0 && !fr.s.path.get(fr.cur[at].line) {
+		at++
+	}
+	ins := make([]fitem, len(msgs))
+	for k, m := range msgs {
+		ins[k] = fitem{m: m, line: idx, off: off, end: end, part: k}
+	}
+	fr.cur = append(fr.cur[:at], append(ins, fr.cur[at:]...)...)
+	return nil
+}
+
+// close checks the open frame. A frame that needs a change joins the
+// region being grown (or starts one); a clean one ends it.
+func (fr *frameReader) close(last bool) {
+	s := fr.s
+	if len(fr.cur) > 0 {
+		light := make([]*Message, len(fr.cur))
+		for i, it := range fr.cur {
+			light[i] = it.m
+		}
+		_, changes := repairItems(light, false)
+		dirty := len(changes) > 0 || fr.prevDrop
+		// A frame whose first part repair drops merges into the frame
+		// before it (and may change where the next one starts): the three
+		// are repaired together.
+		firstGoes := len(changes) > 0 && fr.started && allCallsMalformed(fr.cur[0].m)
+		span := region{first: fr.cur[0].line, last: fr.cur[0].line, off: fr.cur[0].off, end: fr.cur[0].end, itemBase: s.items, next: -1}
+		for _, it := range fr.cur {
+			span.first, span.last = min(span.first, it.line), max(span.last, it.line)
+			span.off, span.end = min(span.off, it.off), max(span.end, it.end)
+		}
+		switch {
+		case dirty && fr.pending != nil:
+			fr.pending.last, fr.pending.end = span.last, span.end
+		case dirty:
+			r := span
+			fr.pending = &r
+			if firstGoes && fr.prev != nil {
+				if n := len(s.regions); n > 0 && s.regions[n-1].next == fr.prev.first {
+					fr.pending = s.regions[n-1]
+					s.regions = s.regions[:n-1]
+					fr.pending.last, fr.pending.end = span.last, span.end
+				} else {
+					fr.pending.first, fr.pending.off, fr.pending.itemBase = fr.prev.first, fr.prev.off, fr.prev.itemBase
+				}
+			}
+		case fr.pending != nil:
+			fr.pending.next = span.first
+			s.regions = append(s.regions, fr.pending)
+			fr.pending = nil
+		}
+		fr.prevDrop = firstGoes
+		fr.prev = &span
+		s.items += len(fr.cur)
+	}
+	fr.cur = fr.cur[:0]
+	fr.started, fr.sawOther, fr.lastResp = false, false, ""
+	if last && fr.pending != nil {
+		s.regions = append(s.regions, fr.pending)
+		fr.pending = nil
+	}
+}
+
+// allCallsMalformed reports whether repair would drop every block of an
+// assistant message (all are tool calls without input or id).
+func allCallsMalformed(m *Message) bool {
+	if m.Role != RoleAssistant || m.Errored() || len(m.Blocks) == 0 {
+		return false
+	}
+	for _, b := range m.Blocks {
+		if b.Type != BlockToolCall || !(inputMissing(b.Input) || strings.TrimSpace(b.ID) == "") {
+			return false
+		}
+	}
+	return true
+}
+
+// lightMessages reads the messages of a path line as the codecs do, but
+// only what message-level repair looks at: roles, stop reasons, response
+// ids, tool call ids, names and whether they have input, result ids, and
+// whether user text is blank. Nothing else is decoded.
+func lightMessages(f Format, line []byte) []*Message {
+	typ, _ := getString(line, "type")
+	msg, _ := getField(line, "message")
+	if f == FormatPi {
+		if typ != "message" {
+			return []*Message{{}}
+		}
+		role, _ := getString(msg, "role")
+		content, _ := getField(msg, "content")
+		switch role {
+		case "user":
+			return []*Message{{Role: RoleUser, Blocks: lightBlocks(content, true)}}
+		case "assistant":
+			stop, _ := getString(msg, "stopReason")
+			return []*Message{{Role: RoleAssistant, Blocks: lightBlocks(content, false), Meta: Meta{StopReason: stop}}}
+		case "toolResult":
+			id, _ := getString(msg, "toolCallId")
+			return []*Message{{Role: RoleTool, Blocks: []Block{{Type: BlockToolResult, CallID: id}}}}
+		}
+		return []*Message{{}}
+	}
+	if typ != "user" && typ != "assistant" {
+		return []*Message{{}}
+	}
+	content, _ := getField(msg, "content")
+	if typ == "user" {
+		return splitUser(lightBlocks(content, true), Meta{})
+	}
+	meta := Meta{}
+	meta.ResponseID, _ = getString(msg, "id")
+	meta.StopReason, _ = getString(msg, "stop_reason")
+	if v, _ := getField(line, "isApiErrorMessage"); string(v) == "true" && meta.StopReason == "" {
+		meta.StopReason = "error"
+	}
+	return []*Message{{Role: RoleAssistant, Blocks: lightBlocks(content, false), Meta: meta}}
+}
+
+// lightBlocks reads content (a string or an array of blocks) of any of the
+// block shapes pi, Claude Code and Anthropic use. With text, text blocks
+// say whether they are blank.
+func lightBlocks(c []byte, text bool) []Block {
+	if isNullish(c) {
+		return nil
+	}
+	blank := func(v []byte) string {
+		if !text {
+			return "x"
+		}
+		s, _ := jsonString(v)
+		if strings.TrimSpace(s) == "" {
+			return ""
+		}
+		return "x"
+	}
+	if c[0] == '"' {
+		return []Block{{Type: BlockText, Text: blank(c)}}
+	}
+	if c[0] != '[' {
+		return nil
+	}
+	spans := arrayElems(c)
+	out := make([]Block, 0, len(spans))
+	for _, sp := range spans {
+		el := c[sp[0]:sp[1]]
+		t, _ := getString(el, "type")
+		b := Block{Type: BlockType(t)}
+		switch t {
+		case "text":
+			v, _ := getField(el, "text")
+			b.Type, b.Text = BlockText, blank(v)
+		case "thinking", "redacted_thinking":
+			b.Type = BlockThinking
+		case "image":
+			b.Type = BlockImage
+		case "document":
+			b.Type = BlockFile
+		case "toolCall", "toolUse", "functionCall", "tool_use", "tool_call", "function_call":
+			b.Type = BlockToolCall
+			b.ID, _ = getString(el, "id")
+			b.Name, _ = getString(el, "name")
+			args, _ := getField(el, "arguments")
+			in, _ := getField(el, "input")
+			if !isNullish(args) || !isNullish(in) {
+				b.Input = []byte("{}")
+			}
+		case "tool_result":
+			b.Type = BlockToolResult
+			b.CallID, _ = getString(el, "tool_use_id")
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// regionOpts make Parse read the lines of damaged regions: the scan has
+// already found the path, the relinks and the lines to drop.
+type regionOpts struct {
+	path   map[int]bool   // local line -> on the path
+	relink map[int]string // local line -> the parent it is relinked to
+	skip   map[int]bool   // local lines dropped by the scan
+}
+
+// repairRegions repairs the damaged regions together and returns the
+// changes and each region's new bytes; it records in s the parents that
+// lines after the regions must take.
+func (s *streamRepair) repairRegions() ([]Change, [][]byte, error) {
+	if len(s.regions) == 0 {
+		return nil, nil, nil
+	}
+	var data []byte
+	local := []int{} // local line (1-based) - 1 -> global line, 0-based
+	if s.header != nil {
+		data = append(append(data, s.header...), '\n')
+		local = append(local, -1)
+	}
+	opts := &regionOpts{path: map[int]bool{}, relink: map[int]string{}, skip: map[int]bool{}}
+	regionOf := map[int]int{} // global line -> region
+	for ri, r := range s.regions {
+		buf := make([]byte, r.end-r.off)
+		if _, err := s.f.ReadAt(buf, r.off); err != nil && !errors.Is(err, io.EOF) {
+			return nil, nil, fmt.Errorf("transcript: %w", err)
+		}
+		data = append(data, buf...)
+		for g := r.first; g <= r.last; g++ {
+			local = append(local, g)
+			l := len(local)
+			regionOf[g] = ri
+			switch {
+			case s.flags[g]&fBad != 0:
+				opts.skip[l] = true
+			case s.path.get(g):
+				opts.path[l] = true
+			}
+			if _, ok := s.broken[g]; ok {
+				if t := s.parent[g]; t >= 0 {
+					opts.relink[l] = s.targets[int(t)]
+				} else {
+					opts.relink[l] = ""
+				}
+			}
+		}
+	}
+	c, _ := codecFor(s.format)
+	d := &Document{Format: s.format, codec: c, data: data, term: s.term, jsonl: true, region: opts}
+	if err := d.splitLines(); err != nil {
+		return nil, nil, err
+	}
+	if err := c.build(d); err != nil {
+		return nil, nil, err
+	}
+	for _, e := range d.entries {
+		if e != d.header {
+			e.line = local[e.line-1] + 1
+		}
+	}
+	// One list of the regions' items, with a barrier between regions so
+	// that each keeps its frames.
+	var items []*Message
+	starts := make([]int, len(s.regions))
+	barrier := map[*Message]bool{}
+	cur := -1
+	for _, m := range d.items {
+		ri := regionOf[m.src.line-1]
+		if ri != cur {
+			if cur >= 0 {
+				b := &Message{Role: RoleSystem}
+				barrier[b] = true
+				items = append(items, b)
+			}
+			cur = ri
+			starts[ri] = len(items)
+		}
+		items = append(items, m)
+	}
+	out, changes := repairItems(items, false)
+	for i := range changes {
+		if changes[i].Message == nil {
+			continue
+		}
+		at := *changes[i].Message
+		ri := sort.Search(len(starts), func(k int) bool { return starts[k] > at }) - 1
+		g := s.regions[ri].itemBase + at - starts[ri]
+		changes[i].Message = &g
+	}
+	// Write each region.
+	perRegion := make([][]*Message, len(s.regions))
+	ri := 0
+	lo, hi := len(s.regions), -1
+	for _, m := range out {
+		if barrier[m] {
+			ri++
+			continue
+		}
+		perRegion[ri] = append(perRegion[ri], m)
+		if m.src != nil {
+			if from := regionOf[m.src.line-1]; from != ri {
+				lo, hi = min(lo, from, ri), max(hi, from, ri)
+			}
+		}
+	}
+	if hi >= 0 {
+		// A result moved back to its call in an earlier region: the
+		// regions between are repaired as one.
+		merged := s.regions[lo]
+		merged.last, merged.end, merged.next = s.regions[hi].last, s.regions[hi].end, s.regions[hi].next
+		s.regions = append(s.regions[:lo+1], s.regions[hi+1:]...)
+		return nil, nil, errMerged
+	}
+	bytesOut := make([][]byte, len(s.regions))
+	for ri, r := range s.regions {
+		var entries []*entry
+		for _, e := range d.entries {
+			if e != d.header && e.line-1 >= r.first && e.line-1 <= r.last {
+				entries = append(entries, e)
+			}
+		}
+		outs := c.render(d, perRegion[ri])
+		b, lastChain := d.assembleTreeEntries(entries, outs, s.droppedParent)
+		bytesOut[ri] = b
+		if r.next >= 0 && lastChain != "" {
+			s.nextParent[r.next] = lastChain
+		}
+	}
+	return changes, bytesOut, nil
+}
+
+// write is the third pass: the file anew, into w.
+func (s *streamRepair) write(w io.Writer, regions [][]byte) error {
+	bw := bufio.NewWriterSize(w, int(min(1<<20, max(4096, s.size))))
+	relink := map[int]string{}
+	for l := range s.broken {
+		p := ""
+		if t := s.parent[l]; t >= 0 {
+			p = s.targets[int(t)]
+		}
+		relink[l] = p
+	}
+	resolve := func(p string) string {
+		for i := 0; i < len(s.droppedParent)+1; i++ {
+			q, ok := s.droppedParent[p]
+			if !ok {
+				return p
+			}
+			p = q
+		}
+		return p
+	}
+	ri := 0
+	ls := s.lines()
+	pendingTerm := "" // terminator owed by a last line written without one
+	started := false
+	put := func(b []byte, term string) {
+		if started && pendingTerm == "" {
+			_, _ = bw.WriteString(s.term)
+		}
+		_, _ = bw.Write(b)
+		_, _ = bw.WriteString(term)
+		pendingTerm, started = term, true
+	}
+	for idx := 0; ; idx++ {
+		line, off, end, tooLong, err := ls.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("transcript: %w", err)
+		}
+		if ri < len(s.regions) && idx >= s.regions[ri].first {
+			if idx == s.regions[ri].first && len(regions[ri]) > 0 {
+				b := regions[ri]
+				if started && pendingTerm == "" {
+					_, _ = bw.WriteString(s.term)
+				}
+				_, _ = bw.Write(b)
+				started = true
+				pendingTerm = "x"
+				if b[len(b)-1] != '\n' {
+					pendingTerm = ""
+				}
+			}
+			if idx == s.regions[ri].last {
+				ri++
+			}
+			continue
+		}
+		if tooLong || s.flags[idx]&fBad != 0 {
+			continue
+		}
+		term := "\n"
+		switch end - off - int64(len(line)) {
+		case 0:
+			term = ""
+		case 2:
+			term = "\r\n"
+		}
+		if s.flags[idx]&(fBlank|fHeader) == 0 {
+			want, known := "", false
+			if p, ok := s.nextParent[idx]; ok {
+				want, known = p, true
+			} else if p, ok := relink[idx]; ok {
+				want, known = resolve(p), true
+			} else if len(s.droppedParent) > 0 {
+				if p, ok := getString(line, s.parK); ok {
+					if q := resolve(p); q != p {
+						want, known = q, true
+					}
+				}
+			}
+			if known {
+				if have, _ := getString(line, s.parK); have != want {
+					put(setField(line, s.parK, parentValue(want)), term)
+					continue
+				}
+			}
+		}
+		put(line, term)
+	}
+	return bw.Flush()
+}
+
+// repairStream is RepairFile's default repair of pi and Claude Code
+// sessions. It returns errNoStream for files it leaves to the in-memory
+// repair.
+func repairStream(path string, fi os.FileInfo, f Format, rep *FileReport, opts FileOptions) (*FileReport, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return rep, fmt.Errorf("transcript: %w", err)
+	}
+	defer in.Close()
+	s, changes, regions, err := analyzeStream(in, fi.Size(), f)
+	if err != nil {
+		if errors.Is(err, ErrInvalidHeader) {
+			return refuse(rep, err.Error())
+		}
+		return rep, err
+	}
+	rep.Messages = true
+	rep.Changes = append(rep.Changes, changes...)
+	if len(rep.Changes) == 0 {
+		return rep, nil
+	}
+	if opts.DryRun {
+		rep.Status = StatusWould
+		return rep, nil
+	}
+	if err := replace(path, fi, rep, opts, func(w *os.File) error { return s.write(w, regions) }); err != nil {
+		return rep, err
+	}
+	if st, err := os.Stat(path); err == nil {
+		rep.BytesAfter = st.Size()
+	}
+	rep.Status = StatusRepaired
+	return rep, nil
+}
+
+// analyzeStream runs the passes up to the repair of the damaged regions:
+// everything but writing. It returns the changes in report order and the
+// regions' new bytes.
+func analyzeStream(in *os.File, size int64, f Format) (*streamRepair, []Change, [][]byte, error) {
+	s := newStreamRepair(in, size, f)
+	if err := s.scan(); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := s.resolveFar(); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := s.link(); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := s.check(); err != nil {
+		return nil, nil, nil, err
+	}
+	var all []Change
+	all = append(all, s.dropped...)
+	all = append(all, s.dups...)
+	all = append(all, s.relinkChanges()...)
+	changes, regions, err := s.repairRegions()
+	for errors.Is(err, errMerged) {
+		changes, regions, err = s.repairRegions()
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return s, append(all, changes...), regions, nil
+}
