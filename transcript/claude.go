@@ -228,12 +228,7 @@ func claudeEntryMessages(e *entry) []*Message {
 }
 
 func (claudeCodec) render(d *Document, items []*Message) []outEntry {
-	ids := map[string]bool{}
-	for _, e := range d.entries {
-		if e.id != "" {
-			ids[e.id] = true
-		}
-	}
+	ids := d.idSet()
 	used := map[*entry]bool{}
 	var out []outEntry
 	var prevLine []byte          // the last line written that came from the file

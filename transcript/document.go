@@ -90,6 +90,7 @@ type Document struct {
 
 	envelope []byte      // claude: the envelope fields of lines belay writes from scratch
 	region   *regionOpts // set when the document is a region of a file repaired by streaming
+	ids      map[string]bool
 	version  int         // pi: header version
 	jsonl    bool
 	events   *belayDoc
@@ -256,6 +257,20 @@ func (d *Document) splitArray() error {
 		d.entries = append(d.entries, e)
 	}
 	return nil
+}
+
+// idSet returns the ids of the document's entries, to which writers add
+// the ids they make.
+func (d *Document) idSet() map[string]bool {
+	if d.ids == nil {
+		d.ids = make(map[string]bool, len(d.entries))
+		for _, e := range d.entries {
+			if e.id != "" {
+				d.ids[e.id] = true
+			}
+		}
+	}
+	return d.ids
 }
 
 // Messages returns the conversation: the messages on the document's

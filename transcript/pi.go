@@ -199,12 +199,7 @@ func piEntryMessage(e *entry) *Message {
 }
 
 func (piCodec) render(d *Document, items []*Message) []outEntry {
-	ids := map[string]bool{}
-	for _, e := range d.entries {
-		if e.id != "" {
-			ids[e.id] = true
-		}
-	}
+	ids := d.idSet()
 	out := make([]outEntry, 0, len(items))
 	for _, m := range items {
 		if m.opaque() || m.unchanged() {

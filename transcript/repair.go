@@ -1,6 +1,7 @@
 package transcript
 
 import (
+	"sort"
 	"strings"
 )
 
@@ -89,6 +90,10 @@ func RepairMessages(msgs []Message) ([]Message, Report) {
 
 // index positions of the items as read, for reports.
 type repairer struct {
+	// ext counts, by id, the unanswered calls before the items (streaming
+	// repair of a region of a file): they count as owners of a displaced
+	// result, which is then dropped rather than moved.
+	ext     map[string]int
 	items   []*Message
 	pos     map[*Message]int // index as read
 	changes []Change
@@ -111,7 +116,11 @@ func (r *repairer) note(m *Message, c Change) {
 // followed. With alternate (a format whose turns must alternate), two
 // assistant messages that repair left next to each other are merged.
 func repairItems(items []*Message, alternate bool) ([]*Message, []Change) {
-	r := &repairer{items: items, pos: make(map[*Message]int, len(items))}
+	return repairItemsExt(items, alternate, nil)
+}
+
+func repairItemsExt(items []*Message, alternate bool, ext map[string]int) ([]*Message, []Change) {
+	r := &repairer{items: items, pos: make(map[*Message]int, len(items)), ext: ext}
 	for i, m := range items {
 		r.pos[m] = i
 	}
@@ -121,6 +130,8 @@ func repairItems(items []*Message, alternate bool) ([]*Message, []Change) {
 		items = r.mergeAdjacent(items)
 	}
 	r.fillBlankUsers(items)
+	// In file order (a message's changes in the order of the steps).
+	sort.SliceStable(r.changes, func(i, j int) bool { return r.changes[i].Line < r.changes[j].Line })
 	return items, r.changes
 }
 
@@ -362,7 +373,7 @@ func (r *repairer) pair(items []*Message) []*Message {
 				owners = append(owners, c)
 			}
 		}
-		if len(owners) == 1 {
+		if len(owners) == 1 && r.ext[b.CallID] == 0 {
 			c := owners[0]
 			c.result = o.m
 			f := framePos[c]
@@ -371,7 +382,7 @@ func (r *repairer) pair(items []*Message) []*Message {
 			continue
 		}
 		reason := "tool result answers no call of its turn"
-		if len(owners) > 1 {
+		if len(owners)+r.ext[b.CallID] > 1 {
 			reason = "tool result could belong to more than one earlier unanswered call"
 		}
 		r.note(o.m, Change{Kind: ChangeDropOrphan, CallID: b.CallID, Reason: reason})

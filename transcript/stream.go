@@ -35,9 +35,6 @@ import (
 // (pi v1, a child written before its parent, a result line far from its
 // call) are repaired in memory.
 
-// errMerged makes repairStream repair the regions again, some merged.
-var errMerged = errors.New("transcript: regions merged")
-
 // errNoStream makes RepairFile repair a file in memory.
 var errNoStream = errors.New("transcript: file cannot be repaired by streaming")
 
@@ -120,6 +117,8 @@ type streamRepair struct {
 
 	regions []*region
 	items   int // items read so far (message index of reports)
+	opens   []*openCall
+	openBy  map[string][]*openCall
 
 	term          string            // terminator for new lines (the first line's)
 	droppedParent map[string]string // dropped path entries: id -> parent
@@ -132,10 +131,29 @@ type region struct {
 	off, end    int64
 	itemBase    int // message index of its first item
 	next        int // the path line after it (-1: none)
+	fwd         *region         // merged into this one
+	orphans     map[string]bool // ids of results in it that answer no call of their frame
+	ext         map[string]int  // unanswered calls before it, for those ids
+}
+
+func (r *region) root() *region {
+	for r.fwd != nil {
+		r = r.fwd
+	}
+	return r
+}
+
+// openCall is a call that has no result in its frame: a result displaced
+// to a later frame may still belong to it.
+type openCall struct {
+	id    string
+	reg   *region
+	alive bool
 }
 
 func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 	s := &streamRepair{f: f, size: size, format: format, seed: maphash.MakeSeed(),
+		openBy: map[string][]*openCall{},
 		term: "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
 		badSpans: map[int]bool{}, lost: map[uint64]*salvage{}, winIdx: map[uint64]int32{},
 		win: make([]winSlot, min(windowSize, size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
@@ -149,9 +167,6 @@ func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 	return s
 }
 
-func (s *streamRepair) lines() *lineScanner {
-	return &lineScanner{r: bufio.NewReaderSize(io.NewSectionReader(s.f, 0, s.size), int(min(1<<20, max(4096, s.size))))}
-}
 
 // idHash hashes a JSON string value (raw, with quotes).
 func (s *streamRepair) idHash(v []byte) uint64 {
@@ -172,63 +187,120 @@ func value(line []byte, at int) []byte {
 	return line[at-1 : skipValue(line, at-1)]
 }
 
+// scanLine is what the scan learns of one line, in parallel.
+type scanLine struct {
+	why    string // why the line is dropped ("" if valid)
+	fl     uint8
+	h, ph  uint64 // hashes of its id and its parent's
+	hasPar bool
+	parAt  [2]int // its parent's value (raw) in the line
+	sum    uint64 // hash of the whole line
+}
+
+// extract validates a line and reads its id, parent and flags.
+func (s *streamRepair) extract(line []byte, r *scanLine) {
+	*r = scanLine{}
+	if len(bytes.TrimSpace(line)) == 0 {
+		r.fl = fBlank
+		return
+	}
+	var k keyCheck
+	if s.format == FormatPi {
+		k = keyCheck{top: piLineKeys, sub: piMsgKeys, subOf: "message"}
+		r.why = piCheckKeys(line, &k)
+	} else {
+		k = keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
+		r.why = claudeCheckKeys(line, &k)
+	}
+	if r.why != "" {
+		return
+	}
+	fl := fEntry
+	var typ []byte
+	var idAt, parAt int
+	typ, idAt, parAt = value(line, k.topAt[0]), k.topAt[1], k.topAt[2]
+	if s.format == FormatClaude {
+		switch string(typ) {
+		case `"user"`, `"assistant"`, `"system"`, `"attachment"`:
+			fl |= fConv
+		}
+		if string(value(line, k.topAt[5])) == "true" {
+			fl |= fSide
+		}
+		if string(typ) == `"user"` && resultBlocksOnly(value(line, k.subAt[2])) {
+			fl |= fResult
+		}
+	}
+	if id := value(line, idAt); len(id) >= 2 && id[0] == '"' && string(id) != `""` {
+		fl |= fID
+		r.h = s.idHash(id)
+		r.sum = maphash.Bytes(s.seed, line)
+	}
+	if parAt != 0 {
+		if par := value(line, parAt); len(par) >= 2 && par[0] == '"' && string(par) != `""` {
+			r.ph, r.hasPar = s.idHash(par), true
+			r.parAt = [2]int{parAt - 1, parAt - 1 + len(par)}
+		}
+	}
+	r.fl = fl
+}
+
 // scan is the first pass.
 func (s *streamRepair) scan() error {
-	ls := s.lines()
 	first := true
-	for {
-		line, off, end, tooLong, err := ls.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("transcript: %w", err)
-		}
-		idx := len(s.flags)
-		if idx == 0 && !tooLong && end-off-int64(len(line)) == 2 {
-			s.term = "\r\n"
-		}
-		s.flags = append(s.flags, 0)
-		s.parent = append(s.parent, noParent)
-		if tooLong {
-			if first && s.format == FormatPi {
-				return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, ls.line, MaxLineSize)
+	err := s.eachChunk(func(c *lineChunk) {
+		c.scan = c.scan[:0]
+		for i := range c.recs {
+			c.scan = append(c.scan, scanLine{})
+			if !c.recs[i].tooLong {
+				s.extract(c.line(i), &c.scan[i])
 			}
-			first = false
-			s.drop(idx, fmt.Sprintf("line longer than %d bytes", MaxLineSize), nil)
-			continue
 		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			s.flags[idx] = fBlank
-			continue
-		}
-		if first && s.format == FormatPi {
-			first = false
-			if err := (piCodec{}).checkHeader(line); err != nil {
-				return fmt.Errorf("%w: line %d: %v; the file was not changed", ErrInvalidHeader, ls.line, err)
+	}, func(c *lineChunk) error {
+		for i, rec := range c.recs {
+			idx := c.first + i
+			line := c.line(i)
+			if idx == 0 && !rec.tooLong && rec.fend-rec.off-int64(len(line)) == 2 {
+				s.term = "\r\n"
 			}
-			if v, ok := getField(line, "version"); !ok || string(v) == "1" || string(v) == "0" || v[0] != '1' && v[0] != '2' && v[0] != '3' {
-				if !ok || !(len(v) == 1 && (v[0] == '2' || v[0] == '3')) {
-					return errNoStream // v1 (no tree), or a version this reads differently
+			s.flags = append(s.flags, 0)
+			s.parent = append(s.parent, noParent)
+			if rec.tooLong {
+				if first && s.format == FormatPi {
+					return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, idx+1, MaxLineSize)
 				}
+				first = false
+				s.drop(idx, fmt.Sprintf("line longer than %d bytes", MaxLineSize), nil)
+				continue
 			}
-			s.flags[idx] = fHeader
-			s.header = append([]byte(nil), line...)
-			continue
+			r := &c.scan[i]
+			if r.fl == fBlank {
+				s.flags[idx] = fBlank
+				continue
+			}
+			if first && s.format == FormatPi {
+				first = false
+				if err := (piCodec{}).checkHeader(line); err != nil {
+					return fmt.Errorf("%w: line %d: %v; the file was not changed", ErrInvalidHeader, idx+1, err)
+				}
+				if v, _ := getField(line, "version"); string(v) != "2" && string(v) != "3" {
+					return errNoStream // v1 (no tree), or a version read otherwise
+				}
+				s.flags[idx] = fHeader
+				s.header = append([]byte(nil), line...)
+				continue
+			}
+			first = false
+			if r.why != "" {
+				s.drop(idx, r.why, line)
+				continue
+			}
+			s.entry(idx, line, r)
 		}
-		first = false
-		var why string
-		var k *keyCheck
-		if s.format == FormatPi {
-			why, k = piCheck(line)
-		} else {
-			why, k = claudeCheck(line)
-		}
-		if why != "" {
-			s.drop(idx, why, line)
-			continue
-		}
-		s.entry(idx, line, k)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	s.n = len(s.flags)
 	if s.format == FormatPi && s.header == nil && s.n > 0 {
@@ -295,48 +367,21 @@ func (s *streamRepair) lookup(h uint64, idx int, raw []byte) int32 {
 	return farParent
 }
 
-func (s *streamRepair) entry(idx int, line []byte, k *keyCheck) {
-	fl := fEntry
-	var typ []byte
-	var idAt, parAt, sideAt int
-	if s.format == FormatPi {
-		typ, idAt, parAt = value(line, k.topAt[0]), k.topAt[1], k.topAt[2]
-	} else {
-		typ, idAt, parAt, sideAt = value(line, k.topAt[0]), k.topAt[1], k.topAt[2], k.topAt[5]
-		switch string(typ) {
-		case `"user"`, `"assistant"`, `"system"`, `"attachment"`:
-			fl |= fConv
-		}
-		if string(value(line, sideAt)) == "true" {
-			fl |= fSide
-		}
-		if string(typ) == `"user"` && resultBlocksOnly(value(line, k.subAt[2])) {
-			fl |= fResult
-		}
-	}
-	id := value(line, idAt)
-	var h uint64
-	if len(id) >= 2 && id[0] == '"' && string(id) != `""` {
-		fl |= fID
-		h = s.idHash(id)
-		if fl&fConv != 0 && fl&fSide == 0 {
-			s.anyMain = true
-		}
+func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
+	fl := r.fl
+	if fl&fID != 0 && fl&fConv != 0 && fl&fSide == 0 {
+		s.anyMain = true
 	}
 	s.flags[idx] = fl
-	par := value(line, parAt)
-	if len(par) >= 2 && par[0] == '"' && string(par) != `""` {
-		ph := s.idHash(par)
-		if fl&fID == 0 || ph != h {
-			s.parent[idx] = s.lookup(ph, idx, par)
-		}
+	if r.hasPar && (fl&fID == 0 || r.ph != r.h) {
+		s.parent[idx] = s.lookup(r.ph, idx, line[r.parAt[0]:r.parAt[1]])
 	}
 	if fl&fID == 0 {
 		return
 	}
-	sum := maphash.Bytes(s.seed, line)
+	h := r.h
 	if slot, ok := s.winIdx[h]; ok {
-		if s.win[slot].sum == sum {
+		if s.win[slot].sum == r.sum {
 			s.flags[idx] |= fBad
 			s.badSpans[idx] = true
 			s.parent[idx] = noParent
@@ -352,7 +397,7 @@ func (s *streamRepair) entry(idx int, line []byte, k *keyCheck) {
 	if old.line >= 0 && s.winIdx[old.id] == int32(s.winPos) {
 		delete(s.winIdx, old.id)
 	}
-	s.win[s.winPos] = winSlot{id: h, line: int32(idx), sum: sum}
+	s.win[s.winPos] = winSlot{id: h, line: int32(idx), sum: r.sum}
 	s.winIdx[h] = int32(s.winPos)
 	s.winPos = (s.winPos + 1) % len(s.win)
 }
@@ -539,51 +584,60 @@ type frameReader struct {
 	started  bool    // cur holds a frame (it starts with an assistant part)
 	lastResp string
 	sawOther bool
-	prev     *region // span of the last frame checked
-	prevDrop bool    // the last frame checked loses its first part
-	pending  *region // the region being grown
+	held        []fitem // the last frame, not checked yet
+	heldStarted bool
+	pending     *region // the region being grown
 }
 
 // check is the second pass.
 func (s *streamRepair) check() error {
 	fr := &frameReader{s: s}
-	ls := s.lines()
-	for idx := 0; ; idx++ {
-		line, off, end, tooLong, err := ls.next()
-		if errors.Is(err, io.EOF) {
-			break
+	branch := func(idx int) bool {
+		if s.format != FormatClaude || s.flags[idx]&(fResult|fBad) != fResult || s.path.get(idx) {
+			return false
 		}
-		if err != nil {
-			return fmt.Errorf("transcript: %w", err)
-		}
-		if tooLong || s.flags[idx]&fBad != 0 {
-			continue
-		}
-		if _, ok := s.targets[idx]; ok {
-			v, _ := getString(line, s.idKey)
-			s.targets[idx] = v
-		}
-		if s.path.get(idx) {
-			if err := fr.add(idx, off, end, line); err != nil {
-				return err
+		p := int(s.parent[idx])
+		return p >= 0 && s.path.get(p) && !s.resCh.get(p) && s.flags[p]&fSide == s.flags[idx]&fSide
+	}
+	err := s.eachChunk(func(c *lineChunk) {
+		c.msgs = c.msgs[:0]
+		for i, rec := range c.recs {
+			idx := c.first + i
+			var msgs []*Message
+			if !rec.tooLong && s.flags[idx]&fBad == 0 && (s.path.get(idx) || branch(idx)) {
+				msgs = lightMessages(s.format, c.line(i))
 			}
-			continue
+			c.msgs = append(c.msgs, msgs)
 		}
-		if s.format == FormatClaude && s.flags[idx]&fResult != 0 {
-			p := int(s.parent[idx])
-			if p >= 0 && s.path.get(p) && !s.resCh.get(p) && s.flags[p]&fSide == s.flags[idx]&fSide {
-				if err := fr.attach(idx, p, off, end, line); err != nil {
+	}, func(c *lineChunk) error {
+		for i, rec := range c.recs {
+			idx := c.first + i
+			if rec.tooLong || s.flags[idx]&fBad != 0 {
+				continue
+			}
+			if _, ok := s.targets[idx]; ok {
+				v, _ := getString(c.line(i), s.idKey)
+				s.targets[idx] = v
+			}
+			if s.path.get(idx) {
+				fr.add(idx, rec.off, rec.fend, c.msgs[i])
+			} else if branch(idx) {
+				if err := fr.attach(idx, int(s.parent[idx]), rec.off, rec.fend, c.msgs[i]); err != nil {
 					return err
 				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	fr.close(true)
 	return nil
 }
 
-func (fr *frameReader) add(idx int, off, end int64, line []byte) error {
-	for k, m := range lightMessages(fr.s.format, line) {
+func (fr *frameReader) add(idx int, off, end int64, msgs []*Message) {
+	for k, m := range msgs {
 		it := fitem{m: m, line: idx, off: off, end: end, part: k}
 		switch m.Role {
 		case RoleAssistant:
@@ -598,12 +652,11 @@ func (fr *frameReader) add(idx int, off, end int64, line []byte) error {
 		}
 		fr.cur = append(fr.cur, it)
 	}
-	return nil
 }
 
 // attach puts a result line that hangs on its call's line right after
 // that line (and the result lines attached to it before).
-func (fr *frameReader) attach(idx, p int, off, end int64, line []byte) error {
+func (fr *frameReader) attach(idx, p int, off, end int64, msgs []*Message) error {
 	at := -1
 	for i, it := range fr.cur {
 		if it.line == p {
@@ -621,7 +674,6 @@ func (fr *frameReader) attach(idx, p int, off, end int64, line []byte) error {
 	for _, b := range call.ToolCalls() {
 		calls[b.ID] = true
 	}
-	msgs := lightMessages(fr.s.format, line)
 	for _, m := range msgs {
 		b, ok := resultOf(m)
 		if !ok || !calls[b.CallID] {
@@ -641,55 +693,193 @@ func (fr *frameReader) attach(idx, p int, off, end int64, line []byte) error {
 	return nil
 }
 
-// close checks the open frame. A frame that needs a change joins the
-// region being grown (or starts one); a clean one ends it.
+// close ends the open frame. It is held until the next frame is known:
+// a frame whose first part repair drops (every block a call without input
+// or id) merges into the frame before it, and the two are checked as one.
 func (fr *frameReader) close(last bool) {
-	s := fr.s
 	if len(fr.cur) > 0 {
-		light := make([]*Message, len(fr.cur))
-		for i, it := range fr.cur {
-			light[i] = it.m
+		if fr.started && len(fr.held) > 0 && allCallsMalformed(fr.cur[0].m) {
+			fr.held = append(fr.held, fr.cur...)
+		} else {
+			fr.finish(fr.held, fr.heldStarted)
+			fr.held = append(fr.held[:0:0], fr.cur...)
+			fr.heldStarted = fr.started
 		}
-		_, changes := repairItems(light, false)
-		dirty := len(changes) > 0 || fr.prevDrop
-		// A frame whose first part repair drops merges into the frame
-		// before it (and may change where the next one starts): the three
-		// are repaired together.
-		firstGoes := len(changes) > 0 && fr.started && allCallsMalformed(fr.cur[0].m)
-		span := region{first: fr.cur[0].line, last: fr.cur[0].line, off: fr.cur[0].off, end: fr.cur[0].end, itemBase: s.items, next: -1}
-		for _, it := range fr.cur {
-			span.first, span.last = min(span.first, it.line), max(span.last, it.line)
-			span.off, span.end = min(span.off, it.off), max(span.end, it.end)
-		}
-		switch {
-		case dirty && fr.pending != nil:
-			fr.pending.last, fr.pending.end = span.last, span.end
-		case dirty:
-			r := span
-			fr.pending = &r
-			if firstGoes && fr.prev != nil {
-				if n := len(s.regions); n > 0 && s.regions[n-1].next == fr.prev.first {
-					fr.pending = s.regions[n-1]
-					s.regions = s.regions[:n-1]
-					fr.pending.last, fr.pending.end = span.last, span.end
-				} else {
-					fr.pending.first, fr.pending.off, fr.pending.itemBase = fr.prev.first, fr.prev.off, fr.prev.itemBase
-				}
-			}
-		case fr.pending != nil:
-			fr.pending.next = span.first
-			s.regions = append(s.regions, fr.pending)
-			fr.pending = nil
-		}
-		fr.prevDrop = firstGoes
-		fr.prev = &span
-		s.items += len(fr.cur)
 	}
 	fr.cur = fr.cur[:0]
 	fr.started, fr.sawOther, fr.lastResp = false, false, ""
-	if last && fr.pending != nil {
+	if last {
+		fr.finish(fr.held, fr.heldStarted)
+		fr.held = nil
+		if fr.pending != nil {
+			fr.s.regions = append(fr.s.regions, fr.pending)
+			fr.pending = nil
+		}
+	}
+}
+
+// finish checks a frame. A frame that needs a change joins the region
+// being grown (or starts one); a clean one ends it.
+func (fr *frameReader) finish(items []fitem, started bool) {
+	s := fr.s
+	if len(items) == 0 {
+		return
+	}
+	var changes []Change
+	if !simpleClean(items, started) {
+		light := make([]*Message, len(items))
+		for i, it := range items {
+			light[i] = it.m
+		}
+		_, changes = repairItems(light, false)
+	}
+	span := region{first: items[0].line, last: items[0].line, off: items[0].off, end: items[0].end, itemBase: s.items, next: -1}
+	for _, it := range items {
+		span.first, span.last = min(span.first, it.line), max(span.last, it.line)
+		span.off, span.end = min(span.off, it.off), max(span.end, it.end)
+	}
+	switch {
+	case len(changes) > 0 && fr.pending != nil:
+		fr.pending.last, fr.pending.end = span.last, span.end
+	case len(changes) > 0:
+		r := span
+		fr.pending = &r
+	case fr.pending != nil:
+		fr.pending.next = span.first
 		s.regions = append(s.regions, fr.pending)
 		fr.pending = nil
+	}
+	if len(changes) > 0 {
+		fr.settle(changes)
+	}
+	s.items += len(items)
+}
+
+// simpleClean reports, without running repair, whether a frame is in the
+// shape repair leaves alone: each assistant part's calls (with ids and
+// input, ids unique in the frame) answered right after it in call order,
+// then messages that are neither results nor blank user turns. Other
+// frames are checked by repair itself.
+func simpleClean(items []fitem, started bool) bool {
+	i, n := 0, len(items)
+	skip := func() {
+		for i < n && items[i].m.opaque() {
+			i++
+		}
+	}
+	if started {
+		var seen map[string]bool
+		for skip(); i < n && items[i].m.Role == RoleAssistant; skip() {
+			p := items[i].m
+			if p.Errored() {
+				return false
+			}
+			i++
+			for _, b := range p.Blocks {
+				if b.Type != BlockToolCall {
+					continue
+				}
+				if inputMissing(b.Input) || strings.TrimSpace(b.ID) == "" || seen[b.ID] {
+					return false
+				}
+				if seen == nil {
+					seen = map[string]bool{}
+				}
+				seen[b.ID] = true
+				skip()
+				if i >= n || items[i].m.Role != RoleTool {
+					return false
+				}
+				if r, ok := items[i].m.Result(); !ok || r.CallID != b.ID {
+					return false
+				}
+				i++
+			}
+		}
+	}
+	for ; i < n; i++ {
+		switch m := items[i].m; m.Role {
+		case RoleTool, RoleAssistant:
+			return false
+		case RoleUser:
+			if blank(m) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// settle follows, across frames, what the light repair of a dirty frame
+// found: a result that answers no call of its frame goes back to the one
+// unanswered call of an earlier frame with its id, if there is exactly
+// one (the frames between are then repaired as one region), and the
+// frame's unanswered calls may own later displaced results.
+func (fr *frameReader) settle(changes []Change) {
+	s := fr.s
+	for _, c := range changes {
+		if c.Kind != ChangeDropOrphan || !strings.HasPrefix(c.Reason, "tool result answers no call") {
+			continue
+		}
+		var owners []*openCall
+		for _, o := range s.openBy[c.CallID] {
+			if o.alive {
+				owners = append(owners, o)
+			}
+		}
+		if len(owners) != 1 {
+			if fr.pending.orphans == nil {
+				fr.pending.orphans = map[string]bool{}
+			}
+			fr.pending.orphans[c.CallID] = true
+			continue
+		}
+		owners[0].alive = false
+		if r := owners[0].reg.root(); r != fr.pending {
+			at := len(s.regions) - 1
+			for at >= 0 && s.regions[at] != r {
+				at--
+			}
+			for _, m := range append(s.regions[at+1:], fr.pending) {
+				m.fwd = r
+				for id := range m.orphans {
+					if r.orphans == nil {
+						r.orphans = map[string]bool{}
+					}
+					r.orphans[id] = true
+				}
+			}
+			r.last, r.end, r.next = fr.pending.last, fr.pending.end, -1
+			s.regions = s.regions[:at]
+			fr.pending = r
+		}
+	}
+	for _, c := range changes {
+		if c.Kind == ChangeInsertResult {
+			o := &openCall{id: c.CallID, reg: fr.pending, alive: true}
+			s.opens = append(s.opens, o)
+			s.openBy[c.CallID] = append(s.openBy[c.CallID], o)
+		}
+	}
+}
+
+// settleExt gives each region the count of unanswered calls before it for
+// the ids of its displaced results.
+func (s *streamRepair) settleExt() {
+	counts := map[string]int{}
+	k := 0
+	for _, r := range s.regions {
+		if len(r.orphans) > 0 {
+			r.ext = map[string]int{}
+			for id := range r.orphans {
+				r.ext[id] = counts[id]
+			}
+		}
+		for ; k < len(s.opens) && s.opens[k].reg.root() == r; k++ {
+			if s.opens[k].alive {
+				counts[s.opens[k].id]++
+			}
+		}
 	}
 }
 
@@ -712,40 +902,67 @@ func allCallsMalformed(m *Message) bool {
 // ids, tool call ids, names and whether they have input, result ids, and
 // whether user text is blank. Nothing else is decoded.
 func lightMessages(f Format, line []byte) []*Message {
-	typ, _ := getString(line, "type")
-	msg, _ := getField(line, "message")
+	var typ, msg []byte
+	topFields(line, func(fl field) bool {
+		switch string(fl.key) {
+		case "type":
+			typ = line[fl.start:fl.end]
+		case "message":
+			msg = line[fl.start:fl.end]
+		}
+		return true
+	})
+	var role, content, stop, callID, respID []byte
+	topFields(msg, func(fl field) bool {
+		v := msg[fl.start:fl.end]
+		switch string(fl.key) {
+		case "role":
+			role = v
+		case "content":
+			content = v
+		case "stopReason":
+			if f == FormatPi {
+				stop = v
+			}
+		case "stop_reason":
+			if f == FormatClaude {
+				stop = v
+			}
+		case "toolCallId":
+			callID = v
+		case "id":
+			respID = v
+		}
+		return true
+	})
+	str := func(v []byte) string { s, _ := jsonString(v); return s }
 	if f == FormatPi {
-		if typ != "message" {
+		if string(typ) != `"message"` {
 			return []*Message{{}}
 		}
-		role, _ := getString(msg, "role")
-		content, _ := getField(msg, "content")
-		switch role {
-		case "user":
+		switch string(role) {
+		case `"user"`:
 			return []*Message{{Role: RoleUser, Blocks: lightBlocks(content, true)}}
-		case "assistant":
-			stop, _ := getString(msg, "stopReason")
-			return []*Message{{Role: RoleAssistant, Blocks: lightBlocks(content, false), Meta: Meta{StopReason: stop}}}
-		case "toolResult":
-			id, _ := getString(msg, "toolCallId")
-			return []*Message{{Role: RoleTool, Blocks: []Block{{Type: BlockToolResult, CallID: id}}}}
+		case `"assistant"`:
+			return []*Message{{Role: RoleAssistant, Blocks: lightBlocks(content, false), Meta: Meta{StopReason: str(stop)}}}
+		case `"toolResult"`:
+			return []*Message{{Role: RoleTool, Blocks: []Block{{Type: BlockToolResult, CallID: str(callID)}}}}
 		}
 		return []*Message{{}}
 	}
-	if typ != "user" && typ != "assistant" {
-		return []*Message{{}}
-	}
-	content, _ := getField(msg, "content")
-	if typ == "user" {
+	switch string(typ) {
+	case `"user"`:
 		return splitUser(lightBlocks(content, true), Meta{})
+	case `"assistant"`:
+		meta := Meta{ResponseID: str(respID), StopReason: str(stop)}
+		if meta.StopReason == "" {
+			if v, _ := getField(line, "isApiErrorMessage"); string(v) == "true" {
+				meta.StopReason = "error"
+			}
+		}
+		return []*Message{{Role: RoleAssistant, Blocks: lightBlocks(content, false), Meta: meta}}
 	}
-	meta := Meta{}
-	meta.ResponseID, _ = getString(msg, "id")
-	meta.StopReason, _ = getString(msg, "stop_reason")
-	if v, _ := getField(line, "isApiErrorMessage"); string(v) == "true" && meta.StopReason == "" {
-		meta.StopReason = "error"
-	}
-	return []*Message{{Role: RoleAssistant, Blocks: lightBlocks(content, false), Meta: meta}}
+	return []*Message{{}}
 }
 
 // lightBlocks reads content (a string or an array of blocks) of any of the
@@ -813,13 +1030,9 @@ type regionOpts struct {
 	skip   map[int]bool   // local lines dropped by the scan
 }
 
-// repairRegions repairs the damaged regions together and returns the
-// changes and each region's new bytes; it records in s the parents that
-// lines after the regions must take.
-func (s *streamRepair) repairRegions() ([]Change, [][]byte, error) {
-	if len(s.regions) == 0 {
-		return nil, nil, nil
-	}
+// repairRegion repairs one damaged region and returns its changes and
+// new bytes; it records in s the parents that lines after it must take.
+func (s *streamRepair) repairRegion(r *region) ([]Change, []byte, error) {
 	var data []byte
 	local := []int{} // local line (1-based) - 1 -> global line, 0-based
 	if s.header != nil {
@@ -827,29 +1040,25 @@ func (s *streamRepair) repairRegions() ([]Change, [][]byte, error) {
 		local = append(local, -1)
 	}
 	opts := &regionOpts{path: map[int]bool{}, relink: map[int]string{}, skip: map[int]bool{}}
-	regionOf := map[int]int{} // global line -> region
-	for ri, r := range s.regions {
-		buf := make([]byte, r.end-r.off)
-		if _, err := s.f.ReadAt(buf, r.off); err != nil && !errors.Is(err, io.EOF) {
-			return nil, nil, fmt.Errorf("transcript: %w", err)
+	start := len(data)
+	data = append(data, make([]byte, r.end-r.off)...)
+	if _, err := s.f.ReadAt(data[start:], r.off); err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, fmt.Errorf("transcript: %w", err)
+	}
+	for g := r.first; g <= r.last; g++ {
+		local = append(local, g)
+		l := len(local)
+		switch {
+		case s.flags[g]&fBad != 0:
+			opts.skip[l] = true
+		case s.path.get(g):
+			opts.path[l] = true
 		}
-		data = append(data, buf...)
-		for g := r.first; g <= r.last; g++ {
-			local = append(local, g)
-			l := len(local)
-			regionOf[g] = ri
-			switch {
-			case s.flags[g]&fBad != 0:
-				opts.skip[l] = true
-			case s.path.get(g):
-				opts.path[l] = true
-			}
-			if _, ok := s.broken[g]; ok {
-				if t := s.parent[g]; t >= 0 {
-					opts.relink[l] = s.targets[int(t)]
-				} else {
-					opts.relink[l] = ""
-				}
+		if _, ok := s.broken[g]; ok {
+			if t := s.parent[g]; t >= 0 {
+				opts.relink[l] = s.targets[int(t)]
+			} else {
+				opts.relink[l] = ""
 			}
 		}
 	}
@@ -861,84 +1070,45 @@ func (s *streamRepair) repairRegions() ([]Change, [][]byte, error) {
 	if err := c.build(d); err != nil {
 		return nil, nil, err
 	}
+	var entries []*entry
 	for _, e := range d.entries {
 		if e != d.header {
 			e.line = local[e.line-1] + 1
+			entries = append(entries, e)
 		}
 	}
-	// One list of the regions' items, with a barrier between regions so
-	// that each keeps its frames.
-	var items []*Message
-	starts := make([]int, len(s.regions))
-	barrier := map[*Message]bool{}
-	cur := -1
-	for _, m := range d.items {
-		ri := regionOf[m.src.line-1]
-		if ri != cur {
-			if cur >= 0 {
-				b := &Message{Role: RoleSystem}
-				barrier[b] = true
-				items = append(items, b)
-			}
-			cur = ri
-			starts[ri] = len(items)
-		}
-		items = append(items, m)
-	}
-	out, changes := repairItems(items, false)
+	out, changes := repairItemsExt(d.items, false, r.ext)
 	for i := range changes {
-		if changes[i].Message == nil {
-			continue
-		}
-		at := *changes[i].Message
-		ri := sort.Search(len(starts), func(k int) bool { return starts[k] > at }) - 1
-		g := s.regions[ri].itemBase + at - starts[ri]
-		changes[i].Message = &g
-	}
-	// Write each region.
-	perRegion := make([][]*Message, len(s.regions))
-	ri := 0
-	lo, hi := len(s.regions), -1
-	for _, m := range out {
-		if barrier[m] {
-			ri++
-			continue
-		}
-		perRegion[ri] = append(perRegion[ri], m)
-		if m.src != nil {
-			if from := regionOf[m.src.line-1]; from != ri {
-				lo, hi = min(lo, from, ri), max(hi, from, ri)
-			}
+		if changes[i].Message != nil {
+			g := r.itemBase + *changes[i].Message
+			changes[i].Message = &g
 		}
 	}
-	if hi >= 0 {
-		// A result moved back to its call in an earlier region: the
-		// regions between are repaired as one.
-		merged := s.regions[lo]
-		merged.last, merged.end, merged.next = s.regions[hi].last, s.regions[hi].end, s.regions[hi].next
-		s.regions = append(s.regions[:lo+1], s.regions[hi+1:]...)
-		return nil, nil, errMerged
+	b, lastChain := d.assembleTreeEntries(entries, c.render(d, out), s.droppedParent)
+	if r.next >= 0 && lastChain != "" {
+		s.nextParent[r.next] = lastChain
 	}
-	bytesOut := make([][]byte, len(s.regions))
-	for ri, r := range s.regions {
-		var entries []*entry
-		for _, e := range d.entries {
-			if e != d.header && e.line-1 >= r.first && e.line-1 <= r.last {
-				entries = append(entries, e)
-			}
-		}
-		outs := c.render(d, perRegion[ri])
-		b, lastChain := d.assembleTreeEntries(entries, outs, s.droppedParent)
-		bytesOut[ri] = b
-		if r.next >= 0 && lastChain != "" {
-			s.nextParent[r.next] = lastChain
-		}
-	}
-	return changes, bytesOut, nil
+	return changes, b, nil
 }
 
-// write is the third pass: the file anew, into w.
-func (s *streamRepair) write(w io.Writer, regions [][]byte) error {
+// regionChanges repairs every region, keeping only the changes (a dry
+// run).
+func (s *streamRepair) regionChanges() ([]Change, error) {
+	var all []Change
+	for _, r := range s.regions {
+		changes, _, err := s.repairRegion(r)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, changes...)
+	}
+	return all, nil
+}
+
+// write is the third pass: the file anew, into w. Each damaged region is
+// repaired when the pass reaches it; write returns their changes.
+func (s *streamRepair) write(w io.Writer) ([]Change, error) {
+	var changes []Change
 	bw := bufio.NewWriterSize(w, int(min(1<<20, max(4096, s.size))))
 	relink := map[int]string{}
 	for l := range s.broken {
@@ -976,11 +1146,18 @@ func (s *streamRepair) write(w io.Writer, regions [][]byte) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("transcript: %w", err)
+			return nil, fmt.Errorf("transcript: %w", err)
 		}
 		if ri < len(s.regions) && idx >= s.regions[ri].first {
-			if idx == s.regions[ri].first && len(regions[ri]) > 0 {
-				b := regions[ri]
+			if idx == s.regions[ri].first {
+				rc, b, err := s.repairRegion(s.regions[ri])
+				if err != nil {
+					return nil, err
+				}
+				changes = append(changes, rc...)
+				if len(b) == 0 {
+					goto next
+				}
 				if started && pendingTerm == "" {
 					_, _ = bw.WriteString(s.term)
 				}
@@ -991,6 +1168,7 @@ func (s *streamRepair) write(w io.Writer, regions [][]byte) error {
 					pendingTerm = ""
 				}
 			}
+		next:
 			if idx == s.regions[ri].last {
 				ri++
 			}
@@ -1028,7 +1206,7 @@ func (s *streamRepair) write(w io.Writer, regions [][]byte) error {
 		}
 		put(line, term)
 	}
-	return bw.Flush()
+	return changes, bw.Flush()
 }
 
 // repairStream is RepairFile's default repair of pi and Claude Code
@@ -1040,7 +1218,7 @@ func repairStream(path string, fi os.FileInfo, f Format, rep *FileReport, opts F
 		return rep, fmt.Errorf("transcript: %w", err)
 	}
 	defer in.Close()
-	s, changes, regions, err := analyzeStream(in, fi.Size(), f)
+	s, changes, err := analyzeStream(in, fi.Size(), f)
 	if err != nil {
 		if errors.Is(err, ErrInvalidHeader) {
 			return refuse(rep, err.Error())
@@ -1049,14 +1227,23 @@ func repairStream(path string, fi os.FileInfo, f Format, rep *FileReport, opts F
 	}
 	rep.Messages = true
 	rep.Changes = append(rep.Changes, changes...)
-	if len(rep.Changes) == 0 {
+	if len(rep.Changes) == 0 && len(s.regions) == 0 {
 		return rep, nil
 	}
 	if opts.DryRun {
+		mc, err := s.regionChanges()
+		if err != nil {
+			return rep, err
+		}
+		rep.Changes = append(rep.Changes, mc...)
 		rep.Status = StatusWould
 		return rep, nil
 	}
-	if err := replace(path, fi, rep, opts, func(w *os.File) error { return s.write(w, regions) }); err != nil {
+	if err := replace(path, fi, rep, opts, func(w *os.File) error {
+		mc, err := s.write(w)
+		rep.Changes = append(rep.Changes, mc...)
+		return err
+	}); err != nil {
 		return rep, err
 	}
 	if st, err := os.Stat(path); err == nil {
@@ -1066,33 +1253,27 @@ func repairStream(path string, fi os.FileInfo, f Format, rep *FileReport, opts F
 	return rep, nil
 }
 
-// analyzeStream runs the passes up to the repair of the damaged regions:
-// everything but writing. It returns the changes in report order and the
-// regions' new bytes.
-func analyzeStream(in *os.File, size int64, f Format) (*streamRepair, []Change, [][]byte, error) {
+// analyzeStream runs the first two passes: it returns the file-level
+// changes (dropped lines, relinks) in report order and leaves in s the
+// regions to repair.
+func analyzeStream(in *os.File, size int64, f Format) (*streamRepair, []Change, error) {
 	s := newStreamRepair(in, size, f)
 	if err := s.scan(); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if err := s.resolveFar(); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if err := s.link(); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if err := s.check(); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
+	s.settleExt()
 	var all []Change
 	all = append(all, s.dropped...)
 	all = append(all, s.dups...)
 	all = append(all, s.relinkChanges()...)
-	changes, regions, err := s.repairRegions()
-	for errors.Is(err, errMerged) {
-		changes, regions, err = s.repairRegions()
-	}
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return s, append(all, changes...), regions, nil
+	return s, all, nil
 }
