@@ -91,7 +91,7 @@ type Document struct {
 	envelope []byte      // claude: the envelope fields of lines belay writes from scratch
 	region   *regionOpts // set when the document is a region of a file repaired by streaming
 	ids      map[string]bool
-	version  int         // pi: header version
+	version  int // pi: header version
 	jsonl    bool
 	events   *belayDoc
 }

@@ -129,8 +129,8 @@ type streamRepair struct {
 type region struct {
 	first, last int // lines, 0-based, inclusive
 	off, end    int64
-	itemBase    int // message index of its first item
-	next        int // the path line after it (-1: none)
+	itemBase    int             // message index of its first item
+	next        int             // the path line after it (-1: none)
 	fwd         *region         // merged into this one
 	orphans     map[string]bool // ids of results in it that answer no call of their frame
 	ext         map[string]int  // unanswered calls before it, for those ids
@@ -154,7 +154,7 @@ type openCall struct {
 func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 	s := &streamRepair{f: f, size: size, format: format, seed: maphash.MakeSeed(),
 		openBy: map[string][]*openCall{},
-		term: "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
+		term:   "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
 		badSpans: map[int]bool{}, lost: map[uint64]*salvage{}, winIdx: map[uint64]int32{},
 		win: make([]winSlot, min(windowSize, size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
 	for i := range s.win {
@@ -166,7 +166,6 @@ func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 	}
 	return s
 }
-
 
 // idHash hashes a JSON string value (raw, with quotes).
 func (s *streamRepair) idHash(v []byte) uint64 {
@@ -579,11 +578,11 @@ type fitem struct {
 
 // frameReader reads the path a turn frame at a time.
 type frameReader struct {
-	s        *streamRepair
-	cur      []fitem // the open frame (or the items before the first assistant)
-	started  bool    // cur holds a frame (it starts with an assistant part)
-	lastResp string
-	sawOther bool
+	s           *streamRepair
+	cur         []fitem // the open frame (or the items before the first assistant)
+	started     bool    // cur holds a frame (it starts with an assistant part)
+	lastResp    string
+	sawOther    bool
 	held        []fitem // the last frame, not checked yet
 	heldStarted bool
 	pending     *region // the region being grown
