@@ -80,8 +80,11 @@ func (claudeCodec) build(d *Document) error {
 		leaf: func(e *entry) bool {
 			return e.id != "" && conversational(e) && (!anyMain || !sidechain(e))
 		},
-		near: func(child, c *entry) bool {
-			return conversational(c) && sidechain(c) == sidechain(child)
+		// Not a result line that hangs on its call's line beside the
+		// chain (its parent has other children): the chain goes on
+		// elsewhere.
+		near: func(child, c *entry, kids map[string]int) bool {
+			return conversational(c) && sidechain(c) == sidechain(child) && !(isResultLine(c) && kids[c.parent] > 1)
 		},
 	})
 	for _, e := range path {

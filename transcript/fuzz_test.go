@@ -39,9 +39,13 @@ func FuzzDocument(f *testing.F) {
 			rep := d.Repair()
 			out, err := d.Bytes()
 			require.NoError(t, err)
+			if len(d.Dropped) == 0 && len(d.Relinked) == 0 && len(rep.Changes) == 0 {
+				require.Equal(t, string(data), string(out), "%s: clean input is untouched", format)
+			}
 			d2, err := Parse(out, format)
 			require.NoError(t, err, "%s output must parse:\n%s", format, out)
 			require.Empty(t, d2.Dropped, "%s output must be valid:\n%s", format, out)
+			require.Empty(t, d2.Relinked, "%s output must have no broken link:\n%s", format, out)
 			if format == FormatBelay {
 				continue
 			}

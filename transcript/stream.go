@@ -452,6 +452,15 @@ func (s *streamRepair) resolveFar() error {
 
 // link relinks the broken links and walks the path from the leaf.
 func (s *streamRepair) link() error {
+	var kids []uint8 // children per line, up to 2
+	if len(s.broken) > 0 && s.format == FormatClaude {
+		kids = make([]uint8, s.n)
+		for i := 0; i < s.n; i++ {
+			if p := s.parent[i]; p >= 0 && s.flags[i]&fBad == 0 && kids[p] < 2 {
+				kids[p]++
+			}
+		}
+	}
 	for i := 0; i < s.n; i++ {
 		p, ok := s.broken[i]
 		if !ok {
@@ -486,7 +495,8 @@ func (s *streamRepair) link() error {
 				if fl&(fID|fBad) != fID {
 					continue
 				}
-				if s.format == FormatClaude && (fl&fConv == 0 || fl&fSide != s.flags[i]&fSide) {
+				if s.format == FormatClaude && (fl&fConv == 0 || fl&fSide != s.flags[i]&fSide ||
+					fl&fResult != 0 && s.parent[j] >= 0 && s.broken[j] == "" && kids[s.parent[j]] > 1) {
 					continue
 				}
 				target = int32(j)

@@ -16,8 +16,8 @@ type treeSpec struct {
 	leaf func(*entry) bool
 	// near accepts an entry as the ancestor an entry with a broken link
 	// is relinked to when its real ancestor is unknown (nil: any entry
-	// with an id).
-	near func(child, cand *entry) bool
+	// with an id); kids counts the entries naming each id as parent.
+	near func(child, cand *entry, kids map[string]int) bool
 }
 
 // dropDuplicates drops entries that repeat an earlier entry byte for byte
@@ -132,6 +132,7 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 	}
 	var lost map[string]salvaged
 	var broken []*entry
+	var kids map[string]int
 	for i, e := range body {
 		e.link = e.parent
 		if e.parent == "" || e.parent == e.id || byID[e.parent] != nil {
@@ -139,6 +140,12 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 		}
 		if lost == nil {
 			lost = d.salvage(spec)
+			kids = map[string]int{}
+			for _, c := range body {
+				if c.parent != "" && c.parent != c.id && byID[c.parent] != nil {
+					kids[c.parent]++
+				}
+			}
 		}
 		e.broken = true
 		broken = append(broken, e)
@@ -165,7 +172,7 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 			e.link = ""
 			for j := i - 1; j >= 0; j-- {
 				c := body[j]
-				if c.id != "" && c.id != e.id && (spec.near == nil || spec.near(e, c)) {
+				if c.id != "" && c.id != e.id && (spec.near == nil || spec.near(e, c, kids)) {
 					e.link = c.id
 					break
 				}
