@@ -1248,7 +1248,7 @@ func repairStream(path string, fi os.FileInfo, f Format, rep *FileReport, opts F
 		rep.Status = StatusWould
 		return rep, nil
 	}
-	if err := replace(path, fi, rep, opts, func(w *os.File) error {
+	if err := replace(path, fi, rep, opts, func(w io.Writer) error {
 		mc, err := s.write(w)
 		rep.Changes = append(rep.Changes, mc...)
 		return err
