@@ -1,6 +1,7 @@
 package transcript
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -119,7 +120,7 @@ func TestSingleDamageProperty(t *testing.T) {
 		join := func(ls []string) []byte { return []byte(strings.Join(ls, "\n") + "\n") }
 		path := filepath.Join(dir, "s.jsonl")
 		require.NoError(t, os.WriteFile(path, join(lines), 0o600))
-		rep, err := RepairFile(path, FileOptions{Format: f})
+		rep, err := RepairFile(path, FileOptions{Format: f, DryRun: true})
 		require.NoError(t, err)
 		require.Equal(t, StatusClean, rep.Status, "%s", join(lines))
 
@@ -161,11 +162,10 @@ func TestSingleDamageProperty(t *testing.T) {
 			mutated[at] = l[:1+r.IntN(len(l)-2)]
 		}
 		require.NoError(t, os.WriteFile(path, join(mutated), 0o600))
-		rep, err = RepairFile(path, FileOptions{Format: f, NoBackup: true})
+		rep, err = RepairFile(path, FileOptions{Format: f, DryRun: true})
 		require.NoError(t, err, "kind %d at %d:\n%s", kind, at, join(mutated))
-		require.Equal(t, StatusRepaired, rep.Status, "kind %d at line %d not detected:\n%s", kind, at+1, join(mutated))
-		out, err := os.ReadFile(path)
-		require.NoError(t, err)
+		require.Equal(t, StatusWould, rep.Status, "kind %d at line %d not detected:\n%s", kind, at+1, join(mutated))
+		out := streamRepaired(t, path, f)
 		d, err := Parse(out, f)
 		require.NoError(t, err)
 		kept := map[string]bool{}
@@ -177,8 +177,26 @@ func TestSingleDamageProperty(t *testing.T) {
 		for a := range survivors {
 			require.True(t, kept[a], "assistant entry %s lost (kind %d at line %d):\n%s\nrepaired:\n%s\nreport: %v", a, kind, at+1, string(join(mutated)), string(out), rep.Changes)
 		}
-		again, err := RepairFile(path, FileOptions{Format: f})
+		require.NoError(t, os.WriteFile(path, out, 0o600))
+		again, err := RepairFile(path, FileOptions{Format: f, DryRun: true})
 		require.NoError(t, err)
 		require.Equal(t, StatusClean, again.Status, "repaired output re-checks clean: %v\n%s", again.Changes, out)
 	}
+}
+
+// streamRepaired returns what the streaming repair writes for the file
+// (RepairFile without the backup and the atomic replace).
+func streamRepaired(t *testing.T, path string, f Format) []byte {
+	t.Helper()
+	in, err := os.Open(path)
+	require.NoError(t, err)
+	defer in.Close()
+	fi, err := in.Stat()
+	require.NoError(t, err)
+	s, _, err := analyzeStream(in, fi.Size(), f)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	_, err = s.write(&out)
+	require.NoError(t, err)
+	return out.Bytes()
 }
