@@ -274,9 +274,10 @@ func str(line []byte, at int) (string, bool) {
 func object(line []byte, at int) bool { return at != 0 && line[at-1] == '{' }
 
 // truncatedAt reports whether b is a JSON value cut short: valid up to
-// its end, where a value was still open. It returns b's length, the byte
-// the document stops at.
+// its end (trailing blanks aside), where a value was still open. It
+// returns the byte the document stops at.
 func truncatedAt(b []byte) (int, bool) {
+	b = bytes.TrimRight(b, " \t\r\n")
 	start := skipSpace(b, 0)
 	if start >= len(b) {
 		return 0, false
