@@ -39,7 +39,7 @@ import (
 var errNoStream = errors.New("transcript: file cannot be repaired by streaming")
 
 // windowSize is how many recent ids the scan keeps to find parents.
-const windowSize = 1 << 16
+var windowSize = 1 << 16 // a var for tests
 
 // Line flags of the scan.
 const (
@@ -108,6 +108,7 @@ type streamRepair struct {
 	win      []winSlot
 	winIdx   map[uint64]int32
 	winPos   int
+	bloom    []uint64 // every id, once the window has dropped some
 
 	// broken links: line -> parent named; its rank on the path (-1 off it)
 	broken    map[int]string
@@ -156,7 +157,7 @@ func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 		openBy: map[string][]*openCall{},
 		term:   "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
 		badSpans: map[int]bool{}, lost: map[uint64]*salvage{}, winIdx: map[uint64]int32{},
-		win: make([]winSlot, min(windowSize, size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
+		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
 	for i := range s.win {
 		s.win[i].line = -1
 	}
@@ -393,6 +394,15 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 		return
 	}
 	old := s.win[s.winPos]
+	if old.line >= 0 && s.bloom == nil {
+		s.bloom = make([]uint64, bloomBits/64)
+		for _, w := range s.win {
+			s.bloomAdd(w.id)
+		}
+	}
+	if s.bloom != nil {
+		s.bloomAdd(h)
+	}
 	if old.line >= 0 && s.winIdx[old.id] == int32(s.winPos) {
 		delete(s.winIdx, old.id)
 	}
@@ -401,17 +411,80 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 	s.winPos = (s.winPos + 1) % len(s.win)
 }
 
+// bloomBits is the size of the filter of ids kept once the window no
+// longer holds them all (2 MiB: for 400,000 ids, one false "maybe" in
+// about 2,000 lookups, which costs one more pass, never a wrong answer).
+const bloomBits = 1 << 24
+
+func bloomPos(h uint64) [3]uint64 {
+	h2 := h*0x9e3779b97f4a7c15 | 1
+	return [3]uint64{h % bloomBits, (h + h2) % bloomBits, (h + 2*h2) % bloomBits}
+}
+
+func (s *streamRepair) bloomAdd(h uint64) {
+	for _, p := range bloomPos(h) {
+		s.bloom[p/64] |= 1 << (p % 64)
+	}
+}
+
+func (s *streamRepair) bloomHas(h uint64) bool {
+	for _, p := range bloomPos(h) {
+		if s.bloom[p/64]&(1<<(p%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // resolveFar looks up the parents that were not among the recent ids in
 // one more pass over the file.
 func (s *streamRepair) resolveFar() error {
-	s.win, s.winIdx = nil, nil
 	if len(s.far) == 0 {
+		s.win, s.winIdx, s.bloom = nil, nil, nil
 		return nil
 	}
+	// A parent the ids seen say is not in the file is missing; one still
+	// in the window was written after its child; only the others need
+	// another pass.
 	want := make(map[uint64]int32, len(s.far))
+	search := false
 	for _, r := range s.far {
-		want[r.ph] = missingParent
+		switch slot, ok := s.winIdx[r.ph]; {
+		case ok:
+			want[r.ph] = s.win[slot].line
+		case s.bloom == nil || !s.bloomHas(r.ph):
+			want[r.ph] = missingParent
+		default:
+			want[r.ph] = farParent
+			search = true
+		}
 	}
+	s.win, s.winIdx, s.bloom = nil, nil, nil
+	if search {
+		if err := s.searchIDs(want); err != nil {
+			return err
+		}
+	}
+	for _, r := range s.far {
+		at := want[r.ph]
+		if r.line >= 0 && s.flags[r.line]&fBad == 0 {
+			s.parent[r.line] = at
+			if at == missingParent {
+				s.broken[int(r.line)] = r.parent
+			}
+		}
+	}
+	for _, sv := range s.lost {
+		if sv.parentIdx == farParent {
+			sv.parentIdx = want[sv.parent]
+		}
+	}
+	return nil
+}
+
+// searchIDs finds, in one more pass, the first line of each id wanted
+// (marked farParent); ids not found are missing.
+func (s *streamRepair) searchIDs(want map[uint64]int32) error {
 	ls := s.lines()
 	for idx := 0; ; idx++ {
 		line, _, _, tooLong, err := ls.next()
@@ -429,22 +502,13 @@ func (s *streamRepair) resolveFar() error {
 			continue
 		}
 		h := s.idHash(v)
-		if at, ok := want[h]; ok && at == missingParent {
+		if at, ok := want[h]; ok && at == farParent {
 			want[h] = int32(idx)
 		}
 	}
-	for _, r := range s.far {
-		at := want[r.ph]
-		if r.line >= 0 && s.flags[r.line]&fBad == 0 {
-			s.parent[r.line] = at
-			if at == missingParent {
-				s.broken[int(r.line)] = r.parent
-			}
-		}
-	}
-	for _, sv := range s.lost {
-		if sv.parentIdx == farParent {
-			sv.parentIdx = want[sv.parent]
+	for h, at := range want {
+		if at == farParent {
+			want[h] = missingParent
 		}
 	}
 	return nil

@@ -272,3 +272,27 @@ func FuzzStream(f *testing.F) {
 		}
 	})
 }
+
+// TestStreamSmallWindow runs the differential test with a window of 4
+// ids, so that parents are found through the filter of all ids and the
+// extra pass, as in files larger than the window. (Not parallel: it sets
+// the window.)
+func TestStreamSmallWindow(t *testing.T) {
+	defer func(n int) { windowSize = n }(windowSize)
+	windowSize = 4
+	r := rand.New(rand.NewPCG(9, 10))
+	for i := 0; i < 400; i++ {
+		f := []Format{FormatPi, FormatClaude}[i%2]
+		sameRepair(t, randomTree(r, f), f)
+	}
+	files, err := filepath.Glob("testdata/*.jsonl")
+	require.NoError(t, err)
+	for _, path := range files {
+		name := filepath.Base(path)
+		if strings.HasPrefix(name, "pi_") || strings.HasPrefix(name, "claude_") {
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			sameRepair(t, data, Format(strings.SplitN(name, "_", 2)[0]))
+		}
+	}
+}
