@@ -259,6 +259,17 @@ func (d *Document) splitArray() error {
 	return nil
 }
 
+// anyEntry reports whether a JSONL document kept any entry besides its
+// header and blank lines.
+func (d *Document) anyEntry() bool {
+	for _, e := range d.entries {
+		if e != d.header && !e.blank {
+			return true
+		}
+	}
+	return false
+}
+
 // idSet returns the ids of the document's entries, to which writers add
 // the ids they make.
 func (d *Document) idSet() map[string]bool {

@@ -248,3 +248,26 @@ func TestExportFidelity(t *testing.T) {
 	require.NoError(t, Encode(&buf, FormatAnthropic, msgs))
 	require.Contains(t, buf.String(), `"signature":"EqQB"`)
 }
+
+// TestNoValidLineRefused: a file none of whose lines is a valid entry of
+// the format named is refused, not emptied, in every mode.
+func TestNoValidLineRefused(t *testing.T) {
+	t.Parallel()
+	data := []byte(`{"role":"user","content":"hi"}` + "\n" + `{"role":"assistant","content":"hello"}` + "\n\n")
+	for _, f := range []Format{FormatClaude, FormatOpenAI, FormatAnthropic} {
+		for _, lines := range []bool{false, true} {
+			path := filepath.Join(t.TempDir(), "x.jsonl")
+			if f == FormatClaude {
+				require.NoError(t, os.WriteFile(path, data, 0o600))
+			} else {
+				require.NoError(t, os.WriteFile(path, []byte(`{"type":"user","message":{}}`+"\n"+`{"nope":1}`+"\n"), 0o600))
+			}
+			before, _ := os.ReadFile(path)
+			rep, err := RepairFile(path, FileOptions{Format: f, LinesOnly: lines})
+			require.ErrorIs(t, err, ErrRefused, "%s %v", f, lines)
+			require.Contains(t, rep.Reason, "no line of the file is a valid")
+			after, _ := os.ReadFile(path)
+			require.Equal(t, before, after)
+		}
+	}
+}

@@ -183,6 +183,9 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 		}
 		return rep, err
 	}
+	if len(d.Dropped) > 0 && d.jsonl && !d.anyEntry() {
+		return refuse(rep, noValidLine(f))
+	}
 	rep.Messages = !opts.LinesOnly
 	rep.Changes = append(rep.Changes, d.Dropped...)
 	rep.Changes = append(rep.Changes, d.Relinked...)
@@ -429,6 +432,11 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 	if len(bad) == 0 {
 		return rep, nil
 	}
+	if ok, err := keptNonBlank(in, fi.Size(), bad); err != nil {
+		return rep, err
+	} else if !ok {
+		return refuse(rep, noValidLine(f))
+	}
 	if f == FormatBelay {
 		rep.Changes = append(rep.Changes, Change{Kind: ChangeRenumberJournal, Reason: "events after the dropped lines were given gap-free seqs again"})
 	}
@@ -453,6 +461,40 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 	}
 	rep.Status = StatusRepaired
 	return rep, nil
+}
+
+// noValidLine is why a file none of whose lines is valid is refused: it is
+// most likely not in the format, and dropping every line would empty it.
+func noValidLine(f Format) string {
+	return fmt.Sprintf("no line of the file is a valid %s entry: it is not a %s transcript, or is damaged throughout; nothing was changed (name its format with --format)", f, f)
+}
+
+// keptNonBlank reports whether anything but blanks is left outside the
+// bad spans.
+func keptNonBlank(r io.ReaderAt, size int64, bad []badLine) (bool, error) {
+	buf := make([]byte, 64<<10)
+	var at int64
+	for _, b := range append(bad, badLine{off: size, end: size}) {
+		for at < b.off {
+			n := int64(len(buf))
+			if n > b.off-at {
+				n = b.off - at
+			}
+			m, err := r.ReadAt(buf[:n], at)
+			if len(bytes.TrimSpace(buf[:m])) > 0 {
+				return true, nil
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return false, fmt.Errorf("transcript: %w", err)
+			}
+			if m == 0 {
+				break
+			}
+			at += int64(m)
+		}
+		at = max(at, b.end)
+	}
+	return false, nil
 }
 
 // copyExcept copies r to w without the bad spans. File to file, the kernel

@@ -613,6 +613,16 @@ func (s *streamRepair) link() error {
 	return nil
 }
 
+// anyEntry reports whether any line is a valid entry.
+func (s *streamRepair) anyEntry() bool {
+	for _, fl := range s.flags {
+		if fl&(fEntry|fBad) == fEntry {
+			return true
+		}
+	}
+	return false
+}
+
 // relinkChanges reports the broken links, in line order.
 func (s *streamRepair) relinkChanges() []Change {
 	lines := make([]int, 0, len(s.broken))
@@ -1376,6 +1386,9 @@ func repairStream(path string, fi os.FileInfo, f Format, rep *FileReport, opts F
 			return refuse(rep, err.Error())
 		}
 		return rep, err
+	}
+	if len(s.dropped) > 0 && !s.anyEntry() {
+		return refuse(rep, noValidLine(f))
 	}
 	rep.Messages = true
 	rep.Changes = append(rep.Changes, changes...)
