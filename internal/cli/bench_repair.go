@@ -60,7 +60,7 @@ generated messages: pairing_scale is about 10 when it scales linearly.`,
 			}
 			w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "repair bench (targets: default >= %.0f MB/s, check >= %.0f MB/s, peak RSS < %s, scale <= %.0f)\n",
-				res.TargetMBPerSec, res.TargetCheckMBPerSec, sizeString(res.TargetPeakRSSBytes), res.TargetScale)
+				res.TargetMBPerSec, res.TargetCheckMBPerSec, fmt.Sprintf("%d MiB", res.TargetPeakRSSBytes>>20), res.TargetScale)
 			for _, rf := range res.Formats {
 				fmt.Fprintf(w, "\n%s\tsize\tlines\ttorn/lost/orphans\tmode\ttime\tMB/s\tchanges\tpeak heap\tpeak RSS\n", rf.Format)
 				for _, f := range rf.Files {
