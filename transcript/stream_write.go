@@ -138,27 +138,26 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 			return nil, fmt.Errorf("transcript: %w", err)
 		}
 		if ri < len(s.regions) && idx >= s.regions[ri].first {
-			if idx == s.regions[ri].first {
-				rc, b, err := s.repairRegion(s.regions[ri])
+			r := s.regions[ri]
+			if idx == r.first {
+				rc, b, err := s.repairRegion(r)
 				if err != nil {
 					return nil, err
 				}
 				changes = append(changes, rc...)
-				if len(b) == 0 {
-					goto next
-				}
-				if started && pendingTerm == "" {
-					_, _ = bw.WriteString(s.term)
-				}
-				_, _ = bw.Write(b)
-				started = true
-				pendingTerm = "x"
-				if b[len(b)-1] != '\n' {
-					pendingTerm = ""
+				if len(b) > 0 {
+					// The region's lines carry their own terminators.
+					if started && pendingTerm == "" {
+						_, _ = bw.WriteString(s.term)
+					}
+					_, _ = bw.Write(b)
+					started, pendingTerm = true, "\n"
+					if b[len(b)-1] != '\n' {
+						pendingTerm = ""
+					}
 				}
 			}
-		next:
-			if idx == s.regions[ri].last {
+			if idx == r.last {
 				ri++
 			}
 			continue
