@@ -62,14 +62,14 @@ generated messages: pairing_scale is about 10 when it scales linearly.`,
 			fmt.Fprintf(w, "repair bench (targets: default >= %.0f MB/s, check >= %.0f MB/s, peak RSS < %s, scale <= %.0f)\n",
 				res.TargetMBPerSec, res.TargetCheckMBPerSec, fmt.Sprintf("%d MiB", res.TargetPeakRSSBytes>>20), res.TargetScale)
 			for _, rf := range res.Formats {
-				fmt.Fprintf(w, "\n%s\tsize\tlines\ttorn/lost/orphans\tmode\ttime\tMB/s\tchanges\tpeak heap\tpeak RSS\n", rf.Format)
+				fmt.Fprintf(w, "\n%s\tsize\tlines\ttorn/lost/orphans\tmode\ttime\tMB/s\tCPU s\tchanges\tpeak heap\tpeak RSS\n", rf.Format)
 				for _, f := range rf.Files {
 					for _, run := range []struct {
 						name string
 						r    bench.RepairRun
 					}{{"lines-only", f.LinesOnly}, {"check", f.Check}, {"default", f.Default}} {
-						fmt.Fprintf(w, "\t%s\t%d\t%d/%d/%d\t%s\t%.2f s\t%.0f\t%d\t%s\t%s\n", sizeString(f.Bytes), f.Lines, f.Torn, f.Lost, f.Orphan,
-							run.name, run.r.Seconds, run.r.MBPerSec, run.r.Changes, sizeString(int64(run.r.PeakHeapBytes)), sizeString(run.r.PeakRSSBytes))
+						fmt.Fprintf(w, "\t%s\t%d\t%d/%d/%d\t%s\t%.2f s\t%.0f\t%.2f\t%d\t%s\t%s\n", sizeString(f.Bytes), f.Lines, f.Torn, f.Lost, f.Orphan,
+							run.name, run.r.Seconds, run.r.MBPerSec, run.r.CPUSeconds, run.r.Changes, sizeString(int64(run.r.PeakHeapBytes)), sizeString(run.r.PeakRSSBytes))
 					}
 				}
 				fmt.Fprintf(w, "\tscale (default, large/small): %.1f\trss growth: %.2f\n", rf.Scale, rf.RSSGrowth)
