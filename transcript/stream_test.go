@@ -249,14 +249,14 @@ func TestStreamMatchesMemoryRandom(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	streamed := 0
-	for i := 0; i < 1500; i++ {
+	for i := 0; i < 600; i++ {
 		f := []Format{FormatPi, FormatClaude}[i%2]
 		data := randomTree(r, f)
 		if sameRepair(t, data, f) {
 			streamed++
 		}
 	}
-	require.Greater(t, streamed, 1200)
+	require.Greater(t, streamed, 480)
 }
 
 // FuzzStream holds streaming repair to the in-memory one on any input.
@@ -281,7 +281,7 @@ func TestStreamSmallWindow(t *testing.T) {
 	defer func(n int) { windowSize = n }(windowSize)
 	windowSize = 4
 	r := rand.New(rand.NewPCG(9, 10))
-	for i := 0; i < 400; i++ {
+	for i := 0; i < 200; i++ {
 		f := []Format{FormatPi, FormatClaude}[i%2]
 		sameRepair(t, randomTree(r, f), f)
 	}
