@@ -44,7 +44,7 @@ func TestRepairFileMissingAndEmpty(t *testing.T) {
 
 func TestRepairFileCleanUntouched(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"pi_clean.jsonl", "claude_clean.jsonl", "claude_toolcalls_clean.jsonl", "claude_compacted_clean.jsonl", "openai_clean.json", "openai_clean.jsonl", "anthropic_clean.json", "belay_clean.jsonl"} {
+	for _, name := range []string{"pi_clean.jsonl", "claude_clean.jsonl", "claude_toolcalls_clean.jsonl", "claude_compacted_clean.jsonl", "claude_subagent_clean.jsonl", "openai_clean.json", "openai_clean.jsonl", "anthropic_clean.json", "belay_clean.jsonl"} {
 		for _, lines := range []bool{false, true} {
 			path := copyFixture(t, name, 0o640)
 			old := time.Now().Add(-time.Hour).Truncate(time.Second)
