@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -197,7 +198,7 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 		return rep, err
 	}
 	if d.Format == FormatBelay && d.events != nil && d.events.renumber {
-		rep.Changes = append(rep.Changes, Change{Kind: ChangeRenumberJournal, Reason: "events after the dropped lines were given gap-free seqs again"})
+		rep.Changes = append(rep.Changes, Change{Kind: ChangeKeepSeqs, Reason: "each dropped line was replaced by a journal.lost placeholder, so every other event keeps its seq"})
 	}
 	if len(rep.Changes) == 0 {
 		return rep, nil // clean: the file is not touched
@@ -438,7 +439,7 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 		return refuse(rep, noValidLine(f))
 	}
 	if f == FormatBelay {
-		rep.Changes = append(rep.Changes, Change{Kind: ChangeRenumberJournal, Reason: "events after the dropped lines were given gap-free seqs again"})
+		rep.Changes = append(rep.Changes, Change{Kind: ChangeKeepSeqs, Reason: "each dropped line was replaced by a journal.lost placeholder, so every other event keeps its seq"})
 	}
 	var dropped int64
 	for _, b := range bad {
@@ -591,7 +592,7 @@ func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 	defer in.Close()
 	c := belayCodec{}
 	s := &lineScanner{r: bufio.NewReaderSize(in, 1<<20)}
-	var lastSeq uint64
+	var k seqKeeper
 	batch := make([]journal.Event, 0, 256)
 	flush := func() error {
 		if len(batch) == 0 {
@@ -601,7 +602,6 @@ func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 		batch = batch[:0]
 		return err
 	}
-	ids := map[string]bool{}
 	for {
 		line, _, _, tooLong, err := s.next()
 		if errors.Is(err, io.EOF) {
@@ -611,30 +611,34 @@ func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 			return fail(err)
 		}
 		if tooLong || c.checkLine(line) != "" {
+			k.dropped++ // reported by the validating pass
 			continue
 		}
 		seq, _ := lineSeq(line)
-		if seq <= lastSeq {
-			continue
-		}
-		lastSeq = seq
 		var ev journal.Event
 		if err := json.Unmarshal(line, &ev); err != nil {
+			k.dropped++
+			rep.Changes = append(rep.Changes, Change{Kind: ChangeDropLine, Line: s.line, Reason: "undecodable event: " + err.Error()})
 			continue
 		}
-		ev.Seq = 0
-		if ev.ID != "" {
-			if ids[ev.ID] {
-				rep.Changes = append(rep.Changes, Change{Kind: ChangeDropDuplicateID, Line: s.line, Reason: "a second event with idempotency id " + ev.ID})
-				continue
+		fill, keep, why := k.admit(seq, ev.ID, ev.TS)
+		if !keep {
+			// Out-of-order seqs were reported by the validating pass.
+			switch {
+			case ev.ID != "" && strings.HasPrefix(why, "a second event"):
+				rep.Changes = append(rep.Changes, Change{Kind: ChangeDropDuplicateID, Line: s.line, Reason: why})
+			case strings.Contains(why, "jumps past"):
+				rep.Changes = append(rep.Changes, Change{Kind: ChangeDropLine, Line: s.line, Reason: why})
 			}
-			ids[ev.ID] = true
+			continue
 		}
+		batch = append(batch, fill...)
+		ev.Seq = 0
 		if string(ev.Data) == "null" {
 			ev.Data = nil
 		}
 		batch = append(batch, ev)
-		if len(batch) == cap(batch) {
+		if len(batch) >= 256 {
 			if err := flush(); err != nil {
 				return fail(err)
 			}

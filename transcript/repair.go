@@ -25,7 +25,7 @@ const (
 	ChangeFillBlankUser   = "fill_blank_user"   // a blank user turn given placeholder text
 	ChangeMergeMessage    = "merge_message"     // an assistant message merged into the one before it, which repair made adjacent
 	ChangeRelink          = "relink"            // tree formats: an entry whose parent is missing, relinked to its nearest surviving ancestor
-	ChangeRenumberJournal = "renumber_journal"  // belay journal: seqs renumbered after dropped lines
+	ChangeKeepSeqs        = "keep_seqs"         // belay journal: dropped lines replaced by journal.lost placeholders
 	ChangeRenameToolID    = "rename_tool_id"    // export: a tool id an earlier turn used, renamed with its results
 	ChangeDropThinking    = "drop_thinking"     // export: a thinking block without a signature left out (anthropic, claude)
 	ChangeDropDuplicateID = "drop_duplicate_id" // belay journal: a second event with the same idempotency id
