@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -94,15 +93,4 @@ func (h *HTTP) Close() {
 	for _, s := range servers {
 		s.Stop()
 	}
-}
-
-// Scopes lists the scopes served, for tests and status.
-func (h *HTTP) Scopes() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for k := range h.servers {
-		out = append(out, strings.TrimSuffix(k, "|"))
-	}
-	return out
 }
