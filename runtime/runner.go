@@ -49,8 +49,8 @@ type runner struct {
 	recovers int
 	started  bool // the current attempt reported progress
 
-	resumable      bool            // guarded by mu: the provider could resume the run now
-	barrenResume   bool            // guarded by mu: the last attempt resumed and made no progress
+	resumable      bool                  // guarded by mu: the provider could resume the run now
+	barrenResume   bool                  // guarded by mu: the last attempt resumed and made no progress
 	sessionOptions json.RawMessage       // the session's provider options
 	sessionRef     belay.ConversationRef // the session's ref when the run started
 	textLen        int                   // bytes of answer text journaled since the last fresh attempt

@@ -111,7 +111,7 @@ func (v Verdict) Error(site string) error {
 	case StateRateLimited:
 		class, next = belay.ClassRateLimited, "the site's usage limit was reached; wait and retry"
 	default:
-		class, next = belay.ClassUIDrift, "the page does not look like the site profile; diagnose with: belay browser check " + site
+		class, next = belay.ClassUIDrift, "the page does not look like the site profile; diagnose with: belay browser check "+site
 	}
 	msg := fmt.Sprintf("browser: %s is %s: %s", site, v.State, v.Reason)
 	if len(v.Missing) > 0 {
