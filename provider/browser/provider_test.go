@@ -2,6 +2,8 @@ package browser
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,5 +34,156 @@ func TestRunAnswersOnce(t *testing.T) {
 	}
 	if n := chromiumCount(t, b.dir); n != 0 {
 		t.Fatalf("%d browser processes left", n)
+	}
+}
+
+// detachAt runs a request whose emit detaches (as a stopping daemon
+// does) at the first event for which stop returns true, given the text so
+// far. It returns what the journal would hold: the last ref and the text
+// before that event.
+func detachAt(t *testing.T, b *bundle, req provider.Request, stop func(ev provider.Event, text string) bool) (journaled provider.Event, text string) {
+	t.Helper()
+	var rec recorder
+	emit := func(ev provider.Event) error {
+		if stop(ev, rec.answer()) {
+			return provider.ErrDetach
+		}
+		return rec.emit(ev)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := b.p.Run(ctx, req, emit)
+	if !errors.Is(err, provider.ErrDetach) {
+		t.Fatalf("run ended with %v, want a detach", err)
+	}
+	return rec.ref, rec.answer()
+}
+
+// resume runs req again with Resume from the journaled ref and offset.
+func resume(t *testing.T, b *bundle, req provider.Request, ref provider.Event, offset int) *recorder {
+	t.Helper()
+	req.Resume, req.Ref, req.TextOffset, req.Attempt = true, *ref.Ref, offset, req.Attempt+1
+	var rec recorder
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := b.p.Run(ctx, req, rec.emit); err != nil {
+		t.Fatal(err)
+	}
+	return &rec
+}
+
+func phaseOf(ev provider.Event) string {
+	if ev.Kind != provider.RefUpdate {
+		return ""
+	}
+	if c := refCursor(*ev.Ref); c != nil {
+		return c.Phase
+	}
+	return ""
+}
+
+func TestResumeAfterDetachReadsOn(t *testing.T) {
+	b := setup(t, 4)
+	prompt := "Resume me. [[think=1s pause=500ms stream=4s words=80]]"
+	req := provider.Request{Session: "ses_b", Run: "run_b", Prompt: prompt, Attempt: 1}
+	ref, text := detachAt(t, b, req, func(ev provider.Event, text string) bool { return len(text) > 40 })
+	if n := chromiumCount(t, b.dir); n == 0 {
+		t.Fatal("the browser did not outlive the detach")
+	}
+	rec := resume(t, b, req, ref, len(text))
+	want, _ := chatsite.AnswerText(prompt)
+	if got := text + rec.answer(); got != want {
+		t.Fatalf("answer:\n got %q\nwant %q", got, want)
+	}
+	if rec.ref.Ref.Target != ref.Ref.Target {
+		t.Fatalf("resumed in target %s, not the bound %s", rec.ref.Ref.Target, ref.Ref.Target)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+	if n := chromiumCount(t, b.dir); n != 0 {
+		t.Fatalf("%d browser processes left", n)
+	}
+}
+
+func TestResumeAfterIntentFindsTheSentPrompt(t *testing.T) {
+	b := setup(t, 4)
+	prompt := "Sent but not settled. [[think=1s stream=1s words=20]]"
+	req := provider.Request{Session: "ses_c", Run: "run_c", Prompt: prompt, Attempt: 1}
+	// The daemon dies after the send, before the settlement is journaled.
+	ref, _ := detachAt(t, b, req, func(ev provider.Event, _ string) bool { return phaseOf(ev) == phaseSent })
+	if phaseOf(ref) != phaseIntent {
+		t.Fatalf("journaled phase %q", phaseOf(ref))
+	}
+	rec := resume(t, b, req, ref, 0)
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec.answer(); got != want {
+		t.Fatalf("answer:\n got %q\nwant %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+}
+
+func TestResumeAfterIntentSendsWhatWasNotSent(t *testing.T) {
+	b := setup(t, 4)
+	prompt := "Intent only. [[think=1s stream=1s words=20]]"
+	req := provider.Request{Session: "ses_d", Run: "run_d", Prompt: prompt, Attempt: 1}
+	// The daemon dies after journaling the intent, before typing.
+	var intent provider.Event
+	detachAt(t, b, req, func(ev provider.Event, _ string) bool {
+		if phaseOf(ev) == phaseIntent {
+			intent = ev
+			return true
+		}
+		return false
+	})
+	// The journal holds the intent (the detach came after its write).
+	rec := resume(t, b, req, intent, 0)
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec.answer(); got != want {
+		t.Fatalf("answer:\n got %q\nwant %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+}
+
+func TestClosedTabIsRecoveredByURL(t *testing.T) {
+	b := setup(t, 4)
+	prompt := "Close my tab. [[think=1s pause=500ms stream=4s words=80]]"
+	req := provider.Request{Session: "ses_e", Run: "run_e", Prompt: prompt, Attempt: 1}
+	var rec recorder
+	closed := false
+	rec.onRef = func(c cursor) {}
+	emit := func(ev provider.Event) error {
+		if err := rec.emit(ev); err != nil {
+			return err
+		}
+		if !closed && ev.Kind == provider.TextDelta && len(rec.answer()) > 30 {
+			closed = true
+			r := rec.ref.Ref
+			c := refCursor(*r)
+			if err := CloseTarget(context.Background(), c.Chrome.WS, r.Target); err != nil {
+				t.Error(err)
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := b.p.Run(ctx, req, emit); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec.answer(); got != want {
+		t.Fatalf("answer:\n got %q\nwant %q", got, want)
+	}
+	c := refCursor(*rec.ref.Ref)
+	if c.Rebinds < 1 || !strings.Contains(c.Evidence, "reopened") {
+		t.Fatalf("no rebind recorded: %+v", c)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
 	}
 }
