@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// memory returns the resident memory in bytes of the browser's processes
+// memory returns the memory in bytes (proportional set size) of the browser's processes
 // (its session), or 0 if it cannot tell.
 func (c *chrome) memory() int64 {
 	if !c.alive() {
@@ -38,16 +38,35 @@ func (c *chrome) memory() int64 {
 		if len(f) < 4 || f[3] != want {
 			continue
 		}
-		m, err := os.ReadFile("/proc/" + name + "/statm")
-		if err != nil {
-			continue
-		}
-		mf := strings.Fields(string(m))
-		if len(mf) < 2 {
-			continue
-		}
-		rss, _ := strconv.ParseInt(mf[1], 10, 64)
-		total += rss * page
+		total += procMemory(name, page)
 	}
 	return total
+}
+
+// procMemory is a process's proportional set size (shared pages split
+// between the processes that map them, so a browser's helpers are not
+// counted many times), or its resident set size if the kernel does not
+// report it.
+func procMemory(pid string, page int64) int64 {
+	if b, err := os.ReadFile("/proc/" + pid + "/smaps_rollup"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Pss:"); ok {
+				f := strings.Fields(v)
+				if len(f) >= 1 {
+					kb, _ := strconv.ParseInt(f[0], 10, 64)
+					return kb << 10
+				}
+			}
+		}
+	}
+	m, err := os.ReadFile("/proc/" + pid + "/statm")
+	if err != nil {
+		return 0
+	}
+	mf := strings.Fields(string(m))
+	if len(mf) < 2 {
+		return 0
+	}
+	rss, _ := strconv.ParseInt(mf[1], 10, 64)
+	return rss * page
 }

@@ -1,0 +1,167 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/chatsite"
+	"github.com/belayhq/belay/provider"
+)
+
+// TestPageStates loads each failure story of the chat site in one real
+// browser and checks the classifier's verdict and its error class.
+func TestPageStates(t *testing.T) {
+	b := setup(t, 4)
+	chromium, err := findChromium("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	br, err := startChrome(ctx, chromium, filepath.Join(b.dir, "p"), true, nil, filepath.Join(b.dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.kill()
+	tb, err := attach(ctx, br, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.close()
+	site, err := b.p.sites.Get("loopback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	site, err = site.WithStartURL(b.site.URL() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode  chatsite.Mode
+		state PageState
+		class belay.ErrorClass
+	}{
+		{chatsite.ModeReady, StateReady, ""},
+		{chatsite.ModeLogin, StateLoginRequired, belay.ClassAuth},
+		{chatsite.ModeExpired, StateLoginRequired, belay.ClassAuth},
+		{chatsite.ModeLoggedOut, StateLoginRequired, belay.ClassAuth},
+		{chatsite.ModeChallenge, StateChallenge, belay.ClassChallenge},
+		{chatsite.ModeRateLimited, StateRateLimited, belay.ClassRateLimited},
+		{chatsite.ModeOutage, StateOutage, belay.ClassTransient},
+		{chatsite.Mode5xxOnce, StateOutage, belay.ClassTransient},
+		{chatsite.ModeModal, StateModal, belay.ClassUIDrift},
+		{chatsite.ModeDrift, StateUnknown, belay.ClassUIDrift},
+	} {
+		if err := b.site.SetMode(tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.navigate(ctx, site.StartURL); err != nil {
+			t.Fatalf("%s: %v", tc.mode, err)
+		}
+		pr, err := tb.probe(ctx, site)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.mode, err)
+		}
+		v := classify(site, pr)
+		if v.State != tc.state {
+			t.Errorf("%s: state %s (%s), want %s", tc.mode, v.State, v.Reason, tc.state)
+		}
+		if got := provider.ClassOf(v.Error("loopback")); got != tc.class {
+			t.Errorf("%s: class %q, want %q", tc.mode, got, tc.class)
+		}
+	}
+	// The second UI version matches its own profile.
+	v2, err := b.p.sites.Get("loopback-v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, _ = v2.WithStartURL(site.StartURL)
+	_ = b.site.SetMode(chatsite.ModeDrift)
+	if err := tb.navigate(ctx, site.StartURL); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := tb.probe(ctx, v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := classify(v2, pr); v.State != StateReady {
+		t.Errorf("drift with the v2 profile: %+v", v)
+	}
+}
+
+// run runs req to its end on the bundle's provider.
+func (b *bundle) run(t *testing.T, req provider.Request) (*recorder, error) {
+	t.Helper()
+	var rec recorder
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := b.p.Run(ctx, req, rec.emit)
+	return &rec, err
+}
+
+func TestRunFailsBeforeTypingWhenNotReady(t *testing.T) {
+	b := setup(t, 4)
+	_ = b.site.SetMode(chatsite.ModeChallenge)
+	prompt := "Never typed."
+	_, err := b.run(t, provider.Request{Session: "ses_f", Run: "run_f", Prompt: prompt, Attempt: 1})
+	if provider.ClassOf(err) != belay.ClassChallenge {
+		t.Fatalf("err %v", err)
+	}
+	if n := len(b.site.Prompts()); n != 0 {
+		t.Fatalf("%d sends", n)
+	}
+}
+
+// TestRunRecoversFromSiteTrouble: a 5xx page gets one reload, a modal one
+// dismissal, a silently dropped send one more send (the prompt then
+// reaches the site once).
+func TestRunRecoversFromSiteTrouble(t *testing.T) {
+	b := setup(t, 4)
+	for i, prep := range []func(){
+		func() { _ = b.site.SetMode(chatsite.Mode5xxOnce) },
+		func() { _ = b.site.SetMode(chatsite.ModeModal) },
+		func() { _ = b.site.SetMode(chatsite.ModeReady); b.site.DropNext(1) },
+	} {
+		prep()
+		prompt := "Trouble " + string(rune('a'+i)) + " [[think=500ms stream=500ms words=10]]"
+		rec, err := b.run(t, provider.Request{Session: "ses_g", Run: "run_g" + string(rune('a'+i)), Prompt: prompt, Attempt: 1})
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		want, _ := chatsite.AnswerText(prompt)
+		if got := rec.answer(); got != want {
+			t.Fatalf("case %d: answer %q, want %q", i, got, want)
+		}
+		if n := b.site.Count(prompt); n != 1 {
+			t.Fatalf("case %d: sent %d times", i, n)
+		}
+	}
+}
+
+// TestErrorTurnIsTransientThenRetried: an error turn with Retry fails the
+// attempt as transient; the next (resumed) attempt clicks Retry instead of
+// sending again.
+func TestErrorTurnIsTransientThenRetried(t *testing.T) {
+	b := setup(t, 4)
+	prompt := "Fail first. [[think=500ms stream=500ms words=10 error=1]]"
+	req := provider.Request{Session: "ses_h", Run: "run_h", Prompt: prompt, Attempt: 1}
+	rec, err := b.run(t, req)
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Class != belay.ClassTransient {
+		t.Fatalf("err %v, want transient", err)
+	}
+	if rec.answer() != "" {
+		t.Fatalf("an error turn streamed %q", rec.answer())
+	}
+	rec2 := resume(t, b, req, rec.ref, 0)
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec2.answer(); got != want {
+		t.Fatalf("answer %q, want %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("sent %d times", n)
+	}
+}
