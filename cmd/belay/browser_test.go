@@ -91,7 +91,7 @@ func TestBrowserSendThroughTheCLI(t *testing.T) {
 	site, dir, bin := browserSetup(t, 8)
 	daemon := startServe(t, bin, dir)
 	defer func() { _ = daemon.Process.Signal(syscall.SIGTERM); _ = daemon.Wait() }()
-	prompt := "What is a fencing token? [[think=2s stream=2s words=30]]"
+	prompt := "What is a fencing token? [[think=2s stream=2s words=30 artifacts=notes.txt]]"
 	out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", "--wait", "--timeout", "60s", prompt)
 	var res struct {
 		Run, Session, Status string
@@ -103,6 +103,25 @@ func TestBrowserSendThroughTheCLI(t *testing.T) {
 	got := belayCmd(t, bin, dir, "read", res.Run)
 	require.Equal(t, want, strings.TrimRight(got, "\n"))
 	require.Equal(t, 1, site.Count(prompt))
+
+	// The answer's file is in the run's artifact directory.
+	var arts struct {
+		Dir       string
+		Artifacts []browser.Artifact
+	}
+	out = belayCmd(t, bin, dir, "read", "--artifacts", "--json", res.Run)
+	require.NoError(t, json.Unmarshal([]byte(out), &arts), out)
+	require.Len(t, arts.Artifacts, 1, out)
+	a := arts.Artifacts[0]
+	r, err := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")}).Run(context.Background(), res.Run)
+	require.NoError(t, err)
+	content, err := chatsite.File(r.Ref.ID, "notes.txt")
+	require.NoError(t, err)
+	require.Equal(t, browser.PromptHash(string(content)), a.SHA256)
+	onDisk, err := os.ReadFile(filepath.Join(arts.Dir, a.File))
+	require.NoError(t, err)
+	require.Equal(t, content, onDisk)
+	require.Equal(t, filepath.Join(dir, "sessions", res.Session, "artifacts", res.Run), arts.Dir)
 }
 
 // TestBrowserRunSurvivesDaemonKill SIGKILLs the daemon while a long

@@ -21,6 +21,7 @@ type readResult struct {
 
 func newReadCmd(stdio Stdio) *cobra.Command {
 	var g globalOptions
+	var artifacts bool
 	cmd := &cobra.Command{
 		Use:   "read RUN|SESSION",
 		Short: "Print a run's answer, or a session's transcript (works with the daemon down)",
@@ -41,6 +42,9 @@ func newReadCmd(stdio Stdio) *cobra.Command {
 				run, err := src.run(ctx, id)
 				if err != nil {
 					return err
+				}
+				if artifacts {
+					return printArtifacts(stdio, g, run)
 				}
 				evs, err := allEvents(ctx, src, run.Session, run.InputSeq-1)
 				if err != nil && len(evs) == 0 {
@@ -87,6 +91,7 @@ func newReadCmd(stdio Stdio) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
 	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&artifacts, "artifacts", false, "list the files the run downloaded (browser runs), with size and sha256")
 	return cmd
 }
 

@@ -165,3 +165,36 @@ func TestErrorTurnIsTransientThenRetried(t *testing.T) {
 		t.Fatalf("sent %d times", n)
 	}
 }
+
+// TestArtifactsAreDownloaded: the answer's file links (a plain file, one
+// slower than 30 s of site time, a blob made in the page, and one that
+// breaks off) land in the artifact directory with their sha256 in the
+// manifest; the broken one is recorded with its error.
+func TestArtifactsAreDownloaded(t *testing.T) {
+	b := setup(t, 20)
+	prompt := "Attach files. [[think=1s stream=1s words=10 artifacts=notes.txt,slow.bin,data.blob.txt,broken.bin]]"
+	rec, err := b.run(t, provider.Request{Session: "ses_i", Run: "run_i", Prompt: prompt, Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ReadManifest(filepath.Join(b.dir, "runs", "ses_i", "run_i", "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Artifacts) != 4 {
+		t.Fatalf("manifest %+v", m)
+	}
+	conv := rec.ref.Ref.ID
+	for _, a := range m.Artifacts {
+		want, ferr := chatsite.File(conv, a.Name)
+		if a.Name == "broken.bin" {
+			if ferr == nil || a.Error == "" || a.File != "" || a.Attempts != 3 {
+				t.Errorf("broken.bin: %+v", a)
+			}
+			continue
+		}
+		if a.Error != "" || a.SHA256 != PromptHash(string(want)) || a.Size != int64(len(want)) {
+			t.Errorf("%s: %+v, want %d bytes", a.Name, a, len(want))
+		}
+	}
+}

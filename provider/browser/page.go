@@ -104,8 +104,9 @@ func (t *tab) eval(ctx context.Context, fn string, out any, args ...any) error {
 		}
 		parts[i] = string(b)
 	}
-	expr := "JSON.stringify((" + fn + ")(" + strings.Join(parts, ",") + "))"
-	s, err := run(ctx, t, 15*time.Second, chromedp.Evaluate[string](expr))
+	// An async function's promise is awaited.
+	expr := "(async () => JSON.stringify(await (" + fn + ")(" + strings.Join(parts, ",") + ")))()"
+	s, err := run(ctx, t, 15*time.Second, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ const (
 	DefaultSendTimeout   = 30 * time.Second
 	DefaultReadyTimeout  = 30 * time.Second
 	DefaultProgressEvery = 20 * time.Second
+	DefaultArtifactTime  = 30 * time.Minute
 )
 
 // Config configures a browser provider. It is decoded from the daemon's
@@ -60,6 +61,9 @@ type Config struct {
 	// target as alive this often, so the watchdog does not take a long
 	// think for a stall (default 20s).
 	ProgressEvery time.Duration `toml:"progress_every"`
+	// ArtifactTimeout bounds the download of one artifact (default 30m;
+	// there is no 30 s cap, a slow file is given its time).
+	ArtifactTimeout time.Duration `toml:"artifact_timeout"`
 	// Settle overrides the sites' completion settle time (tests).
 	Settle time.Duration `toml:"settle"`
 }
@@ -87,6 +91,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.ArtifactTimeout <= 0 {
+		c.ArtifactTimeout = DefaultArtifactTime
 	}
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = DefaultProgressEvery

@@ -498,6 +498,11 @@ func (r *runState) complete(ctx context.Context, text string, ts turnState) erro
 	if err := r.stream(text); err != nil {
 		return err
 	}
+	if len(ts.Artifacts) > 0 {
+		if err := r.artifacts(ctx, ts.Artifacts); err != nil {
+			return err
+		}
+	}
 	if err := r.emit(provider.Event{Kind: provider.TurnEnd, StopReason: "end_turn"}); err != nil {
 		return err
 	}
