@@ -122,6 +122,24 @@ func TestBrowserSendThroughTheCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, content, onDisk)
 	require.Equal(t, filepath.Join(dir, "sessions", res.Session, "artifacts", res.Run), arts.Dir)
+
+	// A follow-up in the session continues the same conversation.
+	follow := "And a follow-up. [[think=1s stream=1s words=12]]"
+	out = belayCmd(t, bin, dir, "send", "--session", res.Session, "--json", "--wait", "--timeout", "60s", follow)
+	var res2 struct{ Run, Status string }
+	require.NoError(t, json.Unmarshal([]byte(out), &res2), out)
+	require.Equal(t, "complete", res2.Status, out)
+	want2, err := chatsite.AnswerText(follow)
+	require.NoError(t, err)
+	require.Equal(t, want2, strings.TrimRight(belayCmd(t, bin, dir, "read", res2.Run), "\n"))
+	r2, err := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")}).Run(context.Background(), res2.Run)
+	require.NoError(t, err)
+	require.Equal(t, r.Ref.ID, r2.Ref.ID, "the follow-up went to another conversation")
+	text, done, err := site.Answer(r.Ref.ID, 1)
+	require.NoError(t, err)
+	require.True(t, done)
+	require.Equal(t, want2, text)
+	require.Equal(t, 1, site.Count(follow))
 }
 
 // TestBrowserRunSurvivesDaemonKill SIGKILLs the daemon while a long
