@@ -70,3 +70,31 @@ func procMemory(pid string, page int64) int64 {
 	rss, _ := strconv.ParseInt(mf[1], 10, 64)
 	return rss * page
 }
+
+// ProfileMemory returns the memory (proportional set size) of the
+// browsers whose profile directory is under root, by profile directory.
+func ProfileMemory(root string) map[string]int64 {
+	out := map[string]int64{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	page := int64(os.Getpagesize())
+	for _, e := range ents {
+		name := e.Name()
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/cmdline")
+		if err != nil {
+			continue
+		}
+		for _, arg := range strings.Split(string(b), "\x00") {
+			if dir, ok := strings.CutPrefix(arg, "--user-data-dir="); ok && strings.HasPrefix(dir, root) {
+				out[dir] += procMemory(name, page)
+				break
+			}
+		}
+	}
+	return out
+}
