@@ -15,7 +15,8 @@ import (
 // TestPageStates loads each failure story of the chat site in one real
 // browser and checks the classifier's verdict and its error class.
 func TestPageStates(t *testing.T) {
-	b := setup(t, 4)
+	t.Parallel()
+	b := setup(t, 8)
 	chromium, err := findChromium("")
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +104,8 @@ func (b *bundle) run(t *testing.T, req provider.Request) (*recorder, error) {
 }
 
 func TestRunFailsBeforeTypingWhenNotReady(t *testing.T) {
-	b := setup(t, 4)
+	t.Parallel()
+	b := setup(t, 8)
 	_ = b.site.SetMode(chatsite.ModeChallenge)
 	prompt := "Never typed."
 	_, err := b.run(t, provider.Request{Session: "ses_f", Run: "run_f", Prompt: prompt, Attempt: 1})
@@ -119,7 +121,8 @@ func TestRunFailsBeforeTypingWhenNotReady(t *testing.T) {
 // dismissal, a silently dropped send one more send (the prompt then
 // reaches the site once).
 func TestRunRecoversFromSiteTrouble(t *testing.T) {
-	b := setup(t, 4)
+	t.Parallel()
+	b := setup(t, 8)
 	for i, prep := range []func(){
 		func() { _ = b.site.SetMode(chatsite.Mode5xxOnce) },
 		func() { _ = b.site.SetMode(chatsite.ModeModal) },
@@ -145,7 +148,8 @@ func TestRunRecoversFromSiteTrouble(t *testing.T) {
 // attempt as transient; the next (resumed) attempt clicks Retry instead of
 // sending again.
 func TestErrorTurnIsTransientThenRetried(t *testing.T) {
-	b := setup(t, 4)
+	t.Parallel()
+	b := setup(t, 8)
 	prompt := "Fail first. [[think=500ms stream=500ms words=10 error=1]]"
 	req := provider.Request{Session: "ses_h", Run: "run_h", Prompt: prompt, Attempt: 1}
 	rec, err := b.run(t, req)
@@ -171,6 +175,7 @@ func TestErrorTurnIsTransientThenRetried(t *testing.T) {
 // breaks off) land in the artifact directory with their sha256 in the
 // manifest; the broken one is recorded with its error.
 func TestArtifactsAreDownloaded(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 20)
 	prompt := "Attach files. [[think=1s stream=1s words=10 artifacts=notes.txt,slow.bin,data.blob.txt,broken.bin]]"
 	rec, err := b.run(t, provider.Request{Session: "ses_i", Run: "run_i", Prompt: prompt, Attempt: 1})

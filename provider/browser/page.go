@@ -93,6 +93,10 @@ func (t *tab) reload(ctx context.Context) error {
 	return err
 }
 
+// evalTimeout bounds one page evaluation: they take milliseconds, and a
+// crashed renderer never answers.
+const evalTimeout = 5 * time.Second
+
 // eval evaluates a JS function of the site profile and args, and decodes
 // its JSON result into out.
 func (t *tab) eval(ctx context.Context, fn string, out any, args ...any) error {
@@ -106,7 +110,7 @@ func (t *tab) eval(ctx context.Context, fn string, out any, args ...any) error {
 	}
 	// An async function's promise is awaited.
 	expr := "(async () => JSON.stringify(await (" + fn + ")(" + strings.Join(parts, ",") + ")))()"
-	s, err := run(ctx, t, 15*time.Second, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
+	s, err := run(ctx, t, evalTimeout, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,8 @@ import (
 )
 
 func TestRunAnswersOnce(t *testing.T) {
-	b := setup(t, 4)
+	t.Parallel()
+	b := setup(t, 8)
 	prompt := "Explain fencing tokens. [[think=2s pause=1s stream=2s words=40]]"
 	var rec recorder
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -83,7 +85,8 @@ func phaseOf(ev provider.Event) string {
 }
 
 func TestResumeAfterDetachReadsOn(t *testing.T) {
-	b := setup(t, 4)
+	t.Parallel()
+	b := setup(t, 8)
 	prompt := "Resume me. [[think=1s pause=500ms stream=4s words=80]]"
 	req := provider.Request{Session: "ses_b", Run: "run_b", Prompt: prompt, Attempt: 1}
 	ref, text := detachAt(t, b, req, func(ev provider.Event, text string) bool { return len(text) > 40 })
@@ -107,7 +110,8 @@ func TestResumeAfterDetachReadsOn(t *testing.T) {
 }
 
 func TestResumeAfterIntentFindsTheSentPrompt(t *testing.T) {
-	b := setup(t, 4)
+	t.Parallel()
+	b := setup(t, 8)
 	prompt := "Sent but not settled. [[think=1s stream=1s words=20]]"
 	req := provider.Request{Session: "ses_c", Run: "run_c", Prompt: prompt, Attempt: 1}
 	// The daemon dies after the send, before the settlement is journaled.
@@ -126,7 +130,8 @@ func TestResumeAfterIntentFindsTheSentPrompt(t *testing.T) {
 }
 
 func TestResumeAfterIntentSendsWhatWasNotSent(t *testing.T) {
-	b := setup(t, 4)
+	t.Parallel()
+	b := setup(t, 8)
 	prompt := "Intent only. [[think=1s stream=1s words=20]]"
 	req := provider.Request{Session: "ses_d", Run: "run_d", Prompt: prompt, Attempt: 1}
 	// The daemon dies after journaling the intent, before typing.
@@ -149,41 +154,58 @@ func TestResumeAfterIntentSendsWhatWasNotSent(t *testing.T) {
 	}
 }
 
-func TestClosedTabIsRecoveredByURL(t *testing.T) {
-	b := setup(t, 4)
-	prompt := "Close my tab. [[think=1s pause=500ms stream=4s words=80]]"
-	req := provider.Request{Session: "ses_e", Run: "run_e", Prompt: prompt, Attempt: 1}
-	var rec recorder
-	closed := false
-	rec.onRef = func(c cursor) {}
-	emit := func(ev provider.Event) error {
-		if err := rec.emit(ev); err != nil {
-			return err
-		}
-		if !closed && ev.Kind == provider.TextDelta && len(rec.answer()) > 30 {
-			closed = true
-			r := rec.ref.Ref
-			c := refCursor(*r)
-			if err := CloseTarget(context.Background(), c.Chrome.WS, r.Target); err != nil {
-				t.Error(err)
+// TestLostTabIsRecoveredByURL: the run's tab is closed, its renderer
+// crashes, or someone points it at another conversation mid-answer; the
+// run reopens its own conversation URL, journals why, and stores the
+// whole answer with the prompt sent once.
+func TestLostTabIsRecoveredByURL(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	for i, hook := range []struct {
+		name string
+		do   func(ws, target string) error
+	}{
+		{"close", func(ws, id string) error { return CloseTarget(context.Background(), ws, id) }},
+		{"crash", func(ws, id string) error { return CrashTarget(context.Background(), ws, id) }},
+		{"navigate", func(ws, id string) error {
+			return NavigateTarget(context.Background(), ws, id, b.site.URL()+"/c/00000000-0000-4000-8000-000000000000")
+		}},
+	} {
+		prompt := fmt.Sprintf("Lose my tab (%s). [[think=1s pause=500ms stream=4s words=80]]", hook.name)
+		req := provider.Request{Session: "ses_e", Run: fmt.Sprintf("run_e%d", i), Prompt: prompt, Attempt: 1}
+		var rec recorder
+		done := false
+		emit := func(ev provider.Event) error {
+			if err := rec.emit(ev); err != nil {
+				return err
 			}
+			if !done && ev.Kind == provider.TextDelta && len(rec.answer()) > 30 {
+				done = true
+				r := rec.ref.Ref
+				if err := hook.do(refCursor(*r).Chrome.WS, r.Target); err != nil {
+					t.Errorf("%s: %v", hook.name, err)
+				}
+			}
+			return nil
 		}
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := b.p.Run(ctx, req, emit); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := chatsite.AnswerText(prompt)
-	if got := rec.answer(); got != want {
-		t.Fatalf("answer:\n got %q\nwant %q", got, want)
-	}
-	c := refCursor(*rec.ref.Ref)
-	if c.Rebinds < 1 || !strings.Contains(c.Evidence, "reopened") {
-		t.Fatalf("no rebind recorded: %+v", c)
-	}
-	if n := b.site.Count(prompt); n != 1 {
-		t.Fatalf("the site received the prompt %d times", n)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		start := time.Now()
+		err := b.p.Run(ctx, req, emit)
+		cancel()
+		t.Logf("%s: %s", hook.name, time.Since(start).Round(time.Millisecond))
+		if err != nil {
+			t.Fatalf("%s: %v", hook.name, err)
+		}
+		want, _ := chatsite.AnswerText(prompt)
+		if got := rec.answer(); got != want {
+			t.Fatalf("%s: answer:\n got %q\nwant %q", hook.name, got, want)
+		}
+		c := refCursor(*rec.ref.Ref)
+		if c.Rebinds < 1 || !strings.Contains(c.Evidence, "reopened") {
+			t.Fatalf("%s: no rebind recorded: %+v", hook.name, c)
+		}
+		if n := b.site.Count(prompt); n != 1 {
+			t.Fatalf("%s: the site received the prompt %d times", hook.name, n)
+		}
 	}
 }

@@ -426,7 +426,7 @@ func (r *runState) follow(ctx context.Context) error {
 					return r.lost(err, "click Retry")
 				}
 				barPolls, lastText = 0, ""
-				if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+				if err := r.waitRetried(ctx); err != nil {
 					return err
 				}
 				continue
@@ -458,6 +458,27 @@ func (r *runState) follow(ctx context.Context) error {
 			if err := r.ref(); err != nil {
 				return err
 			}
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// waitRetried waits for the error turn to give way to a new answer after
+// Retry was clicked.
+func (r *runState) waitRetried(ctx context.Context) error {
+	deadline := time.Now().Add(r.p.cfg.SendTimeout)
+	for {
+		ts, err := r.t.turn(ctx, r.site, r.cur.Baseline)
+		if err != nil {
+			return r.lost(err, "read the answer")
+		}
+		if !ts.Error {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return provider.Errorf(belay.ClassTransient, "browser: %s still shows an error turn after Retry", r.site.Name)
 		}
 		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
 			return err
