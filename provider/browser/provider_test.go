@@ -209,3 +209,38 @@ func TestLostTabIsRecoveredByURL(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelStopsTheSite: cancelling a run (not detaching) stops the
+// answer on the site too and closes the browser.
+func TestCancelStopsTheSite(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Cancel me. [[think=1s pause=500ms stream=60s words=200]]"
+	var rec recorder
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	emit := func(ev provider.Event) error {
+		if err := rec.emit(ev); err != nil {
+			return err
+		}
+		if ev.Kind == provider.TextDelta && len(rec.answer()) > 30 {
+			cancel()
+		}
+		return nil
+	}
+	err := b.p.Run(ctx, provider.Request{Session: "ses_j", Run: "run_j", Prompt: prompt, Attempt: 1}, emit)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	text, done, err := b.site.Answer(rec.ref.Ref.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := chatsite.AnswerText(prompt)
+	if !done || len(text) >= len(full) {
+		t.Fatalf("the site did not stop: done %v, %d of %d bytes", done, len(text), len(full))
+	}
+	if n := chromiumCount(t, b.dir); n != 0 {
+		t.Fatalf("%d browser processes left", n)
+	}
+}
