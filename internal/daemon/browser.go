@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 
@@ -39,6 +40,12 @@ func decodeBrowser(c *Config, prim any, dataDir string) (browser.Config, error) 
 		cfg.Dir = BrowserDir(dataDir)
 	}
 	cfg.ArtifactDir = func(session, run string) string { return ArtifactDir(dataDir, session, run) }
+	if st := c.store; st != nil {
+		cfg.RunActive = func(_, run string) bool {
+			r, err := st.Run(context.Background(), run)
+			return err != nil || !r.Status.Terminal()
+		}
+	}
 	return cfg.Config, nil
 }
 

@@ -55,7 +55,7 @@ type devtoolsTarget struct {
 
 // targets lists the browser's targets.
 func (c *chrome) targets(ctx context.Context) ([]devtoolsTarget, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.httpBase()+"/json/list", nil)
 	if err != nil {

@@ -79,6 +79,10 @@ func classify(s *Site, p probe) Verdict {
 	if len(missing) > 0 {
 		return Verdict{State: StateUnknown, Reason: "the page does not match the site profile", Missing: missing}
 	}
+	if p.Ready != "" && p.Ready != "complete" {
+		// The controls are there but the page's scripts may not be.
+		return Verdict{State: StateUnknown, Reason: "the page is still loading"}
+	}
 	return Verdict{State: StateReady, Reason: "every ready selector matches"}
 }
 

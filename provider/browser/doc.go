@@ -22,6 +22,6 @@
 // Cursor a JSON object).
 //
 // The browser is started in its own session, so it outlives a daemon
-// restart; Resume reattaches to the same target, or reopens the stored
+// restart (it runs on Linux and macOS); Resume reattaches to the same target, or reopens the stored
 // conversation URL in a new tab or a fresh browser, and journals why.
 package browser

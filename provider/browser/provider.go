@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -50,6 +51,11 @@ type Config struct {
 	// ArtifactDir returns where a run's artifacts are downloaded; nil
 	// keeps them in the run's directory under Dir.
 	ArtifactDir func(session, run string) string `toml:"-"`
+	// RunActive reports whether a run may still resume (it is not
+	// finished, or it cannot tell). With it, the browsers of finished runs
+	// that nothing closed are ended (see reap.go); the daemon asks its
+	// store.
+	RunActive func(session, run string) bool `toml:"-"`
 	// PollInterval is how often the page is read (default 250ms).
 	PollInterval time.Duration `toml:"poll_interval"`
 	// SendTimeout bounds the wait for a send to show (default 30s).
@@ -107,6 +113,9 @@ type Provider struct {
 	name  string
 	cfg   Config
 	sites *Sites
+
+	reapMu   sync.Mutex
+	reapedAt time.Time
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -281,6 +290,7 @@ func (p *Provider) Run(ctx context.Context, req provider.Request, emit func(prov
 	if !pathSafe(req.Session) || !pathSafe(req.Run) {
 		return provider.Errorf(belay.ClassInvalidRequest, "browser: session %q or run %q cannot name a directory", req.Session, req.Run)
 	}
+	p.reapOrphans()
 	o, err := options(req)
 	if err != nil {
 		return err

@@ -101,16 +101,32 @@ func (r *runState) launch(ctx context.Context, url string) error {
 		_ = removeProfile(profile)
 		return internal(err, "clone the seed profile")
 	}
-	b, err := startChrome(ctx, chromium, profile, !r.p.cfg.Headed, r.p.cfg.Args, filepath.Join(r.runDir, "chrome.log"))
+	var b *chrome
+	for try := 0; ; try++ {
+		b, err = startChrome(ctx, chromium, profile, !r.p.cfg.Headed, r.p.cfg.Args, filepath.Join(r.runDir, "chrome.log"))
+		if err == nil || ctx.Err() != nil || try == 1 {
+			break
+		}
+		// Chromium sometimes dies while starting on a loaded machine:
+		// nothing was typed, so once more.
+	}
 	if err != nil {
 		_ = removeProfile(profile)
-		return &provider.Error{Class: belay.ClassInternal, Message: "browser: " + err.Error(), Err: err}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &provider.Error{Class: belay.ClassTransient, Message: "browser: " + err.Error(), Err: err}
 	}
 	r.b = b
 	r.cur.Chrome = *b
 	t, err := attach(ctx, b, "")
 	if err != nil {
-		return r.lost(err, "attach to the new browser")
+		// A browser that started but does not answer (a loaded machine):
+		// nothing was typed, so a retry is safe.
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &provider.Error{Class: belay.ClassTransient, Message: "browser: attach to the new browser: " + err.Error(), Err: err}
 	}
 	r.t = t
 	if err := t.navigate(ctx, url); err != nil {
