@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/belayhq/belay/doctor"
 	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/provider/browser"
 )
@@ -220,4 +221,29 @@ func printCheck(stdio Stdio, asJSON bool, rep *browser.CheckReport) error {
 		return &exitError{code: ExitError, err: fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "ui_drift: "))}
 	}
 	return nil
+}
+
+// printBrowserDoctor prints a browser session's binding in
+// `belay sessions doctor`.
+func printBrowserDoctor(stdio Stdio, b *doctor.BrowserReport) {
+	if b == nil {
+		return
+	}
+	fmt.Fprintf(stdio.Out, "browser site %s, send %s", b.Site, b.SendPhase)
+	if b.ConversationURL != "" {
+		fmt.Fprintf(stdio.Out, ", conversation %s", b.ConversationURL)
+	}
+	if b.Target != "" {
+		fmt.Fprintf(stdio.Out, ", target %s", b.Target)
+	}
+	if b.BrowserPID != 0 {
+		fmt.Fprintf(stdio.Out, ", browser pid %d", b.BrowserPID)
+	}
+	if b.Rebinds > 0 {
+		fmt.Fprintf(stdio.Out, ", rebound %d times", b.Rebinds)
+	}
+	if b.PageState != "" {
+		fmt.Fprintf(stdio.Out, ", page %s", b.PageState)
+	}
+	fmt.Fprintln(stdio.Out)
 }

@@ -154,6 +154,7 @@ func printDoctor(stdio Stdio, rep doctor.Report) {
 	if rep.LastActivityAgeSeconds != nil {
 		fmt.Fprintf(stdio.Out, "last activity %ds ago\n", *rep.LastActivityAgeSeconds)
 	}
+	printBrowserDoctor(stdio, rep.Browser)
 	for _, d := range rep.Diagnostics {
 		fmt.Fprintf(stdio.Out, "%s: %s\n", d.Severity, d.Message)
 	}
