@@ -47,10 +47,11 @@ type Options struct {
 
 // Prompt is one send the server received.
 type Prompt struct {
-	Conv string    `json:"conv"`
-	Hash string    `json:"hash"`
-	Text string    `json:"text"`
-	At   time.Time `json:"at"`
+	Conv  string    `json:"conv"`
+	Hash  string    `json:"hash"`
+	Text  string    `json:"text"`
+	Model string    `json:"model"` // the model picker's choice
+	At    time.Time `json:"at"`
 }
 
 // Site is a running fake chat site on a loopback port.
@@ -321,8 +322,9 @@ func newID() string {
 
 func (s *Site) send(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Conv string `json:"conv"`
-		Text string `json:"text"`
+		Conv  string `json:"conv"`
+		Text  string `json:"text"`
+		Model string `json:"model"`
 	}
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || strings.TrimSpace(req.Text) == "" {
 		http.Error(w, "bad send", http.StatusBadRequest)
@@ -365,7 +367,7 @@ func (s *Site) send(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	c.turns = append(c.turns, &turn{role: "user", text: req.Text}, &turn{role: "assistant", prompt: req.Text, plan: plan, start: now})
-	s.prompts = append(s.prompts, Prompt{Conv: c.id, Hash: Hash(req.Text), Text: req.Text, At: now})
+	s.prompts = append(s.prompts, Prompt{Conv: c.id, Hash: Hash(req.Text), Text: req.Text, Model: req.Model, At: now})
 	writeJSON(w, http.StatusOK, map[string]string{"conv": c.id})
 }
 

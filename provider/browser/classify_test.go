@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,5 +202,28 @@ func TestArtifactsAreDownloaded(t *testing.T) {
 		if a.Error != "" || a.SHA256 != PromptHash(string(want)) || a.Size != int64(len(want)) {
 			t.Errorf("%s: %+v, want %d bytes", a.Name, a, len(want))
 		}
+	}
+}
+
+// TestModelPicker: the run's model is chosen in the site's picker before
+// the send; a model the picker does not offer fails before anything is
+// sent.
+func TestModelPicker(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Use the deep model. [[think=500ms stream=500ms words=10]]"
+	if _, err := b.run(t, provider.Request{Session: "ses_m", Run: "run_m", Model: "deep", Prompt: prompt, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ps := b.site.Prompts()
+	if len(ps) != 1 || ps[0].Model != "deep" {
+		t.Fatalf("prompts %+v", ps)
+	}
+	_, err := b.run(t, provider.Request{Session: "ses_m", Run: "run_n", Model: "gpt-9", Prompt: "never sent", Attempt: 1})
+	if provider.ClassOf(err) != belay.ClassUIDrift || !strings.Contains(err.Error(), "no option gpt-9") {
+		t.Fatalf("err %v", err)
+	}
+	if n := len(b.site.Prompts()); n != 1 {
+		t.Fatalf("%d sends", n)
 	}
 }

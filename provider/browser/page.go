@@ -286,6 +286,50 @@ func (t *tab) click(ctx context.Context, sel string) (bool, error) {
 	return ok, err
 }
 
+// selectModelJS picks a model in the site's model picker: an option of a
+// <select>, or the menu item (model_option, else ARIA menu items and
+// options) whose text names it.
+const selectModelJS = `async (p, model) => {` + jsLib + `
+  const want = model.toLowerCase();
+  const has = (e) => (e.textContent || "").toLowerCase().includes(want) || (e.value || "").toLowerCase() === want;
+  const picker = qa(document, p.modelPicker).find(vis) || q(document, p.modelPicker);
+  if (!picker) return { ok: false, why: "the model picker is not on the page" };
+  if (picker.tagName === "SELECT") {
+    const opts = Array.from(picker.options);
+    const opt = opts.find((o) => o.value.toLowerCase() === want || o.text.toLowerCase() === want) || opts.find(has);
+    if (!opt) return { ok: false, why: "no option " + model + " (there are: " + opts.map((o) => o.text).join(", ") + ")" };
+    picker.value = opt.value;
+    picker.dispatchEvent(new Event("change", { bubbles: true }));
+    return { ok: true, chosen: opt.text };
+  }
+  if (has(picker)) return { ok: true, chosen: picker.textContent.trim() };
+  picker.click();
+  const sel = p.modelOption || "[role=menuitem], [role=menuitemradio], [role=option]";
+  for (let i = 0; i < 25; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    const item = qa(document, sel).filter(vis).find(has);
+    if (item) { item.click(); return { ok: true, chosen: item.textContent.trim() }; }
+  }
+  document.dispatchEvent(new KeyboardEvent("keydown", { key: "Escape", bubbles: true }));
+  return { ok: false, why: "no menu item names " + model };
+}`
+
+// selectModel picks model in the site's model picker.
+func (t *tab) selectModel(ctx context.Context, s *Site, model string) error {
+	var res struct {
+		OK     bool   `json:"ok"`
+		Why    string `json:"why"`
+		Chosen string `json:"chosen"`
+	}
+	if err := t.eval(ctx, selectModelJS, &res, s.Selectors, model); err != nil {
+		return err
+	}
+	if !res.OK {
+		return fmt.Errorf("%s", res.Why)
+	}
+	return nil
+}
+
 // normalize folds whitespace, so a prompt can be recognised in a page
 // that renders it differently.
 func normalize(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -77,6 +77,12 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
+	if r.req.Model != "" {
+		// Before the intent: choosing a model sends nothing.
+		if err := r.t.selectModel(ctx, r.site, r.req.Model); err != nil {
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: choose model %q: %v; diagnose with: belay browser check %s", r.req.Model, err, r.site.Name), Err: err}
+		}
+	}
 	if err := r.sendPrompt(ctx); err != nil {
 		return err
 	}

@@ -54,11 +54,15 @@ type Selectors struct {
 	ErrorTurn     string `toml:"error_turn" json:"errorTurn"`
 	Retry         string `toml:"retry" json:"retry"`
 	ModelPicker   string `toml:"model_picker" json:"modelPicker"`
-	UploadInput   string `toml:"upload_input" json:"uploadInput"`
-	FileChip      string `toml:"file_chip" json:"fileChip"`
-	Artifact      string `toml:"artifact" json:"artifact"`
-	Modal         string `toml:"modal" json:"modal"`
-	ModalDismiss  string `toml:"modal_dismiss" json:"modalDismiss"`
+	// ModelOption selects the items of the picker's menu (default: ARIA
+	// menu items and options); the one whose text names the run's model
+	// is clicked.
+	ModelOption  string `toml:"model_option" json:"modelOption"`
+	UploadInput  string `toml:"upload_input" json:"uploadInput"`
+	FileChip     string `toml:"file_chip" json:"fileChip"`
+	Artifact     string `toml:"artifact" json:"artifact"`
+	Modal        string `toml:"modal" json:"modal"`
+	ModalDismiss string `toml:"modal_dismiss" json:"modalDismiss"`
 }
 
 // Signals say which page state a page is in.
@@ -107,7 +111,7 @@ func (s *Selectors) byKey() map[string]string {
 		"composer": s.Composer, "send": s.Send, "stop": s.Stop,
 		"assistant_turn": s.AssistantTurn, "user_turn": s.UserTurn, "turn_text": s.TurnText,
 		"thinking": s.Thinking, "action_bar": s.ActionBar, "copy": s.Copy,
-		"error_turn": s.ErrorTurn, "retry": s.Retry, "model_picker": s.ModelPicker,
+		"error_turn": s.ErrorTurn, "retry": s.Retry, "model_picker": s.ModelPicker, "model_option": s.ModelOption,
 		"upload_input": s.UploadInput, "file_chip": s.FileChip, "artifact": s.Artifact,
 		"modal": s.Modal, "modal_dismiss": s.ModalDismiss,
 	}

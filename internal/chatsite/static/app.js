@@ -26,7 +26,9 @@
     clearComposer();
     let r;
     try {
-      r = await fetch("/api/send", { method: "POST", body: JSON.stringify({ conv, text }) });
+      const picker = $("#model");
+      const model = picker ? picker.value : "";
+      r = await fetch("/api/send", { method: "POST", body: JSON.stringify({ conv, text, model }) });
     } catch (e) { showError("A network error occurred."); return; }
     const j = await r.json().catch(() => ({}));
     if (!r.ok) { showError(j.error || "Something went wrong."); return; }
