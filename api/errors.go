@@ -27,6 +27,7 @@ const (
 	CodeTooLarge         = "too_large"
 	CodeMethod           = "method_not_allowed"
 	CodeTimeout          = "timeout"
+	CodeDiskFull         = "disk_full"
 	CodeInternal         = "internal"
 )
 
@@ -54,6 +55,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusConflict, CodeTerminal
 	case errors.Is(err, belay.ErrActive):
 		return http.StatusConflict, CodeConversationBusy
+	case errors.Is(err, belay.ErrDiskFull):
+		return http.StatusInsufficientStorage, CodeDiskFull
 	case errors.Is(err, belay.ErrReadOnly):
 		return http.StatusServiceUnavailable, CodeReadOnly
 	case errors.Is(err, belay.ErrStoreClosed):
@@ -69,8 +72,12 @@ func writeError(w http.ResponseWriter, err error) {
 	status, code := statusOf(err)
 	var details map[string]any
 	var stale *belay.StaleEpochError
-	if errors.As(err, &stale) {
+	var full *belay.DiskFullError
+	switch {
+	case errors.As(err, &stale):
 		details = map[string]any{"kind": stale.Kind, "id": stale.ID, "epoch": stale.Got, "currentEpoch": stale.Current}
+	case errors.As(err, &full) && full.Free >= 0:
+		details = map[string]any{"freeBytes": full.Free}
 	}
 	writeErrorCode(w, status, code, err.Error(), details)
 }

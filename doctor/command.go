@@ -11,6 +11,7 @@ import (
 const (
 	cmdDaemonStart  = "belay daemon start"
 	cmdDaemonStatus = "belay daemon status"
+	cmdDaemonStop   = "belay daemon stop"
 	cmdPrune        = "belay sessions prune"
 )
 

@@ -46,6 +46,9 @@ type Options struct {
 	OnRunEnd func(belay.Run)
 	// OnWatchdog, if set, is called when an inactivity tier expires.
 	OnWatchdog func(Tier)
+	// OnStall, if set, is told when a runner stopped because the store
+	// refused a write, before the run is retried (for metrics).
+	OnStall func(run string, err error)
 }
 
 // Defaults.
@@ -65,6 +68,8 @@ type Runtime struct {
 	mu       sync.Mutex
 	sched    *scheduler
 	runners  map[string]*runner // active runs by id
+	stalls   map[string]int     // stalled retries by run id (stall.go)
+	stallErr map[string]error   // why a run waits to be retried (stall.go)
 	started  bool
 	stopping bool
 	wg       sync.WaitGroup // runners and background work
@@ -105,12 +110,14 @@ func New(opts Options) (*Runtime, error) {
 	opts.Retry = opts.Retry.withDefaults()
 	opts.Recovery = opts.Recovery.withDefaults()
 	r := &Runtime{
-		opts:    opts,
-		store:   opts.Store,
-		clk:     opts.Clock,
-		log:     opts.Logger,
-		sched:   newScheduler(opts.Limits),
-		runners: map[string]*runner{},
+		opts:     opts,
+		store:    opts.Store,
+		clk:      opts.Clock,
+		log:      opts.Logger,
+		sched:    newScheduler(opts.Limits),
+		runners:  map[string]*runner{},
+		stalls:   map[string]int{},
+		stallErr: map[string]error{},
 	}
 	r.inbox.init(r)
 	return r, nil
@@ -448,6 +455,8 @@ func (r *Runtime) Stats() Stats {
 func (r *Runtime) finished(id string) {
 	r.mu.Lock()
 	delete(r.runners, id)
+	delete(r.stalls, id)
+	delete(r.stallErr, id)
 	r.sched.finish(id)
 	r.mu.Unlock()
 	r.promote()
