@@ -51,6 +51,7 @@ type Prompt struct {
 	Hash  string    `json:"hash"`
 	Text  string    `json:"text"`
 	Model string    `json:"model"` // the model picker's choice
+	Files []string  `json:"files,omitempty"`
 	At    time.Time `json:"at"`
 }
 
@@ -66,7 +67,8 @@ type Site struct {
 	drop    int // sends left to drop silently
 	convs   map[string]*conv
 	prompts []Prompt
-	modalUp bool // the modal of ModeModal is still shown
+	modalUp bool              // the modal of ModeModal is still shown
+	uploads map[string]string // file name -> sha256 of what was uploaded
 }
 
 type conv struct {
@@ -100,7 +102,7 @@ func Start(opts Options) (*Site, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chatsite: %w", err)
 	}
-	s := &Site{opts: opts, ln: ln, mode: ModeReady, convs: map[string]*conv{}, url: "http://" + ln.Addr().String()}
+	s := &Site{opts: opts, ln: ln, mode: ModeReady, convs: map[string]*conv{}, uploads: map[string]string{}, url: "http://" + ln.Addr().String()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.HandleFunc("GET /c/{id}", s.page)
@@ -110,6 +112,7 @@ func Start(opts Options) (*Site, error) {
 	mux.HandleFunc("POST /api/stop", s.stop)
 	mux.HandleFunc("POST /api/retry", s.retry)
 	mux.HandleFunc("POST /api/dismiss", s.dismiss)
+	mux.HandleFunc("POST /api/upload", s.upload)
 	mux.HandleFunc("GET /api/conv/{id}", s.convJSON)
 	mux.HandleFunc("GET /files/{conv}/{name}", s.file)
 	mux.HandleFunc("POST /_harness/mode", s.harnessMode)
@@ -322,9 +325,10 @@ func newID() string {
 
 func (s *Site) send(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Conv  string `json:"conv"`
-		Text  string `json:"text"`
-		Model string `json:"model"`
+		Conv  string   `json:"conv"`
+		Text  string   `json:"text"`
+		Model string   `json:"model"`
+		Files []string `json:"files"`
 	}
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || strings.TrimSpace(req.Text) == "" {
 		http.Error(w, "bad send", http.StatusBadRequest)
@@ -367,7 +371,7 @@ func (s *Site) send(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	c.turns = append(c.turns, &turn{role: "user", text: req.Text}, &turn{role: "assistant", prompt: req.Text, plan: plan, start: now})
-	s.prompts = append(s.prompts, Prompt{Conv: c.id, Hash: Hash(req.Text), Text: req.Text, Model: req.Model, At: now})
+	s.prompts = append(s.prompts, Prompt{Conv: c.id, Hash: Hash(req.Text), Text: req.Text, Model: req.Model, Files: req.Files, At: now})
 	writeJSON(w, http.StatusOK, map[string]string{"conv": c.id})
 }
 
@@ -413,6 +417,41 @@ func (s *Site) retry(w http.ResponseWriter, r *http.Request) {
 	}
 	t.plan.Error, t.start = false, time.Now()
 	writeJSON(w, http.StatusOK, map[string]string{"conv": c.id})
+}
+
+// Uploads returns the sha256 of each uploaded file, by name.
+func (s *Site) Uploads() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]string, len(s.uploads))
+	for k, v := range s.uploads {
+		out[k] = v
+	}
+	return out
+}
+
+// upload takes a file in 2 s of site time; a name starting with "fail"
+// fails.
+func (s *Site) upload(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	b, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil || name == "" {
+		http.Error(w, "bad upload", http.StatusBadRequest)
+		return
+	}
+	select {
+	case <-time.After(time.Duration(float64(2*time.Second) / s.opts.Speed)):
+	case <-r.Context().Done():
+		return
+	}
+	if strings.HasPrefix(name, "fail") {
+		http.Error(w, "upload failed", http.StatusInternalServerError)
+		return
+	}
+	s.mu.Lock()
+	s.uploads[name] = Hash(string(b))
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Site) dismiss(w http.ResponseWriter, r *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ type sendOptions struct {
 	Prompt         string
 	Site           string
 	SiteURL        string
+	Attach         []string
 }
 
 // sendResult is `belay send --json`.
@@ -81,6 +83,7 @@ belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
 	f.StringVar(&opts.Script, "script", "", "fake provider: a JSON script file (see docs/providers.md)")
 	f.StringVar(&opts.Site, "site", "", "browser provider: the site profile (chatgpt, gemini, grok, claude, ...); implies --provider browser")
 	f.StringVar(&opts.SiteURL, "site-url", "", "browser provider: the site's start URL, if not the profile's")
+	f.StringArrayVar(&opts.Attach, "attach", nil, "browser provider: upload this file with the prompt (repeatable)")
 	f.DurationVar(&opts.Timeout, "timeout", 0, "with --watch/--wait: stop following after this long (exit 5; the run goes on)")
 	return cmd
 }
@@ -136,8 +139,23 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		return err
 	}
 	var options json.RawMessage
-	if opts.Site != "" || opts.SiteURL != "" {
-		options, _ = json.Marshal(map[string]string{"site": opts.Site, "site_url": opts.SiteURL})
+	if opts.Site != "" || opts.SiteURL != "" || len(opts.Attach) > 0 {
+		o := map[string]any{"site": opts.Site, "site_url": opts.SiteURL}
+		var files []string
+		for _, f := range opts.Attach {
+			abs, err := filepath.Abs(f)
+			if err != nil {
+				return err
+			}
+			if fi, err := os.Stat(abs); err != nil || !fi.Mode().IsRegular() {
+				return usagef("belay send --attach ./context.tar ...", "--attach %s: not a readable file", f)
+			}
+			files = append(files, abs)
+		}
+		if files != nil {
+			o["attachments"] = files
+		}
+		options, _ = json.Marshal(o)
 	}
 	run, err := c.CreateRun(ctx, api.CreateRunRequest{
 		Session: opts.Session, Provider: opts.Provider, Model: opts.Model, Prompt: prompt, Script: script, Options: options,

@@ -2,7 +2,9 @@ package browser
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -222,6 +224,52 @@ func TestModelPicker(t *testing.T) {
 	_, err := b.run(t, provider.Request{Session: "ses_m", Run: "run_n", Model: "gpt-9", Prompt: "never sent", Attempt: 1})
 	if provider.ClassOf(err) != belay.ClassUIDrift || !strings.Contains(err.Error(), "no option gpt-9") {
 		t.Fatalf("err %v", err)
+	}
+	if n := len(b.site.Prompts()); n != 1 {
+		t.Fatalf("%d sends", n)
+	}
+}
+
+// TestUploads: the run's files are attached in the composer and sent with
+// the prompt once every chip shows done; a failed upload fails the run
+// as transient before anything is sent.
+func TestUploads(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	dir := t.TempDir()
+	var files []string
+	for _, name := range []string{"context.tar", "notes.md", "fail.bin"} {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte("content of "+name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	opts := func(files []string) []byte {
+		b, _ := json.Marshal(map[string]any{"options": map[string]any{"attachments": files}})
+		return b
+	}
+	prompt := "Read the attachments. [[think=500ms stream=500ms words=10]]"
+	if _, err := b.run(t, provider.Request{Session: "ses_u", Run: "run_u", Prompt: prompt, Input: opts(files[:2]), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ps := b.site.Prompts()
+	if len(ps) != 1 || strings.Join(ps[0].Files, ",") != "context.tar,notes.md" {
+		t.Fatalf("prompts %+v", ps)
+	}
+	up := b.site.Uploads()
+	for _, name := range []string{"context.tar", "notes.md"} {
+		if up[name] != PromptHash("content of "+name) {
+			t.Fatalf("upload of %s: %q", name, up[name])
+		}
+	}
+	_, err := b.run(t, provider.Request{Session: "ses_u", Run: "run_v", Prompt: "never sent", Input: opts(files[2:]), Attempt: 1})
+	if provider.ClassOf(err) != belay.ClassTransient || !strings.Contains(err.Error(), "failed upload") {
+		t.Fatalf("err %v", err)
+	}
+	_, err = b.run(t, provider.Request{Session: "ses_u", Run: "run_w", Prompt: "never sent", Input: opts([]string{"relative.txt"}), Attempt: 1})
+	if provider.ClassOf(err) != belay.ClassInvalidRequest {
+		t.Fatalf("relative path: %v", err)
 	}
 	if n := len(b.site.Prompts()); n != 1 {
 		t.Fatalf("%d sends", n)

@@ -330,6 +330,36 @@ func (t *tab) selectModel(ctx context.Context, s *Site, model string) error {
 	return nil
 }
 
+// setFiles sets the files of a file input.
+func (t *tab) setFiles(ctx context.Context, sel string, files []string) error {
+	_, err := run(ctx, t, 30*time.Second, chromedp.SetUploadFiles(chromedp.CSS(sel), files, chromedp.NodeReady))
+	return err
+}
+
+// chipState counts the upload chips in the page.
+type chipState struct {
+	Chips  int  `json:"chips"`
+	Done   int  `json:"done"`
+	Failed bool `json:"failed"`
+}
+
+const chipsJS = `(p, errs) => {` + jsLib + `
+  const chips = qa(document, p.fileChip);
+  const failed = qa(document, p.fileChipError).length > 0 ||
+    chips.some((c) => errs.some((e) => (c.textContent || "").toLowerCase().includes(e.toLowerCase())));
+  return { chips: chips.length, done: qa(document, p.fileChipDone).length, failed };
+}`
+
+func (t *tab) chips(ctx context.Context, s *Site) (chipState, error) {
+	var st chipState
+	errs := s.Signals.UploadErrorText
+	if errs == nil {
+		errs = []string{}
+	}
+	err := t.eval(ctx, chipsJS, &st, s.Selectors, errs)
+	return st, err
+}
+
 // normalize folds whitespace, so a prompt can be recognised in a page
 // that renders it differently.
 func normalize(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -150,6 +150,9 @@ func (p *Provider) Sites() *Sites { return p.sites }
 type Options struct {
 	Site    string `json:"site,omitempty"`
 	SiteURL string `json:"site_url,omitempty"`
+	// Attachments are files (absolute paths) uploaded with the prompt;
+	// only a run's own options give them.
+	Attachments []string `json:"attachments,omitempty"`
 }
 
 // cursor is the provider's durable state of a run, kept in the run's
@@ -232,6 +235,7 @@ func options(req provider.Request) (Options, error) {
 			if ro.SiteURL != "" {
 				o.SiteURL = ro.SiteURL
 			}
+			o.Attachments = ro.Attachments
 		}
 	}
 	return o, nil
@@ -304,7 +308,12 @@ func (p *Provider) Run(ctx context.Context, req provider.Request, emit func(prov
 	if err != nil {
 		return err
 	}
-	r := &runState{p: p, req: req, emit: emit, site: site, runDir: filepath.Join(p.cfg.Dir, "runs", req.Session, req.Run)}
+	for _, f := range o.Attachments {
+		if fi, err := os.Stat(f); err != nil || !filepath.IsAbs(f) || !fi.Mode().IsRegular() {
+			return provider.Errorf(belay.ClassInvalidRequest, "browser: attachment %q is not a readable file given by its absolute path", f)
+		}
+	}
+	r := &runState{p: p, req: req, emit: emit, site: site, attachments: o.Attachments, runDir: filepath.Join(p.cfg.Dir, "runs", req.Session, req.Run)}
 	r.settle = time.Duration(site.Completion.Settle)
 	if p.cfg.Settle > 0 {
 		r.settle = p.cfg.Settle

@@ -23,6 +23,8 @@ type runState struct {
 	site   *Site
 	runDir string
 	settle time.Duration
+	// attachments are uploaded before the intent.
+	attachments []string
 
 	cur     cursor
 	b       *chrome
@@ -83,10 +85,58 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: choose model %q: %v; diagnose with: belay browser check %s", r.req.Model, err, r.site.Name), Err: err}
 		}
 	}
+	if len(r.attachments) > 0 {
+		// Also before the intent: an upload sends no message.
+		if err := r.upload(ctx); err != nil {
+			return err
+		}
+	}
 	if err := r.sendPrompt(ctx); err != nil {
 		return err
 	}
 	return r.follow(ctx)
+}
+
+// upload attaches the run's files in the composer and waits until the
+// site shows each one uploaded. A failed upload is transient: nothing was
+// sent, so a retry starts over.
+func (r *runState) upload(ctx context.Context) error {
+	s := r.site.Selectors
+	if s.UploadInput == "" {
+		return provider.Errorf(belay.ClassInvalidRequest, "browser: the %s profile has no upload_input: it cannot attach files", r.site.Name)
+	}
+	if err := r.t.setFiles(ctx, s.UploadInput, r.attachments); err != nil {
+		return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: attach files: %v; diagnose with: belay browser check %s", err, r.site.Name), Err: err}
+	}
+	deadline := time.Now().Add(r.p.cfg.ArtifactTimeout)
+	n := len(r.attachments)
+	stable := 0
+	for {
+		st, err := r.t.chips(ctx, r.site)
+		if err != nil {
+			return r.lost(err, "read the upload chips")
+		}
+		if st.Failed {
+			return provider.Errorf(belay.ClassTransient, "browser: %s shows a failed upload", r.site.Name)
+		}
+		done := st.Chips >= n
+		if s.FileChipDone != "" {
+			done = st.Done >= n
+		}
+		if done {
+			if stable++; stable >= 2 {
+				return nil
+			}
+		} else {
+			stable = 0
+		}
+		if time.Now().After(deadline) {
+			return provider.Errorf(belay.ClassTransient, "browser: the upload did not finish in %s", r.p.cfg.ArtifactTimeout)
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return err
+		}
+	}
 }
 
 // launch starts a browser on a fresh clone of the site's seed profile and

@@ -57,12 +57,17 @@ type Selectors struct {
 	// ModelOption selects the items of the picker's menu (default: ARIA
 	// menu items and options); the one whose text names the run's model
 	// is clicked.
-	ModelOption  string `toml:"model_option" json:"modelOption"`
-	UploadInput  string `toml:"upload_input" json:"uploadInput"`
-	FileChip     string `toml:"file_chip" json:"fileChip"`
-	Artifact     string `toml:"artifact" json:"artifact"`
-	Modal        string `toml:"modal" json:"modal"`
-	ModalDismiss string `toml:"modal_dismiss" json:"modalDismiss"`
+	ModelOption string `toml:"model_option" json:"modelOption"`
+	UploadInput string `toml:"upload_input" json:"uploadInput"`
+	FileChip    string `toml:"file_chip" json:"fileChip"`
+	// FileChipDone and FileChipError select the chips of finished and
+	// failed uploads; without them an upload is done when there is a chip
+	// per file and no upload_error_text.
+	FileChipDone  string `toml:"file_chip_done" json:"fileChipDone"`
+	FileChipError string `toml:"file_chip_error" json:"fileChipError"`
+	Artifact      string `toml:"artifact" json:"artifact"`
+	Modal         string `toml:"modal" json:"modal"`
+	ModalDismiss  string `toml:"modal_dismiss" json:"modalDismiss"`
 }
 
 // Signals say which page state a page is in.
@@ -76,6 +81,8 @@ type Signals struct {
 	OutageText     []string `toml:"outage_text" json:"outageText"`
 	RateLimitText  []string `toml:"rate_limit_text" json:"rateLimitText"`
 	PlaceholderTxt []string `toml:"placeholder_text" json:"placeholderText"`
+	// UploadErrorText is text of a failed upload's chip.
+	UploadErrorText []string `toml:"upload_error_text" json:"uploadErrorText"`
 }
 
 // Completion says when an answer is finished: the turn's action bar was
@@ -112,7 +119,8 @@ func (s *Selectors) byKey() map[string]string {
 		"assistant_turn": s.AssistantTurn, "user_turn": s.UserTurn, "turn_text": s.TurnText,
 		"thinking": s.Thinking, "action_bar": s.ActionBar, "copy": s.Copy,
 		"error_turn": s.ErrorTurn, "retry": s.Retry, "model_picker": s.ModelPicker, "model_option": s.ModelOption,
-		"upload_input": s.UploadInput, "file_chip": s.FileChip, "artifact": s.Artifact,
+		"upload_input": s.UploadInput, "file_chip": s.FileChip,
+		"file_chip_done": s.FileChipDone, "file_chip_error": s.FileChipError, "artifact": s.Artifact,
 		"modal": s.Modal, "modal_dismiss": s.ModalDismiss,
 	}
 }

@@ -11,6 +11,8 @@
   const stopBtn = v2 ? $('[data-testid="stop-v2"]') : $("#stop");
   const decoy = $(".voice-stop");
   const SWITCH_DELAY = window.UI.switchDelay;
+  const upload = $("#upload");
+  let files = []; // names of the uploaded files the next send attaches
   let conv = location.pathname.startsWith("/c/") ? location.pathname.slice(3) : "";
   let timer = null;
 
@@ -28,11 +30,13 @@
     try {
       const picker = $("#model");
       const model = picker ? picker.value : "";
-      r = await fetch("/api/send", { method: "POST", body: JSON.stringify({ conv, text, model }) });
+      r = await fetch("/api/send", { method: "POST", body: JSON.stringify({ conv, text, model, files }) });
     } catch (e) { showError("A network error occurred."); return; }
     const j = await r.json().catch(() => ({}));
     if (!r.ok) { showError(j.error || "Something went wrong."); return; }
     if (!j.conv) return; // the send was dropped: nothing happens
+    files = [];
+    if ($("#chips")) $("#chips").textContent = "";
     if (!conv) {
       conv = j.conv;
       // The URL switches to the conversation a moment later.
@@ -128,6 +132,23 @@
     timer = setTimeout(poll, busy ? 100 : 1000);
   }
 
+  // Uploads show a chip with progress, then done or failed.
+  if (upload) upload.addEventListener("change", async () => {
+    for (const f of Array.from(upload.files)) {
+      const chip = el("div", "file-chip", f.name + " · uploading…");
+      chip.dataset.state = "uploading";
+      $("#chips").appendChild(chip);
+      const r = await fetch("/api/upload?name=" + encodeURIComponent(f.name), { method: "POST", body: f }).catch(() => null);
+      if (r && r.ok) {
+        chip.textContent = f.name;
+        chip.dataset.state = "done";
+        files.push(f.name);
+      } else {
+        chip.textContent = f.name + " · upload failed";
+        chip.dataset.state = "error";
+      }
+    }
+  });
   form.addEventListener("submit", send);
   stopBtn.addEventListener("click", () => post("/api/stop"));
   const dismiss = $("#dismiss");
