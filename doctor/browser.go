@@ -3,6 +3,7 @@ package doctor
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/belayhq/belay"
 )
@@ -27,6 +28,12 @@ type BrowserReport struct {
 	// page showed: login_required, challenge_blocking, rate_limited,
 	// transient_outage, unknown (UI drift), target_lost; "" if none.
 	PageState string `json:"pageState,omitempty"`
+	// The seed profile of the site, as the command line sees it in the
+	// data directory (the pure diagnosis cannot): when a login last
+	// finished, its age, and whether a login holds its lock now.
+	SeedLoggedAt   time.Time `json:"seedLoggedAt,omitzero"`
+	SeedAgeSeconds *int64    `json:"seedAgeSeconds,omitempty"`
+	SeedLock       string    `json:"seedLock,omitempty"`
 }
 
 // browserCursor is the part of the browser provider's cursor the doctor

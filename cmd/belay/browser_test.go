@@ -140,6 +140,20 @@ func TestBrowserSendThroughTheCLI(t *testing.T) {
 	require.True(t, done)
 	require.Equal(t, want2, text)
 	require.Equal(t, 1, site.Count(follow))
+
+	// The doctor names the binding, without prompt or answer text.
+	out = belayCmd(t, bin, dir, "sessions", "doctor", "--json", res.Session)
+	require.NotContains(t, out, "follow-up")
+	var rep struct {
+		Browser struct {
+			Site, SendPhase, SeedLock, ConversationURL string
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Equal(t, "loopback", rep.Browser.Site)
+	require.Equal(t, "done", rep.Browser.SendPhase)
+	require.Equal(t, "free", rep.Browser.SeedLock)
+	require.Contains(t, rep.Browser.ConversationURL, "/c/")
 }
 
 // TestBrowserRunSurvivesDaemonKill SIGKILLs the daemon while a long

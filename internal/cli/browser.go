@@ -246,4 +246,41 @@ func printBrowserDoctor(stdio Stdio, b *doctor.BrowserReport) {
 		fmt.Fprintf(stdio.Out, ", page %s", b.PageState)
 	}
 	fmt.Fprintln(stdio.Out)
+	switch {
+	case b.SeedAgeSeconds != nil:
+		fmt.Fprintf(stdio.Out, "seed   logged in %s ago", time.Duration(*b.SeedAgeSeconds)*time.Second)
+	default:
+		fmt.Fprintf(stdio.Out, "seed   never logged in (belay browser login %s)", b.Site)
+	}
+	if b.SeedLock != "" {
+		fmt.Fprintf(stdio.Out, ", lock %s", b.SeedLock)
+	}
+	fmt.Fprintln(stdio.Out)
+}
+
+// addSeedFacts adds what the data directory says about a browser
+// session's seed profile to its doctor report: when a login last
+// finished, and whether one holds the seed's lock now. Without a data
+// directory it adds nothing.
+func addSeedFacts(stdio Stdio, g globalOptions, b *doctor.BrowserReport) {
+	if b == nil || b.Site == "" {
+		return
+	}
+	dir, err := g.dataDir(stdio)
+	if err != nil {
+		return
+	}
+	root := daemon.BrowserDir(dir)
+	if cfg, err := daemon.BrowserConfig(dir, ""); err == nil && cfg.Dir != "" {
+		root = cfg.Dir
+	}
+	if si := browser.Seed(root, b.Site); !si.LoggedAt.IsZero() {
+		b.SeedLoggedAt = si.LoggedAt.UTC()
+		age := int64(time.Since(si.LoggedAt).Seconds())
+		b.SeedAgeSeconds = &age
+	}
+	b.SeedLock = "free"
+	if browser.SeedLocked(root, b.Site) {
+		b.SeedLock = "held (a login or import is open)"
+	}
 }

@@ -130,6 +130,7 @@ func newSessionsDoctorCmd(stdio Stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			addSeedFacts(stdio, g, rep.Browser)
 			if g.JSON {
 				return writeJSON(stdio.Out, rep)
 			}

@@ -17,6 +17,24 @@ import (
 // imported a profile); its time is the seed's age.
 const seedMarker = "belay-seed.json"
 
+// SeedLocked reports whether a login or import holds the seed lock of a
+// site now. It creates nothing (doctor uses it).
+func SeedLocked(root, site string) bool {
+	f, err := os.OpenFile(filepath.Join(root, "seeds", site+".lock"), os.O_RDWR, 0)
+	if err != nil {
+		return false // no lock file: nobody ever locked it
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
+}
+
+// Seed describes the seed profile of a site under root.
+func Seed(root, site string) SeedInfo { return seedInfo(root, site) }
+
 // seedLock holds the exclusive lock of a site's seed profile: login,
 // import and cloning never overlap.
 type seedLock struct{ f *os.File }

@@ -120,14 +120,26 @@ func TestSeedCloneAndLock(t *testing.T) {
 	}
 	// A login holds the seed lock: cloning waits, and gives up with a
 	// reason naming the lock.
+	if SeedLocked(root, "gemini") {
+		t.Fatal("a seed never locked reads as locked")
+	}
+	if _, err := os.Stat(filepath.Join(root, "seeds", "gemini.lock")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("SeedLocked created a lock file")
+	}
 	l, err := lockSeed(root, "chatgpt", 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !SeedLocked(root, "chatgpt") {
+		t.Fatal("a held seed lock reads as free")
 	}
 	if _, err := lockSeed(root, "chatgpt", 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), "locked") {
 		t.Fatalf("second lock: %v", err)
 	}
 	l.unlock()
+	if SeedLocked(root, "chatgpt") {
+		t.Fatal("a released seed lock reads as held")
+	}
 	if l2, err := lockSeed(root, "chatgpt", 0); err != nil {
 		t.Fatal(err)
 	} else {
