@@ -275,3 +275,39 @@ func TestUploads(t *testing.T) {
 		t.Fatalf("%d sends", n)
 	}
 }
+
+// TestLoginImportAndCheck: importing a profile replaces the seed under its
+// lock, marks when, and checks the site with it.
+func TestLoginImportAndCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "Local State"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := b.p.Login(context.Background(), "loopback", LoginOptions{Import: src, URL: b.site.URL() + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict.State != StateReady || !rep.Seed.Exists || rep.Seed.LoggedAt.IsZero() {
+		t.Fatalf("report %+v", rep)
+	}
+	var composer SelectorMatch
+	for _, s := range rep.Selectors {
+		if s.Key == "composer" {
+			composer = s
+		}
+	}
+	if composer.Count != 1 || !composer.Ready {
+		t.Fatalf("composer %+v", composer)
+	}
+	// Drift shows in check as the selectors that stopped matching.
+	_ = b.site.SetMode(chatsite.ModeDrift)
+	rep, err = b.p.Check(context.Background(), "loopback", b.site.URL()+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict.State != StateUnknown || strings.Join(rep.Verdict.Missing, ",") != "composer,send" {
+		t.Fatalf("drift: %+v", rep.Verdict)
+	}
+}

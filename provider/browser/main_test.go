@@ -46,7 +46,7 @@ func setup(t *testing.T, speed float64) *bundle {
 	p, err := New("browser", Config{
 		Site: "loopback", SiteURL: site.URL() + "/", Dir: dir,
 		PollInterval: 50 * time.Millisecond, Settle: 150 * time.Millisecond, ProgressEvery: time.Second,
-		SendTimeout: 5 * time.Second,
+		SendTimeout: 5 * time.Second, ReadyTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
