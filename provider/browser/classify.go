@@ -48,6 +48,9 @@ func classify(s *Site, p probe) Verdict {
 		return Verdict{State: StateChallenge, Reason: fmt.Sprintf("the page says %q", sig)}
 	}
 	if u, err := url.Parse(p.URL); err == nil {
+		if u.Scheme == "chrome-error" {
+			return Verdict{State: StateOutage, Reason: "the site did not answer (a browser error page)"}
+		}
 		full := u.Host + u.Path
 		for _, sig := range s.Signals.LoginURL {
 			if sig != "" && strings.Contains(full, sig) {

@@ -199,3 +199,34 @@ func TestOrphanedBrowsersAreReaped(t *testing.T) {
 		t.Fatal("the active run's browser was ended")
 	}
 }
+
+func TestClassifyWithoutABrowser(t *testing.T) {
+	t.Parallel()
+	s, err := NewSites("").Get("chatgpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := map[string]int{"composer": 1, "modelPicker": 1}
+	for _, tc := range []struct {
+		p    probe
+		want PageState
+	}{
+		{probe{URL: "https://chatgpt.com/", Match: ready, Ready: "complete"}, StateReady},
+		{probe{URL: "https://chatgpt.com/", Match: ready, Ready: "interactive"}, StateUnknown},
+		{probe{URL: "chrome-error://chromewebdata/", Match: map[string]int{}}, StateOutage},
+		{probe{URL: "https://auth.openai.com/log-in", Match: map[string]int{}}, StateLoginRequired},
+		{probe{URL: "https://accounts.example.com/", Match: map[string]int{}}, StateLoginRequired},
+		{probe{URL: "https://chatgpt.com/", Title: "Just a moment...", Match: map[string]int{}}, StateChallenge},
+		{probe{URL: "https://chatgpt.com/", Text: "You've reached our limit of messages", Match: ready}, StateRateLimited},
+		// An answer quoting an outage is not an outage: turn text is not in
+		// the probe's text, and the page is ready.
+		{probe{URL: "https://chatgpt.com/c/68a1b2c3-0000-4000-8000-00000000beef", Match: ready, Ready: "complete"}, StateReady},
+		{probe{URL: "https://chatgpt.com/", Text: "Something went wrong", Match: map[string]int{}}, StateOutage},
+		{probe{URL: "https://chatgpt.com/", Match: ready, Modal: true}, StateModal},
+		{probe{URL: "https://chatgpt.com/", Match: map[string]int{"composer": 1}}, StateUnknown},
+	} {
+		if v := classify(s, tc.p); v.State != tc.want {
+			t.Errorf("%+v: %s (%s), want %s", tc.p, v.State, v.Reason, tc.want)
+		}
+	}
+}
