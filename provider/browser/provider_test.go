@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,5 +243,51 @@ func TestCancelStopsTheSite(t *testing.T) {
 	}
 	if n := chromiumCount(t, b.dir); n != 0 {
 		t.Fatalf("%d browser processes left", n)
+	}
+}
+
+// TestFourConcurrentRunsDoNotCrossTalk runs four answers at once, each in
+// its own browser and profile: each stores its own answer, in its own
+// conversation, and each prompt reaches the site once.
+func TestFourConcurrentRunsDoNotCrossTalk(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	type result struct {
+		rec    *recorder
+		err    error
+		prompt string
+	}
+	results := make([]result, 4)
+	var wg sync.WaitGroup
+	for i := range results {
+		results[i].prompt = fmt.Sprintf("Concurrent %d. [[think=1s stream=2s words=%d]]", i, 15+10*i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rec recorder
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			err := b.p.Run(ctx, provider.Request{Session: "ses_c4", Run: fmt.Sprintf("run_c4%d", i), Prompt: results[i].prompt, Attempt: 1}, rec.emit)
+			results[i].rec, results[i].err = &rec, err
+		}()
+	}
+	wg.Wait()
+	convs, profiles := map[string]bool{}, map[string]bool{}
+	for i, r := range results {
+		if r.err != nil {
+			t.Fatalf("run %d: %v", i, r.err)
+		}
+		want, _ := chatsite.AnswerText(r.prompt)
+		if got := r.rec.answer(); got != want {
+			t.Fatalf("run %d: answer %q, want %q", i, got, want)
+		}
+		if n := b.site.Count(r.prompt); n != 1 {
+			t.Fatalf("run %d: sent %d times", i, n)
+		}
+		convs[r.rec.ref.Ref.ID] = true
+		profiles[refCursor(*r.rec.ref.Ref).Chrome.Profile] = true
+	}
+	if len(convs) != 4 || len(profiles) != 4 {
+		t.Fatalf("%d conversations, %d profiles for 4 runs", len(convs), len(profiles))
 	}
 }
