@@ -88,7 +88,7 @@ func Browser(ctx context.Context, cfg BrowserConfig) (*BrowserResult, error) {
 	if err := os.WriteFile(filepath.Join(root, "config.toml"), []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
-	d := &benchDaemon{exe: cfg.Exe, dir: root}
+	d := &browserDaemon{exe: cfg.Exe, dir: root}
 	if err := d.start(ctx); err != nil {
 		return nil, err
 	}
@@ -263,13 +263,13 @@ func verify(ctx context.Context, c *client.Client, site *chatsite.Site, session,
 	return err == nil && b.String() == want && site.Count(prompt) == 1
 }
 
-// benchDaemon is a `belay serve` child process.
-type benchDaemon struct {
+// browserDaemon is a `belay serve` child process.
+type browserDaemon struct {
 	exe, dir string
 	cmd      *exec.Cmd
 }
 
-func (d *benchDaemon) start(ctx context.Context) error {
+func (d *browserDaemon) start(ctx context.Context) error {
 	if d.exe == "" {
 		return errors.New("bench: no belay binary to run daemons of")
 	}
@@ -294,7 +294,7 @@ func (d *benchDaemon) start(ctx context.Context) error {
 }
 
 // kill SIGKILLs the daemon, as a crash would.
-func (d *benchDaemon) kill() {
+func (d *browserDaemon) kill() {
 	if d.cmd != nil && d.cmd.Process != nil {
 		_ = d.cmd.Process.Kill()
 		_ = d.cmd.Wait()
@@ -303,7 +303,7 @@ func (d *benchDaemon) kill() {
 }
 
 // stop stops the daemon gracefully.
-func (d *benchDaemon) stop() {
+func (d *browserDaemon) stop() {
 	if d.cmd != nil && d.cmd.Process != nil {
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		_ = d.cmd.Wait()

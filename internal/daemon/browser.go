@@ -18,7 +18,7 @@ const DefaultBrowserCap = 2
 
 func init() {
 	providerTypes["browser"] = func(name string, c *Config, prim any, dataDir string) (provider.Provider, error) {
-		cfg, err := decodeBrowser(c, prim, dataDir)
+		cfg, err := decodeBrowser(c, name, prim, dataDir)
 		if err != nil {
 			return nil, err
 		}
@@ -26,13 +26,13 @@ func init() {
 	}
 }
 
-func decodeBrowser(c *Config, prim any, dataDir string) (browser.Config, error) {
+func decodeBrowser(c *Config, name string, prim any, dataDir string) (browser.Config, error) {
 	var cfg struct {
 		Type string `toml:"type"`
 		browser.Config
 	}
 	if prim != nil {
-		if err := c.decode(prim, &cfg); err != nil {
+		if err := c.decode(name, prim, &cfg); err != nil {
 			return cfg.Config, err
 		}
 	}
@@ -64,7 +64,7 @@ func ArtifactDir(dataDir, session, run string) string {
 // admission cap.
 func addBrowsers(c *Config, reg provider.Registry, dataDir string) error {
 	if _, ok := reg[BrowserProvider]; !ok {
-		cfg, err := decodeBrowser(c, nil, dataDir)
+		cfg, err := decodeBrowser(c, BrowserProvider, nil, dataDir)
 		if err != nil {
 			return err
 		}
@@ -105,7 +105,7 @@ func BrowserConfig(dataDir, name string) (browser.Config, error) {
 		if name != BrowserProvider {
 			return browser.Config{}, fmt.Errorf("config: no provider %q", name)
 		}
-		return decodeBrowser(c, nil, dataDir)
+		return decodeBrowser(c, name, nil, dataDir)
 	}
 	var head struct {
 		Type string `toml:"type"`
@@ -113,5 +113,5 @@ func BrowserConfig(dataDir, name string) (browser.Config, error) {
 	if err := c.md.PrimitiveDecode(prim, &head); err != nil || head.Type != "browser" {
 		return browser.Config{}, fmt.Errorf("config: provider %q is not of type browser", name)
 	}
-	return decodeBrowser(c, prim, dataDir)
+	return decodeBrowser(c, name, prim, dataDir)
 }
