@@ -79,6 +79,16 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
+	// The conversation's turns render after the page loads: the baseline is
+	// taken once they are all there (a follow-up's page shows at least the
+	// turns of the run before).
+	minA, minU := 0, 0
+	if start != r.site.StartURL && follow != nil && (follow.Phase == phaseSent || follow.Phase == phaseDone) {
+		minA, minU = follow.Baseline+1, follow.Users+1
+	}
+	if err := r.settleTurns(ctx, minA, minU); err != nil {
+		return err
+	}
 	if r.req.Model != "" {
 		// Before the intent: choosing a model sends nothing.
 		if err := r.t.selectModel(ctx, r.site, r.req.Model); err != nil {
@@ -299,6 +309,29 @@ func (r *runState) sendPrompt(ctx context.Context) error {
 	}
 }
 
+// settleTurns waits until the page shows at least minA assistant and
+// minU user turns, the same counts on two reads in a row.
+func (r *runState) settleTurns(ctx context.Context, minA, minU int) error {
+	deadline := time.Now().Add(r.p.cfg.ReadyTimeout)
+	lastA, lastU := -1, -1
+	for {
+		pr, err := r.t.probe(ctx, r.site)
+		if err != nil {
+			return r.lost(err, "read the page")
+		}
+		if pr.Assistant >= minA && pr.Users >= minU && pr.Assistant == lastA && pr.Users == lastU {
+			return nil
+		}
+		lastA, lastU = pr.Assistant, pr.Users
+		if time.Now().After(deadline) {
+			return provider.Errorf(belay.ClassTargetLost, "browser: the conversation at %s shows %d answers and %d messages, fewer than the %d and %d it had", pr.URL, pr.Assistant, pr.Users, minA, minU)
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
 // verifySend waits until the prompt shows as a user turn past the
 // baseline and the URL is a conversation URL that reads the same twice.
 // It reports whether the send showed, and, if not, whether the page
@@ -352,6 +385,11 @@ func (r *runState) settleSend(ctx context.Context) error {
 // findPrompt looks for the prompt in the conversation after an intent
 // without a settlement. It waits a little so that a send in flight shows.
 func (r *runState) findPrompt(ctx context.Context) (bool, error) {
+	// The page showed this many turns before the send: until it shows
+	// them again, it cannot say whether the prompt is there.
+	if err := r.settleTurns(ctx, r.cur.Baseline, r.cur.Users); err != nil {
+		return false, err
+	}
 	deadline := time.Now().Add(min(r.p.cfg.SendTimeout, 5*time.Second))
 	for {
 		pr, err := r.t.probe(ctx, r.site)
