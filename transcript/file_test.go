@@ -44,7 +44,7 @@ func TestRepairFileMissingAndEmpty(t *testing.T) {
 
 func TestRepairFileCleanUntouched(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"pi_clean.jsonl", "claude_clean.jsonl", "openai_clean.json", "openai_clean.jsonl", "anthropic_clean.json", "belay_clean.jsonl"} {
+	for _, name := range []string{"pi_clean.jsonl", "claude_clean.jsonl", "claude_toolcalls_clean.jsonl", "claude_compacted_clean.jsonl", "claude_subagent_clean.jsonl", "openai_clean.json", "openai_clean.jsonl", "anthropic_clean.json", "belay_clean.jsonl"} {
 		for _, lines := range []bool{false, true} {
 			path := copyFixture(t, name, 0o640)
 			old := time.Now().Add(-time.Hour).Truncate(time.Second)
@@ -67,7 +67,7 @@ func TestRepairFileCleanUntouched(t *testing.T) {
 
 func TestRepairFileRepairs(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"pi_broken.jsonl", "claude_broken.jsonl", "openai_broken.json", "openai_broken.jsonl", "anthropic_broken.json", "belay_broken.jsonl", "pi_v1.jsonl"} {
+	for _, name := range []string{"pi_broken.jsonl", "claude_broken.jsonl", "pi_treedamage.jsonl", "claude_treedamage.jsonl", "openai_broken.json", "openai_broken.jsonl", "anthropic_broken.json", "belay_broken.jsonl", "pi_v1.jsonl"} {
 		path := copyFixture(t, name, 0o640)
 		before, _ := os.ReadFile(path)
 		rep, err := RepairFile(path, FileOptions{Now: fixed})
