@@ -53,7 +53,7 @@ func TestAnswerWholeOrFails(t *testing.T) {
 // an error, not an allocation without end and not a reconnect loop.
 func TestStreamBoundsAnEvent(t *testing.T) {
 	for name, body := range map[string]string{
-		"one long line": "data: " + strings.Repeat("x", maxStreamLine+1) + "\n\n",
+		"one long line":   "data: " + strings.Repeat("x", maxStreamLine+1) + "\n\n",
 		"many data lines": strings.Repeat("data: "+strings.Repeat("y", 60<<10)+"\n", maxStreamLine/(60<<10)+2) + "\n",
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -20,6 +20,7 @@ type readResult struct {
 
 func newReadCmd(stdio Stdio) *cobra.Command {
 	var g globalOptions
+	var artifacts bool
 	cmd := &cobra.Command{
 		Use:   "read RUN|SESSION",
 		Short: "Print a run's answer, or a session's transcript (works with the daemon down)",
@@ -40,6 +41,9 @@ func newReadCmd(stdio Stdio) *cobra.Command {
 				run, err := src.run(ctx, id)
 				if err != nil {
 					return err
+				}
+				if artifacts {
+					return printArtifacts(stdio, g, run)
 				}
 				if err := readRun(ctx, stdio, src, run, g.JSON); err != nil {
 					return err
@@ -63,6 +67,7 @@ func newReadCmd(stdio Stdio) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
 	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&artifacts, "artifacts", false, "list the files the run downloaded (browser runs), with size and sha256")
 	return cmd
 }
 

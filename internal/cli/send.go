@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -33,6 +34,9 @@ type sendOptions struct {
 	Prompt         string
 	Tags           []string
 	Meta           []string // k=v
+	Site           string
+	SiteURL        string
+	Attach         []string
 }
 
 // sendResult is `belay send --json`.
@@ -80,6 +84,9 @@ belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
 	f.BoolVar(&opts.Wait, "wait", false, "wait for the run to end after sending")
 	f.StringVar(&opts.File, "file", "", "read the prompt from a file")
 	f.StringVar(&opts.Script, "script", "", "fake provider: a JSON script file (see docs/providers.md)")
+	f.StringVar(&opts.Site, "site", "", "browser provider: the site profile (chatgpt, gemini, grok, claude, ...); implies --provider browser")
+	f.StringVar(&opts.SiteURL, "site-url", "", "browser provider: the site's start URL, if not the profile's")
+	f.StringArrayVar(&opts.Attach, "attach", nil, "browser provider: upload this file with the prompt (repeatable)")
 	f.DurationVar(&opts.Timeout, "timeout", 0, "with --watch/--wait: stop following after this long (exit 5; the run goes on)")
 	f.StringArrayVar(&opts.Tags, "tag", nil, "tag the run, to find it with belay runs list --tag (repeatable)")
 	f.StringArrayVar(&opts.Meta, "meta", nil, "metadata kept with the run: key=value (repeatable)")
@@ -87,6 +94,9 @@ belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
 }
 
 func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) error {
+	if opts.Site != "" && opts.Provider == "" && opts.Session == "" {
+		opts.Provider = "browser"
+	}
 	switch {
 	case opts.Watch && opts.Wait:
 		return usagef("belay send --watch ...", "give --watch or --wait, not both")
@@ -149,8 +159,27 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 	if err != nil {
 		return err
 	}
+	var options json.RawMessage
+	if opts.Site != "" || opts.SiteURL != "" || len(opts.Attach) > 0 {
+		o := map[string]any{"site": opts.Site, "site_url": opts.SiteURL}
+		var files []string
+		for _, f := range opts.Attach {
+			abs, err := filepath.Abs(f)
+			if err != nil {
+				return err
+			}
+			if fi, err := os.Stat(abs); err != nil || !fi.Mode().IsRegular() {
+				return usagef("belay send --attach ./context.tar ...", "--attach %s: not a readable file", f)
+			}
+			files = append(files, abs)
+		}
+		if files != nil {
+			o["attachments"] = files
+		}
+		options, _ = json.Marshal(o)
+	}
 	run, err := c.CreateRun(ctx, api.CreateRunRequest{
-		Session: opts.Session, Provider: opts.Provider, Model: opts.Model, Prompt: prompt, Script: script,
+		Session: opts.Session, Provider: opts.Provider, Model: opts.Model, Prompt: prompt, Script: script, Options: options,
 		Policy: runtime.Policy(opts.Policy), Priority: opts.Priority, Deadline: api.Duration(opts.Deadline),
 		Tags: opts.Tags, Meta: meta,
 	}, opts.IdempotencyKey)

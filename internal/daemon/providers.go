@@ -71,7 +71,8 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 }
 
 // buildProviders returns the configured providers, plus the built-in fake
-// provider "fake" (resumable) unless the config defines that name.
+// provider "fake" (resumable) and browser provider "browser" unless the
+// config defines those names.
 func buildProviders(c *Config, dataDir string) (provider.Registry, error) {
 	reg := provider.Registry{}
 	names := make([]string, 0, len(c.Providers))
@@ -99,6 +100,9 @@ func buildProviders(c *Config, dataDir string) (provider.Registry, error) {
 	}
 	if _, ok := reg["fake"]; !ok {
 		reg["fake"] = fake.New(fake.Options{Name: "fake", Resume: true, Clock: clock.Real, EffectsDir: filepath.Join(dataDir, "fake-effects")})
+	}
+	if err := addBrowsers(c, reg, dataDir); err != nil {
+		return nil, err
 	}
 	return reg, nil
 }
