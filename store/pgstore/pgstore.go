@@ -235,8 +235,8 @@ type tx struct {
 	// provider and model are the session's.
 	provider, model string
 	now             time.Time
-	lastSeq uint64
-	evs     []belay.Event
+	lastSeq         uint64
+	evs             []belay.Event
 	// changed says a store event was emitted (updated_at moves).
 	changed bool
 }
