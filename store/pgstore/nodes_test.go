@@ -200,3 +200,33 @@ func TestDatabaseRestart(t *testing.T) {
 	require.Equal(t, seqs[0]+1, again[1])
 	require.NoError(t, <-woke)
 }
+
+// TestWriterLock: one daemon per database; a second is refused and told
+// who holds it; a holder whose connection is killed learns it lost the
+// hold, and the database is free again.
+func TestWriterLock(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b := open(t, url, nil)
+	defer b.Close()
+	lost := make(chan error, 1)
+	wa, err := a.AcquireWriter(ctx, "inc_a pid 1", 2*time.Second, func(err error) { lost <- err })
+	require.NoError(t, err)
+	_, err = b.AcquireWriter(ctx, "inc_b pid 2", time.Second, nil)
+	require.ErrorIs(t, err, belay.ErrStoreLocked)
+	require.ErrorContains(t, err, "inc_a pid 1")
+
+	_, err = b.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'belay daemon inc_a%'`)
+	require.NoError(t, err)
+	require.ErrorIs(t, <-lost, pgstore.ErrUnreachable)
+	require.Error(t, wa.Lost())
+	require.NoError(t, wa.Release())
+
+	wb, err := b.AcquireWriter(ctx, "inc_b pid 2", time.Second, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, wb.Release()) }()
+	_, err = a.AcquireWriter(ctx, "inc_a pid 1", time.Second, nil)
+	require.ErrorIs(t, err, belay.ErrStoreLocked)
+}
