@@ -122,6 +122,7 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newDemoCmd(stdio),
 		newRepairCmd(stdio),
 		newBenchCmd(stdio),
+		newMigrateCmd(stdio),
 		newVersionCmd(stdio),
 	)
 	return root

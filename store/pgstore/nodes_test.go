@@ -222,6 +222,8 @@ func TestWriterLock(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, <-lost, pgstore.ErrUnreachable)
 	require.Error(t, wa.Lost())
+	_, err = a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.ErrorIs(t, err, belay.ErrReadOnly, "a node that lost its writer lock writes nothing")
 	require.NoError(t, wa.Release())
 
 	wb, err := b.AcquireWriter(ctx, "inc_b pid 2", time.Second, nil)

@@ -24,6 +24,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,6 +84,10 @@ type Store struct {
 	clock clock.Clock
 	url   string
 	poll  time.Duration
+
+	// fenced, once set, refuses every write: this node lost its writer
+	// lock and must not change the database any more.
+	fenced atomic.Pointer[error]
 
 	mu      sync.Mutex
 	closed  bool
@@ -211,6 +216,24 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// writable fails once the store is closed or fenced.
+func (s *Store) writable() error {
+	if p := s.fenced.Load(); p != nil {
+		return *p
+	}
+	if s.isClosed() {
+		return belay.ErrStoreClosed
+	}
+	return nil
+}
+
+// Fence refuses every later write with err wrapped in belay.ErrReadOnly.
+// The first call wins.
+func (s *Store) Fence(err error) {
+	err = fmt.Errorf("%w: this node stopped writing to %s: %w", belay.ErrReadOnly, s.URL(), err)
+	s.fenced.CompareAndSwap(nil, &err)
+}
+
 func (s *Store) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -263,8 +286,8 @@ func (t *tx) emit(e belay.Event) (uint64, error) {
 // waiting for the WAL flush (synchronous_commit off): a database crash may
 // lose it, never reorder it.
 func (s *Store) withSession(ctx context.Context, session string, d belay.Durability, fn func(t *tx) error) error {
-	if s.isClosed() {
-		return belay.ErrStoreClosed
+	if err := s.writable(); err != nil {
+		return err
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(ptx pgx.Tx) error {
 		t := &tx{Tx: ptx, ctx: ctx, session: session}

@@ -153,8 +153,8 @@ func scanSession(row pgx.Row) (belay.Session, error) {
 // CreateSession inserts the session and journals session.created (and its
 // first run) in one transaction.
 func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay.Session, error) {
-	if s.isClosed() {
-		return belay.Session{}, belay.ErrStoreClosed
+	if err := s.writable(); err != nil {
+		return belay.Session{}, err
 	}
 	if in.Provider == "" {
 		return belay.Session{}, fmt.Errorf("%w: a session needs a provider", belay.ErrInvalid)

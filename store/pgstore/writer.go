@@ -33,7 +33,8 @@ type WriterLock struct {
 // AcquireWriter takes the database's writer lock for name (an
 // incarnation, pid and host, shown to a second daemon). It fails with an
 // error wrapping belay.ErrStoreLocked that names the holder if another
-// daemon has it. The hold is checked every ttl/3, each check given ttl to
+// daemon has it. Once the hold is lost the store is fenced (Fence): it
+// refuses every write. The hold is checked every ttl/3, each check given ttl to
 // answer; onLost is called, once, when a check fails: the hold can no
 // longer be proved (a check that times out closes the connection, which
 // drops the lock, so a slow check is a loss too).
@@ -64,7 +65,12 @@ func (s *Store) AcquireWriter(ctx context.Context, name string, ttl time.Duratio
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	w := &WriterLock{conn: conn, cancel: cancel, done: make(chan struct{})}
-	go w.watch(wctx, ttl, onLost)
+	go w.watch(wctx, ttl, func(err error) {
+		s.Fence(err)
+		if onLost != nil {
+			onLost(err)
+		}
+	})
 	return w, nil
 }
 
