@@ -55,6 +55,11 @@ const DefaultPollEvery = time.Second
 // fsstore: callers may not use it.
 const storeIDPrefix = "belay/"
 
+// DefaultMaxConns is the connection pool's default size: enough for the
+// runtime's concurrent writers on a small machine, well under
+// PostgreSQL's default max_connections of 100 with a few nodes.
+const DefaultMaxConns = 16
+
 // IsURL reports whether s names a PostgreSQL database (postgres:// or
 // postgresql://).
 func IsURL(s string) bool {
@@ -73,7 +78,7 @@ type Options struct {
 	// PollEvery is how often waiters re-read without a notification
 	// (DefaultPollEvery if 0).
 	PollEvery time.Duration
-	// MaxConns caps the connection pool (pgxpool's default if 0; the URL's
+	// MaxConns caps the connection pool (DefaultMaxConns if 0; the URL's
 	// pool_max_conns wins over both).
 	MaxConns int
 }
@@ -141,7 +146,10 @@ func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: store URL %s: %v", belay.ErrInvalid, Redact(url), err)
 	}
-	if maxConns > 0 && !strings.Contains(url, "pool_max_conns") {
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
+	if !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = int32(maxConns)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "belay"
