@@ -105,9 +105,10 @@ func (s *Store) postDelivery(t *tx, in belay.DeliveryInput) (string, bool, error
 	if len(in.Data) > 0 {
 		payload = string(in.Data)
 	}
-	_, err = t.Exec(t.ctx, `INSERT INTO belay_deliveries (id, session, type, key, priority, data, status, seq, created_at)
+	t.queue(`INSERT INTO belay_deliveries (id, session, type, key, priority, data, status, seq, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6::json, 'pending', $7, $8)`, p.ID, t.session, in.Type, key, in.Priority, payload, int64(seq), t.now)
-	return p.ID, err == nil, err
+	s.remember(s.deliverySessions, p.ID, t.session)
+	return p.ID, true, nil
 }
 
 // Delivery returns one delivery.
@@ -260,12 +261,22 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 	if st.Delay < 0 {
 		return belay.Delivery{}, fmt.Errorf("%w: negative retry delay", belay.ErrInvalid)
 	}
-	cur, err := s.Delivery(ctx, id)
-	if err != nil {
-		return belay.Delivery{}, err
+	if err := ids.Check(ids.Delivery, id); err != nil {
+		return belay.Delivery{}, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	session, ok := s.recall(s.deliverySessions, id)
+	if !ok {
+		err := s.pool.QueryRow(ctx, `SELECT session FROM belay_deliveries WHERE id = $1`, id).Scan(&session)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return belay.Delivery{}, fmt.Errorf("%w: delivery %s", belay.ErrNotFound, id)
+		}
+		if err != nil {
+			return belay.Delivery{}, s.wrap(err)
+		}
+		s.remember(s.deliverySessions, id, session)
 	}
 	var out belay.Delivery
-	err = s.withSession(ctx, cur.Session, belay.Sync, func(t *tx) error {
+	err := s.withSession(ctx, session, belay.Sync, func(t *tx) error {
 		d, err := scanDelivery(t.QueryRow(ctx, `SELECT `+deliveryCols+` FROM belay_deliveries WHERE id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: delivery %s", belay.ErrNotFound, id)
@@ -303,10 +314,13 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 		if _, err := t.emit(belay.Event{Type: store.EventDeliverySettled, Epoch: st.Epoch, Data: data}); err != nil {
 			return err
 		}
-		out, err = scanDelivery(t.QueryRow(ctx, `UPDATE belay_deliveries SET status = $2, result = $3, settled_at = $4, not_before = $5,
+		t.queue(`UPDATE belay_deliveries SET status = $2, result = $3, settled_at = $4, not_before = $5,
 			lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL WHERE id = $1 RETURNING `+deliveryCols,
-			id, string(status), st.Result, settled, notBefore))
-		return err
+			id, string(status), st.Result, settled, notBefore).QueryRow(func(row pgx.Row) (err error) {
+			out, err = scanDelivery(row)
+			return err
+		})
+		return nil
 	})
 	return out, err
 }

@@ -90,6 +90,18 @@ type Store struct {
 	url   string
 	poll  time.Duration
 
+	// runSessions and deliverySessions cache which session holds a run
+	// or a delivery (it never changes), saving a lookup per write.
+	idMu             sync.Mutex
+	runSessions      map[string]string
+	deliverySessions map[string]string
+
+	notifyMu   sync.Mutex
+	toNotify   map[string]struct{}
+	notifyKick chan struct{}
+	stopNotify context.CancelFunc
+	notifyDone chan struct{}
+
 	// fenced, once set, refuses every write: this node lost its writer
 	// lock and must not change the database any more.
 	fenced atomic.Pointer[error]
@@ -117,7 +129,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.PollEvery <= 0 {
 		opts.PollEvery = DefaultPollEvery
 	}
-	s := &Store{pool: pool, clock: opts.Clock, url: url, poll: opts.PollEvery, waiters: map[string]map[*waiter]struct{}{}}
+	s := &Store{pool: pool, clock: opts.Clock, url: url, poll: opts.PollEvery, waiters: map[string]map[*waiter]struct{}{},
+		toNotify: map[string]struct{}{}, runSessions: map[string]string{}, deliverySessions: map[string]string{}, notifyKick: make(chan struct{}, 1), notifyDone: make(chan struct{})}
 	if opts.Migrate {
 		if _, err := migrate(ctx, pool); err != nil {
 			pool.Close()
@@ -137,6 +150,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: the database schema is at version %d, this belay needs %d; run: belay migrate --store %s", st.Current, st.Latest, Redact(url))
 	}
+	nctx, cancel := context.WithCancel(context.Background())
+	s.stopNotify = cancel
+	go s.notifier(nctx)
 	return s, nil
 }
 
@@ -220,6 +236,8 @@ func (s *Store) Close() error {
 		stop()
 		<-done
 	}
+	s.stopNotify()
+	<-s.notifyDone
 	s.pool.Close()
 	return nil
 }
@@ -258,9 +276,11 @@ func (s *Store) nowArg() any {
 }
 
 // tx is one locked write to a session: the session row is locked, and the
-// events emitted are appended with the next seqs at commit.
+// events emitted are appended with the next seqs at commit. Reads and
+// writes whose results fn needs run at once on the connection; writes
+// queued with queue ride in the commit's round trip.
 type tx struct {
-	pgx.Tx
+	*pgx.Conn
 	ctx     context.Context
 	session string
 	// provider and model are the session's.
@@ -270,7 +290,15 @@ type tx struct {
 	evs             []belay.Event
 	// changed says a store event was emitted (updated_at moves).
 	changed bool
+	// final holds the queued statements sent with the commit.
+	final pgx.Batch
+	// tail holds statements sent after the events are written (reads of
+	// the final state).
+	tail []func(b *pgx.Batch)
 }
+
+// queue adds a statement to the commit's round trip.
+func (t *tx) queue(sql string, args ...any) *pgx.QueuedQuery { return t.final.Queue(sql, args...) }
 
 // emit queues an event and returns its seq.
 func (t *tx) emit(e belay.Event) (uint64, error) {
@@ -289,39 +317,83 @@ func (t *tx) emit(e belay.Event) (uint64, error) {
 	return e.Seq, nil
 }
 
+const lockSession = `SELECT last_seq, provider, model, coalesce($2::timestamptz, now()) FROM belay_sessions WHERE id = $1 FOR UPDATE`
+
 // withSession runs fn in a transaction holding the session's row lock and
 // commits fn's events with it. A Buffered durability commits without
 // waiting for the WAL flush (synchronous_commit off): a database crash may
 // lose it, never reorder it.
+//
+// The transaction takes two round trips besides fn's own reads: BEGIN
+// with the lock, and the queued writes with the events and COMMIT. A
+// connection lost while COMMIT is in flight leaves the outcome unknown;
+// the error wraps ErrUnreachable and a retry with the same idempotency
+// key is safe.
 func (s *Store) withSession(ctx context.Context, session string, d belay.Durability, fn func(t *tx) error) error {
+	return s.write(ctx, session, d, func(b *pgx.Batch, t *tx) {
+		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
+			var lastSeq int64
+			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: session %s", belay.ErrNotFound, session)
+			}
+			t.lastSeq = uint64(lastSeq)
+			return err
+		})
+	}, fn)
+}
+
+// write runs one transaction: open queues what starts it (after BEGIN),
+// fn does the work, and the commit round trip writes the rest.
+func (s *Store) write(ctx context.Context, session string, d belay.Durability, open func(b *pgx.Batch, t *tx), fn func(t *tx) error) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(ptx pgx.Tx) error {
-		t := &tx{Tx: ptx, ctx: ctx, session: session}
-		var lastSeq int64
-		err := ptx.QueryRow(ctx, `SELECT last_seq, provider, model, coalesce($2::timestamptz, now()) FROM belay_sessions WHERE id = $1 FOR UPDATE`,
-			session, s.nowArg()).Scan(&lastSeq, &t.provider, &t.model, &t.now)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: session %s", belay.ErrNotFound, session)
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return s.wrap(err)
+	}
+	defer pc.Release()
+	t := &tx{Conn: pc.Conn(), ctx: ctx, session: session}
+	err = func() error {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		if d == belay.Buffered {
+			b.Queue(`SET LOCAL synchronous_commit = off`)
 		}
-		if err != nil {
+		open(b, t)
+		if err := t.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		t.now = t.now.UTC()
-		t.lastSeq = uint64(lastSeq)
 		if err := fn(t); err != nil {
 			return err
 		}
-		return s.flush(t, d)
-	})
-	return s.wrap(err)
+		s.flush(t)
+		for _, f := range t.tail {
+			f(&t.final)
+		}
+		t.final.Queue(`COMMIT`)
+		return t.SendBatch(ctx, &t.final).Close()
+	}()
+	if err != nil {
+		if !t.IsClosed() && t.PgConn().TxStatus() != 'I' {
+			// A connection left in a transaction is closed by the pool on
+			// release; roll back to keep it.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = t.Exec(rctx, `ROLLBACK`)
+			cancel()
+		}
+		return s.wrap(err)
+	}
+	s.committed(session)
+	return nil
 }
 
-// flush appends t's events and advances the session's counter.
-func (s *Store) flush(t *tx, d belay.Durability) error {
+// flush queues t's events and the session's counter for the commit.
+func (s *Store) flush(t *tx) {
 	if len(t.evs) == 0 {
-		return nil
+		return
 	}
 	n := len(t.evs)
 	seqs, ts, types, idems, runs := make([]int64, n), make([]time.Time, n), make([]string, n), make([]string, n), make([]string, n)
@@ -330,22 +402,76 @@ func (s *Store) flush(t *tx, d belay.Durability) error {
 		seqs[i], ts[i], types[i], idems[i], runs[i] = int64(e.Seq), e.TS, e.Type, e.ID, e.Run
 		epochs[i], data[i] = int64(e.Epoch), string(e.Data)
 	}
-	b := &pgx.Batch{}
-	if d == belay.Buffered {
-		b.Queue(`SET LOCAL synchronous_commit = off`)
-	}
-	b.Queue(`INSERT INTO belay_events (session, seq, ts, type, idem, run, epoch, data)
+	t.queue(`INSERT INTO belay_events (session, seq, ts, type, idem, run, epoch, data)
 		SELECT $1, seq, ts, type, NULLIF(idem, ''), NULLIF(run, ''), epoch, data::json
 		FROM unnest($2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
 			AS e(seq, ts, type, idem, run, epoch, data)`,
 		t.session, seqs, ts, types, idems, runs, epochs, data)
 	if t.changed {
-		b.Queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3, updated_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
+		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3, updated_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
 	} else {
-		b.Queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
+		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
 	}
-	b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, t.session)
-	return t.SendBatch(t.ctx, b).Close()
+}
+
+// maxCachedIDs bounds each id -> session cache; a full cache starts over.
+const maxCachedIDs = 1 << 16
+
+func (s *Store) remember(m map[string]string, id, session string) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	if len(m) >= maxCachedIDs {
+		clear(m)
+	}
+	m[id] = session
+}
+
+func (s *Store) recall(m map[string]string, id string) (string, bool) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	session, ok := m[id]
+	return session, ok
+}
+
+// committed announces a commit to a session: its waiters on this node are
+// woken at once, those on other nodes by a NOTIFY sent after the commit.
+// The NOTIFY is not part of the write's transaction: PostgreSQL serializes
+// the commits of notifying transactions (a global lock held through the
+// WAL flush), which would cap the whole database at one commit per fsync.
+func (s *Store) committed(session string) {
+	s.wake(session)
+	s.notifyMu.Lock()
+	s.toNotify[session] = struct{}{}
+	s.notifyMu.Unlock()
+	select {
+	case s.notifyKick <- struct{}{}:
+	default:
+	}
+}
+
+// notifier sends the pending NOTIFYs, many sessions in one statement. A
+// failed send is dropped: notifications are hints, and waiters on other
+// nodes re-read the tables at least every PollEvery.
+func (s *Store) notifier(ctx context.Context) {
+	defer close(s.notifyDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.notifyKick:
+		}
+		s.notifyMu.Lock()
+		batch := make([]string, 0, len(s.toNotify))
+		for id := range s.toNotify {
+			batch = append(batch, id)
+		}
+		clear(s.toNotify)
+		s.notifyMu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, batch)
+	}
 }
 
 // wrap maps database errors onto belay's sentinels.

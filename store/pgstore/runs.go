@@ -83,6 +83,7 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 		return belay.Run{}, false, err
 	}
 	var id string
+	var out belay.Run
 	created := false
 	err := s.withSession(ctx, in.Session, belay.Sync, func(t *tx) error {
 		if in.IdempotencyKey != "" {
@@ -97,13 +98,21 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 		var err error
 		id, err = s.createRun(t, in, t.provider, t.model)
 		created = err == nil
+		t.tail = append(t.tail, func(b *pgx.Batch) {
+			b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
+				out, err = scanRun(row)
+				return err
+			})
+		})
 		return err
 	})
 	if err != nil {
 		return belay.Run{}, false, err
 	}
-	r, err := s.Run(ctx, id)
-	return r, created, err
+	if !created {
+		out, err = s.Run(ctx, id)
+	}
+	return out, created, err
 }
 
 // createRun journals run.created and inserts the run row in t.
@@ -132,10 +141,11 @@ func (s *Store) createRun(t *tx, in belay.RunInput, sessProvider, sessModel stri
 	if err != nil {
 		return "", err
 	}
-	_, err = t.Exec(t.ctx, `INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at)
+	t.queue(`INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at)
 		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9)`,
 		p.ID, t.session, key, p.Priority, p.Provider, p.Model, int64(seq), nullTime(p.Deadline), t.now)
-	return p.ID, err
+	s.remember(s.runSessions, p.ID, t.session)
+	return p.ID, nil
 }
 
 // Run returns one run.
@@ -210,37 +220,57 @@ type lockedRun struct {
 	expiry *time.Time
 }
 
-// withRun runs fn under the lock of the session that holds run id.
+// withRun runs fn under the lock of the session that holds run id, with
+// the run as it is under that lock, and returns the run as fn left it.
 func (s *Store) withRun(ctx context.Context, id string, fn func(t *tx, r *lockedRun) error) (belay.Run, error) {
 	if err := checkRun(id); err != nil {
 		return belay.Run{}, err
 	}
-	var session string
-	err := s.pool.QueryRow(ctx, `SELECT session FROM belay_runs WHERE id = $1`, id).Scan(&session)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return belay.Run{}, fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
-	}
-	if err != nil {
-		return belay.Run{}, s.wrap(err)
-	}
-	var out belay.Run
-	err = s.withSession(ctx, session, belay.Sync, func(t *tx) error {
-		var r lockedRun
-		var epoch int64
-		err := t.QueryRow(ctx, `SELECT status, phase, epoch, lease_owner, lease_expires_at FROM belay_runs WHERE id = $1`, id).
-			Scan(&r.status, &r.phase, &epoch, &r.owner, &r.expiry)
+	session, ok := s.recall(s.runSessions, id)
+	if !ok {
+		err := s.pool.QueryRow(ctx, `SELECT session FROM belay_runs WHERE id = $1`, id).Scan(&session)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+			return belay.Run{}, fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
 		}
 		if err != nil {
-			return err
+			return belay.Run{}, s.wrap(err)
 		}
-		r.epoch = uint64(epoch)
+		s.remember(s.runSessions, id, session)
+	}
+	var out belay.Run
+	var r lockedRun
+	err := s.write(ctx, session, belay.Sync, func(b *pgx.Batch, t *tx) {
+		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
+			var lastSeq int64
+			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+			}
+			t.lastSeq = uint64(lastSeq)
+			return err
+		})
+		// Read after the lock is granted (statements of a pipeline run in
+		// order), so the run is as the last writer left it.
+		b.Queue(`SELECT status, phase, epoch, lease_owner, lease_expires_at FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
+			var epoch int64
+			err := row.Scan(&r.status, &r.phase, &epoch, &r.owner, &r.expiry)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+			}
+			r.epoch = uint64(epoch)
+			return err
+		})
+	}, func(t *tx) error {
 		if err := fn(t, &r); err != nil {
 			return err
 		}
-		out, err = scanRun(t.QueryRow(ctx, `SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id))
-		return err
+		t.tail = append(t.tail, func(b *pgx.Batch) {
+			b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
+				out, err = scanRun(row)
+				return err
+			})
+		})
+		return nil
 	})
 	return out, err
 }
@@ -267,12 +297,12 @@ func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.
 		if _, err := t.emit(belay.Event{Type: store.EventRunLeased, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return err
 		}
-		_, err = t.Exec(ctx, `UPDATE belay_runs SET epoch = $2, lease_owner = $3, lease_granted_at = $4, lease_expires_at = $5, updated_at = $4,
+		t.queue(`UPDATE belay_runs SET epoch = $2, lease_owner = $3, lease_granted_at = $4, lease_expires_at = $5, updated_at = $4,
 			phase = CASE WHEN phase = 'queued' THEN 'admitted' ELSE phase END,
 			status = CASE WHEN phase = 'queued' THEN 'running' ELSE status END,
 			started_at = CASE WHEN phase = 'queued' THEN $4 ELSE started_at END
 			WHERE id = $1`, id, int64(epoch), owner, t.now, expires)
-		return err
+		return nil
 	})
 }
 
@@ -307,8 +337,8 @@ func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl 
 		if _, err := t.emit(belay.Event{Type: store.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return err
 		}
-		_, err = t.Exec(ctx, `UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3 WHERE id = $1`, id, expires, t.now)
-		return err
+		t.queue(`UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3 WHERE id = $1`, id, expires, t.now)
+		return nil
 	})
 }
 
@@ -321,8 +351,8 @@ func (s *Store) ReleaseRunLease(ctx context.Context, id string, epoch uint64) (b
 		if _, err := t.emit(belay.Event{Type: store.EventRunReleased, Run: id, Epoch: epoch, Data: json.RawMessage(`{}`)}); err != nil {
 			return err
 		}
-		_, err := t.Exec(ctx, `UPDATE belay_runs SET lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL, updated_at = $2 WHERE id = $1`, id, t.now)
-		return err
+		t.queue(`UPDATE belay_runs SET lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL, updated_at = $2 WHERE id = $1`, id, t.now)
+		return nil
 	})
 }
 
@@ -378,7 +408,7 @@ func (s *Store) updateRun(t *tx, id string, epoch uint64, r *lockedRun, u belay.
 		ref = string(raw)
 	}
 	terminal := status.Terminal()
-	_, err = t.Exec(t.ctx, `UPDATE belay_runs SET phase = $2, status = $3,
+	t.queue(`UPDATE belay_runs SET phase = $2, status = $3,
 		attempt = CASE WHEN $4 <> 0 THEN $4 ELSE attempt END,
 		error_class = coalesce($5, error_class), error_message = CASE WHEN $5::text IS NOT NULL THEN $6 ELSE error_message END,
 		reason = CASE WHEN $7 <> '' THEN $7 ELSE reason END,
@@ -389,13 +419,8 @@ func (s *Store) updateRun(t *tx, id string, epoch uint64, r *lockedRun, u belay.
 		ended_at = CASE WHEN $9 THEN $10 ELSE ended_at END,
 		updated_at = $10
 		WHERE id = $1`, id, string(phase), string(status), u.Attempt, errClass, errMsg, u.Reason, ref, terminal, t.now)
-	if err != nil {
-		return err
-	}
 	if ref != nil {
-		if _, err := t.Exec(t.ctx, `UPDATE belay_sessions SET ref = $2::jsonb WHERE id = $1`, t.session, ref); err != nil {
-			return err
-		}
+		t.queue(`UPDATE belay_sessions SET ref = $2::jsonb WHERE id = $1`, t.session, ref)
 	}
 	if d := u.Deliver; d != nil {
 		d.Session = t.session

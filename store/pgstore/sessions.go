@@ -194,15 +194,11 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 	if in.IdempotencyKey != "" {
 		key = in.IdempotencyKey
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(ptx pgx.Tx) error {
-		var now time.Time
-		err := ptx.QueryRow(ctx, `INSERT INTO belay_sessions (id, provider, model, labels, options, idem_key, last_seq, created_at, updated_at, last_event_at)
+	err = s.write(ctx, id, belay.Sync, func(b *pgx.Batch, t *tx) {
+		b.Queue(`INSERT INTO belay_sessions (id, provider, model, labels, options, idem_key, last_seq, created_at, updated_at, last_event_at)
 			VALUES ($1, $2, $3, $4, $5::json, $6, 0, coalesce($7::timestamptz, now()), coalesce($7::timestamptz, now()), coalesce($7::timestamptz, now()))
-			RETURNING created_at`, id, in.Provider, in.Model, labels, options, key, s.nowArg()).Scan(&now)
-		if err != nil {
-			return err
-		}
-		t := &tx{Tx: ptx, ctx: ctx, session: id, now: now.UTC()}
+			RETURNING created_at`, id, in.Provider, in.Model, labels, options, key, s.nowArg()).QueryRow(func(row pgx.Row) error { return row.Scan(&t.now) })
+	}, func(t *tx) error {
 		if _, err := t.emit(belay.Event{Type: store.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data}); err != nil {
 			return err
 		}
@@ -211,7 +207,7 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 				return err
 			}
 		}
-		return s.flush(t, belay.Sync)
+		return nil
 	})
 	switch {
 	case isUnique(err, "belay_sessions_idem_key_key"):
