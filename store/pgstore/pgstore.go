@@ -486,15 +486,11 @@ func (s *Store) wrap(err error) error {
 			return fmt.Errorf("%w: %s", belay.ErrInvalid, pe.Message)
 		}
 	}
-	if errors.Is(err, pgx.ErrTxClosed) || s.isClosed() && errors.Is(err, pgxpoolClosed) {
-		return belay.ErrStoreClosed
+	if errors.Is(err, pgx.ErrTxClosed) || s.isClosed() {
+		return fmt.Errorf("%w: %v", belay.ErrStoreClosed, err)
 	}
 	return wrapConn(err)
 }
-
-// pgxpoolClosed matches the error of a closed pool (pgxpool has no
-// exported sentinel; its message is stable).
-var pgxpoolClosed = errors.New("closed pool")
 
 // WaitEvents blocks until the session has an event after seq after.
 func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
