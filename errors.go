@@ -3,6 +3,7 @@ package belay
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Sentinel errors shared by stores and the runtime.
@@ -20,6 +21,9 @@ var (
 	ErrStoreLocked   = errors.New("belay: data dir in use")
 	ErrStoreClosed   = errors.New("belay: store closed")
 	ErrCorruptRecord = errors.New("belay: corrupt record")
+	// ErrTooLarge is an input bigger than belay can store (see
+	// TooLargeError).
+	ErrTooLarge = errors.New("belay: too large")
 	// ErrDiskFull: a write failed because the filesystem or quota is full.
 	// Nothing is lost; writes succeed again once space is free.
 	ErrDiskFull = errors.New("belay: disk full")
@@ -27,6 +31,21 @@ var (
 	// never a failure of the run.
 	ErrStillRunning = errors.New("belay: still running")
 )
+
+// TooLargeError says an input is bigger than belay can store, and the
+// limit. It matches ErrTooLarge.
+type TooLargeError struct {
+	What  string
+	Size  int
+	Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s is %d bytes; belay stores at most %d bytes (one journal record)", e.What, e.Size, e.Limit)
+}
+
+// Is matches ErrTooLarge.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // ErrorClass classifies every failure a provider or the runtime reports.
 type ErrorClass string
@@ -63,10 +82,17 @@ type DiskFullError struct {
 }
 
 func (e *DiskFullError) Error() string {
-	if e.Free >= 0 {
-		return fmt.Sprintf("belay: disk full: %d bytes free on the filesystem of %s; free space and the write succeeds again (nothing acknowledged was lost): %v", e.Free, e.Path, e.Err)
+	// The cause is named by its errno ("no space left on device"), not by
+	// the chain of layers it went through.
+	cause := e.Err
+	var errno syscall.Errno
+	if errors.As(e.Err, &errno) {
+		cause = errno
 	}
-	return fmt.Sprintf("belay: disk full on the filesystem of %s; free space and the write succeeds again (nothing acknowledged was lost): %v", e.Path, e.Err)
+	if e.Free >= 0 {
+		return fmt.Sprintf("belay: disk full (%v): %d bytes free on the filesystem of %s; free space and the write succeeds again, nothing acknowledged was lost", cause, e.Free, e.Path)
+	}
+	return fmt.Sprintf("belay: disk full (%v) on the filesystem of %s; free space and the write succeeds again, nothing acknowledged was lost", cause, e.Path)
 }
 
 // Unwrap returns the cause.

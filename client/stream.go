@@ -64,7 +64,12 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64, fn fu
 			if data != "" {
 				if typ == "error" {
 					var e api.ErrorBody
-					_ = json.Unmarshal([]byte(data), &e)
+					if json.Unmarshal([]byte(data), &e) != nil || e.Code == "" {
+						if len(data) > 200 {
+							data = data[:200] + "…"
+						}
+						e = api.ErrorBody{Code: api.CodeInternal, Message: "the daemon ended the stream with an error it did not describe: " + data}
+					}
 					return &Error{Status: http.StatusOK, Code: e.Code, Message: e.Message}
 				}
 				var ev belay.Event
@@ -121,14 +126,20 @@ func (c *Client) Follow(ctx context.Context, session string, after uint64, opts 
 			return nil
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
-		case err == io.EOF || IsUnreachable(err) || errors.Is(err, belay.ErrStoreClosed):
+		case err == io.EOF || IsUnreachable(err) || errors.Is(err, belay.ErrStoreClosed) || errors.Is(err, ErrOverloaded):
+			// An overloaded daemon did not take the stream: try again after
+			// the backoff, as after a disconnect.
 			if opts.OnDisconnect != nil {
 				opts.OnDisconnect(err, after)
 			}
 		default:
 			return err
 		}
-		t := time.NewTimer(backoff)
+		wait := backoff
+		if e := (*Error)(nil); errors.As(err, &e) && e.RetryAfter > wait {
+			wait = max(min(e.RetryAfter, opts.MaxBackoff), wait)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

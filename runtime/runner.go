@@ -21,6 +21,10 @@ const (
 	startFresh startMode = iota
 	// startReclaim: a run a previous incarnation left in flight.
 	startReclaim
+	// startRetry: a run of this incarnation whose runner stopped because
+	// the store refused a write (a full disk, an I/O error): retried once
+	// the store may accept writes again (see stall.go).
+	startRetry
 )
 
 // runner executes one run: it leases it, runs attempts through its
@@ -33,6 +37,7 @@ type runner struct {
 	done chan struct{}
 
 	mu            sync.Mutex
+	stalled       error                   // the store refused a write: retry later (stall.go)
 	cause         error                   // why the whole run is being stopped (first wins)
 	cancelAttempt context.CancelCauseFunc // cancels the current attempt or wait
 	wd            *watchdog
@@ -68,7 +73,7 @@ func (r *Runtime) startLocked(id string, mode startMode) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		defer r.finished(id)
+		defer r.afterRunner(rn)
 		defer close(rn.done)
 		rn.execute()
 	}()
@@ -158,13 +163,17 @@ func (rn *runner) execute() {
 	defer stopTimers()
 
 	resume := false
-	if rn.mode == startReclaim && rn.attempt > 0 {
+	if (rn.mode == startReclaim || rn.mode == startRetry) && rn.attempt > 0 {
 		if err := rn.scanEffects(); err != nil {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
 			return
 		}
+		why := "the daemon that ran it is gone"
+		if rn.mode == startRetry {
+			why = "a journal write failed and the store accepts writes again"
+		}
 		var ok bool
-		if resume, ok = rn.decide("the daemon that ran it is gone"); !ok {
+		if resume, ok = rn.decide(why); !ok {
 			return
 		}
 	}
@@ -189,18 +198,26 @@ func (rn *runner) execute() {
 func (rn *runner) takeLease(run belay.Run) bool {
 	r := rn.r
 	var takeover uint64
-	if run.Lease != nil && run.Lease.Owner != r.opts.Incarnation {
+	switch {
+	case run.Lease != nil && run.Lease.Owner != r.opts.Incarnation:
 		// Start reclaims only runs of dead incarnations: the data dir lock
 		// (or, on a shared store, the owner's liveness) proves it.
+		takeover = run.Epoch
+	case run.Lease != nil && rn.mode == startRetry:
+		// Our own stalled runner's lease: that runner has exited.
 		takeover = run.Epoch
 	}
 	leased, err := r.store.AcquireRunLease(bgCtx, rn.id, r.opts.Incarnation, r.opts.LeaseTTL, takeover)
 	if err != nil {
 		rn.log().warn("lease run", err)
+		rn.stallOn(err)
 		return false
 	}
 	rn.run, rn.epoch = leased, leased.Epoch
 	rn.setPhase(leased.Phase)
+	if rn.mode == startRetry {
+		r.unstalled(rn.id)
+	}
 	return true
 }
 
@@ -399,14 +416,23 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return false, false
 	case errors.As(err, &rpErr):
 		reason := rpErr.Error() + "; running it again would repeat its side effects"
-		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt})
+		if !rn.record(EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt}) {
+			return false, false
+		}
 		rn.end(belay.PhaseStranded, &belay.RunError{Class: belay.ClassInternal, Message: "resuming would repeat side effects"}, reason)
 		return false, false
 	case errors.As(err, &stErr):
-		// The journal refused a write: nothing more can be recorded.
-		rn.log().warn("journal write failed; the run stops here", err)
+		// The journal refused a write: nothing more can be recorded now.
+		// The run stays leased to this incarnation and is retried when the
+		// store may accept writes again (stall.go), or reclaimed by the
+		// next start.
+		rn.log().warn("journal write failed; the run waits for the store", err)
+		rn.stallOn(stErr.err)
 		return false, false
 	case errors.Is(err, errShutdown):
+		// A note for people: the run stays leased to this incarnation
+		// whether or not it is written, and the next start reclaims it, so
+		// a failed write here loses nothing.
 		_ = rn.append(belay.Sync, EventSuspended, suspendedData{Reason: err.Error()})
 		return false, false
 	case errors.Is(err, errLeaseLost):
@@ -424,11 +450,15 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		if h := rn.r.opts.OnWatchdog; h != nil {
 			h(wdErr.e.Tier)
 		}
-		_ = rn.append(belay.Sync, EventWatchdog, watchdogData{Tier: wdErr.e.Tier, IdleSeconds: wdErr.e.Idle.Seconds()})
+		if !rn.record(EventWatchdog, watchdogData{Tier: wdErr.e.Tier, IdleSeconds: wdErr.e.Idle.Seconds()}) {
+			return false, false
+		}
 		if wdErr.e.Tier == TierAfterTurnEnd {
 			// The model ended its turn and the answer is in the journal; the
 			// provider just never said it was done.
-			_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionFinish, Reason: wdErr.Error(), Attempt: rn.attempt})
+			if !rn.record(EventRecovery, recoveryData{Decision: DecisionFinish, Reason: wdErr.Error(), Attempt: rn.attempt}) {
+				return false, false
+			}
 			rn.end(belay.PhaseComplete, nil, "finished after the turn ended: "+wdErr.Error())
 			return false, false
 		}
@@ -438,7 +468,9 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return rn.recoverFrom(belay.ClassPermissionDenied, winErr.Error())
 	}
 	class := provider.ClassOf(err)
-	_ = rn.append(belay.Sync, EventError, errorData{Class: class, Message: err.Error(), RetryAfter: provider.RetryAfterOf(err).Seconds()})
+	if !rn.record(EventError, errorData{Class: class, Message: err.Error(), RetryAfter: provider.RetryAfterOf(err).Seconds()}) {
+		return false, false
+	}
 	if !class.Retryable() {
 		rn.end(belay.PhaseFailed, &belay.RunError{Class: class, Message: err.Error()}, "not retryable")
 		return false, false
@@ -455,6 +487,7 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return false, false
 	}
 	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseRetryWait}); err != nil {
+		rn.stallIfStore(err)
 		return false, false
 	}
 	if err := rn.sleep(wait); err != nil {
@@ -475,6 +508,7 @@ func (rn *runner) recoverFrom(class belay.ErrorClass, why string) (resume, cont 
 	rn.recovers++
 	rn.mu.Unlock()
 	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseRecovering}); err != nil {
+		rn.stallIfStore(err)
 		return false, false
 	}
 	return rn.decide(why)
@@ -502,15 +536,21 @@ func (rn *runner) decide(why string) (resume, cont bool) {
 	}
 	switch {
 	case canResume:
-		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionResume, Reason: why, Attempt: rn.attempt + 1})
+		if !rn.record(EventRecovery, recoveryData{Decision: DecisionResume, Reason: why, Attempt: rn.attempt + 1}) {
+			return false, false
+		}
 		return true, true
 	case rn.effects.unsafe() != "":
 		reason := why + "; not resending: " + rn.effects.unsafe()
-		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt})
+		if !rn.record(EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt}) {
+			return false, false
+		}
 		rn.end(belay.PhaseStranded, &belay.RunError{Class: belay.ClassInternal, Message: "resending would repeat side effects"}, reason)
 		return false, false
 	}
-	_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionResend, Reason: why, Attempt: rn.attempt + 1})
+	if !rn.record(EventRecovery, recoveryData{Decision: DecisionResend, Reason: why, Attempt: rn.attempt + 1}) {
+		return false, false
+	}
 	return false, true
 }
 
@@ -546,7 +586,11 @@ func (rn *runner) end(phase belay.RunPhase, runErr *belay.RunError, reason strin
 	u.Deliver = outcomeDelivery(rn.run, phase, runErr, reason, rn.r.clk.Now())
 	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
 	if err != nil {
+		// Not finished: a lost lease means another worker owns the run;
+		// any other failure leaves it to be retried (stall.go), never
+		// "running" with nobody on it.
 		rn.log().warn("finish run", err)
+		rn.stallOn(err)
 		return
 	}
 	rn.setPhase(phase)
@@ -566,11 +610,26 @@ func (e *replayError) Error() string {
 	return fmt.Sprintf("the provider replayed tool %q (call %s) after a resume", e.tool, e.call)
 }
 
-// storeError marks a failed journal write from inside an attempt.
-type storeError struct{ err error }
+// storeError marks a failed journal write from inside an attempt. When
+// the run will resume through its provider once the store accepts writes
+// again (stall.go), it asks the provider to detach (provider.ErrDetach):
+// its work goes on and the retry reattaches; otherwise the work stops, so
+// that a resend never runs beside it.
+type storeError struct {
+	err    error
+	detach bool
+}
 
 func (e *storeError) Error() string { return "journal: " + e.err.Error() }
 func (e *storeError) Unwrap() error { return e.err }
+
+// Is makes errors.Is(err, provider.ErrDetach) hold when the provider
+// should leave its work running.
+func (e *storeError) Is(target error) bool { return e.detach && target == provider.ErrDetach }
+
+func (rn *runner) storeErr(err error) *storeError {
+	return &storeError{err: err, detach: rn.willResume()}
+}
 
 func (rn *runner) update(u belay.RunUpdate) error {
 	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
@@ -578,7 +637,7 @@ func (rn *runner) update(u belay.RunUpdate) error {
 		if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
 			return errLeaseLost
 		}
-		return &storeError{err}
+		return rn.storeErr(err)
 	}
 	rn.run = run
 	if u.Phase != "" {
@@ -587,13 +646,36 @@ func (rn *runner) update(u belay.RunUpdate) error {
 	return nil
 }
 
+// record journals a decision (Sync) before acting on it. When the write
+// fails the runner must not act: a lost lease means another worker owns
+// the run; any other failure stalls it, to be retried (stall.go). It
+// reports whether the runner may go on.
+func (rn *runner) record(typ string, v any) bool {
+	err := rn.append(belay.Sync, typ, v)
+	if err == nil {
+		return true
+	}
+	rn.stallIfStore(err)
+	return false
+}
+
+// stallIfStore stalls the runner if err is a write the store refused (a
+// lost lease is not: another worker owns the run).
+func (rn *runner) stallIfStore(err error) {
+	var se *storeError
+	if errors.As(err, &se) {
+		rn.log().warn("journal write failed; the run waits for the store", se.err)
+		rn.stallOn(se.err)
+	}
+}
+
 func (rn *runner) append(d belay.Durability, typ string, v any) error {
 	_, err := rn.r.store.Append(bgCtx, rn.run.Session, d, belay.Event{Type: typ, Run: rn.id, Epoch: rn.epoch, Data: mustJSON(v)})
 	if err != nil {
 		if errors.Is(err, belay.ErrStaleEpoch) {
 			return errLeaseLost
 		}
-		return &storeError{err}
+		return rn.storeErr(err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/store"
 )
@@ -46,6 +47,9 @@ type Options struct {
 	OnRunEnd func(belay.Run)
 	// OnWatchdog, if set, is called when an inactivity tier expires.
 	OnWatchdog func(Tier)
+	// OnStall, if set, is told when a runner stopped because the store
+	// refused a write, before the run is retried (for metrics).
+	OnStall func(run string, err error)
 }
 
 // Defaults.
@@ -65,6 +69,8 @@ type Runtime struct {
 	mu       sync.Mutex
 	sched    *scheduler
 	runners  map[string]*runner // active runs by id
+	stalls   map[string]int     // stalled retries by run id (stall.go)
+	stallErr map[string]error   // why a run waits to be retried (stall.go)
 	started  bool
 	stopping bool
 	wg       sync.WaitGroup // runners and background work
@@ -105,12 +111,14 @@ func New(opts Options) (*Runtime, error) {
 	opts.Retry = opts.Retry.withDefaults()
 	opts.Recovery = opts.Recovery.withDefaults()
 	r := &Runtime{
-		opts:    opts,
-		store:   opts.Store,
-		clk:     opts.Clock,
-		log:     opts.Logger,
-		sched:   newScheduler(opts.Limits),
-		runners: map[string]*runner{},
+		opts:     opts,
+		store:    opts.Store,
+		clk:      opts.Clock,
+		log:      opts.Logger,
+		sched:    newScheduler(opts.Limits),
+		runners:  map[string]*runner{},
+		stalls:   map[string]int{},
+		stallErr: map[string]error{},
 	}
 	r.inbox.init(r)
 	return r, nil
@@ -193,10 +201,45 @@ type SubmitRequest struct {
 	Labels         map[string]string
 }
 
-// Submit creates a run and queues it under its policy (G3, G4).
+// MaxInput is the largest run input (prompt, script and options, as JSON)
+// a run can have: its run.created event, with the run's other fields
+// (bounded by maxRunFields), fits one journal record.
+const MaxInput = journal.MaxRecordSize - maxRunFields
+
+// maxRunFields bounds what a run.created event holds besides the input:
+// the line's envelope, ids, the idempotency key (twice), provider, model
+// and deadline.
+const maxRunFields = 4 << 10
+
+// CheckInput returns the JSON of a run's input, or a *belay.TooLargeError
+// when it is larger than MaxInput.
+func CheckInput(in Input) ([]byte, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	if len(b) > MaxInput {
+		return nil, &belay.TooLargeError{What: "the run's input (prompt, script and options, as JSON)", Size: len(b), Limit: MaxInput}
+	}
+	return b, nil
+}
+
+// maxNameLen caps provider and model names and labels, which the run's
+// event carries too.
+const maxNameLen = 256
+
+// Submit creates a run and queues it under its policy (G3, G4). An input
+// larger than MaxInput is refused before anything is created.
 func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, error) {
 	if !req.Policy.Valid() {
 		return belay.Run{}, fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, req.Policy)
+	}
+	if len(req.Provider) > maxNameLen || len(req.Model) > maxNameLen {
+		return belay.Run{}, fmt.Errorf("%w: provider and model names are at most %d bytes", belay.ErrInvalid, maxNameLen)
+	}
+	input, err := CheckInput(Input{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
+	if err != nil {
+		return belay.Run{}, err
 	}
 	if err := r.admitting(); err != nil {
 		return belay.Run{}, err
@@ -243,10 +286,6 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 	stripe := &r.submitMu[stripeOf(sessionID)]
 	stripe.Lock()
 	defer stripe.Unlock()
-	input, err := json.Marshal(Input{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
-	if err != nil {
-		return belay.Run{}, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
-	}
 	deadline := req.Deadline
 	if deadline <= 0 {
 		deadline = r.defaultDeadline(prov, model)
@@ -448,6 +487,8 @@ func (r *Runtime) Stats() Stats {
 func (r *Runtime) finished(id string) {
 	r.mu.Lock()
 	delete(r.runners, id)
+	delete(r.stalls, id)
+	delete(r.stallErr, id)
 	r.sched.finish(id)
 	r.mu.Unlock()
 	r.promote()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -106,6 +107,19 @@ func hasText(evs []belay.Event) bool {
 	return false
 }
 
+// stopUntilHung SIGSTOPs the daemon and waits until its lock's TTL passed
+// without a heartbeat, so that it is judged hung. It returns its PID.
+func (w *oneWriter) stopUntilHung() int {
+	w.t.Helper()
+	require.NoError(w.t, w.daemon.Process.Signal(syscall.SIGSTOP))
+	lockPath := filepath.Join(w.dir, fsstore.LockName)
+	require.Eventually(w.t, func() bool {
+		st, err := lock.Inspect(lockPath, lock.Options{})
+		return err == nil && st.Reason == lock.ReasonHung
+	}, time.Minute, 20*time.Millisecond, "the stopped daemon is judged hung once its TTL passed")
+	return w.daemon.Process.Pid
+}
+
 // secondServe runs another `belay serve` on the same directory and returns
 // its exit error and output: it must refuse to start.
 func (w *oneWriter) secondServe() (error, string) {
@@ -164,13 +178,7 @@ func TestStoppedDaemonIsNeverReplaced(t *testing.T) {
 	}
 	t.Parallel()
 	w := startOneWriter(t, "600ms", 8)
-	pid := w.daemon.Process.Pid
-	require.NoError(t, w.daemon.Process.Signal(syscall.SIGSTOP))
-	lockPath := filepath.Join(w.dir, fsstore.LockName)
-	require.Eventually(t, func() bool {
-		st, err := lock.Inspect(lockPath, lock.Options{})
-		return err == nil && st.Reason == lock.ReasonHung
-	}, time.Minute, 20*time.Millisecond, "the stopped daemon is judged hung once its TTL passed")
+	pid := w.stopUntilHung()
 
 	err, out := w.secondServe()
 	require.Error(t, err, "a second daemon must not start: %s", out)
@@ -265,13 +273,7 @@ func TestStopHungDaemon(t *testing.T) {
 	}
 	t.Parallel()
 	w := startOneWriter(t, "600ms", 2)
-	pid := w.daemon.Process.Pid
-	require.NoError(t, w.daemon.Process.Signal(syscall.SIGSTOP))
-	lockPath := filepath.Join(w.dir, fsstore.LockName)
-	require.Eventually(t, func() bool {
-		st, err := lock.Inspect(lockPath, lock.Options{})
-		return err == nil && st.Reason == lock.ReasonHung
-	}, time.Minute, 20*time.Millisecond)
+	pid := w.stopUntilHung()
 
 	status := exec.Command(w.bin, "daemon", "status", "--data", w.dir)
 	out, err := status.CombinedOutput()
@@ -288,4 +290,41 @@ func TestStopHungDaemon(t *testing.T) {
 
 	w.daemon = startServe(t, w.bin, w.dir)
 	w.finish()
+}
+
+// TestRacingAutostartsNameTheRunningDaemon: two commands that find no
+// daemon start one each at the same moment; one daemon wins, and both
+// commands name the PID of the daemon that actually runs.
+func TestRacingAutostartsNameTheRunningDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child-process test")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "belay")
+	require.NoError(t, os.Symlink(os.Args[0], bin))
+	t.Cleanup(func() { stopDaemon(dir) })
+	outs := make([]string, 2)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Go(func() {
+			cmd := exec.Command(bin, "send", "--provider", "fake", "--json", "--data", dir, "hi")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("command %d: %v: %s", i, err, out)
+			}
+			outs[i] = string(out)
+		})
+	}
+	wg.Wait()
+	pid := daemonPID(dir)
+	require.NotZero(t, pid)
+	for i, out := range outs {
+		// Each says it started the daemon or uses the one another started;
+		// either way the PID is the one that holds the lock.
+		if strings.Contains(out, "daemon") {
+			require.Contains(t, out, fmt.Sprintf("(pid %d", pid), "command %d: %s", i, out)
+		}
+	}
+	require.NoFileExists(t, filepath.Join(dir, "belay.lock.reclaim"))
 }

@@ -97,7 +97,12 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 	prompt := opts.Prompt
 	switch {
 	case opts.File != "":
-		b, err := os.ReadFile(opts.File)
+		f, err := os.Open(opts.File)
+		if err != nil {
+			return fmt.Errorf("read prompt: %w", err)
+		}
+		b, err := io.ReadAll(io.LimitReader(f, runtime.MaxInput+1))
+		f.Close()
 		if err != nil {
 			return fmt.Errorf("read prompt: %w", err)
 		}
@@ -106,7 +111,7 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		if !hasArg && isTerminal(stdio.In) {
 			return usagef("belay send --provider fake \"hello\"", "no prompt: give it as an argument, \"-\" for standard input, or --file")
 		}
-		b, err := io.ReadAll(io.LimitReader(stdio.In, api.MaxRunBody))
+		b, err := io.ReadAll(io.LimitReader(stdio.In, runtime.MaxInput+1))
 		if err != nil {
 			return fmt.Errorf("read prompt: %w", err)
 		}
@@ -122,6 +127,10 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 			return usagef("belay send --provider fake --script script.json", "%s is not JSON", opts.Script)
 		}
 		script = b
+	}
+	// What the daemon could not store is refused here, before any upload.
+	if _, err := runtime.CheckInput(runtime.Input{Prompt: prompt, Script: script}); err != nil {
+		return fmt.Errorf("%w\nTry: send a shorter prompt, or give the agent a path to the long text instead of the text", err)
 	}
 	ctx := cmd.Context()
 	c, err := connect(ctx, stdio, opts.globalOptions, true)

@@ -21,6 +21,7 @@ type serveOptions struct {
 	Store     string
 	LogFormat string
 	LogLevel  string
+	MaxConns  int
 }
 
 func newServeCmd(stdio Stdio) *cobra.Command {
@@ -51,6 +52,7 @@ forces the exit.`,
 	f.StringVar(&opts.Store, "store", "", storeFlagHelp)
 	f.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.IntVar(&opts.MaxConns, "max-conns", 0, "cap on client connections (default: half the open file limit, at most 16384); streams and long polls get half")
 	return cmd
 }
 
@@ -90,7 +92,7 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	if _, err := daemon.StoreKind(storeURL); err != nil {
 		return usagef("belay serve --store postgres://USER@HOST/DB", "%v", err)
 	}
-	err = daemon.Run(ctx, daemon.Options{DataDir: dir, Listen: opts.Listen, Store: storeURL, Version: Version, Logger: slog.New(h)})
+	err = daemon.Run(ctx, daemon.Options{DataDir: dir, Listen: opts.Listen, Store: storeURL, Version: Version, Logger: slog.New(h), MaxConns: opts.MaxConns})
 	if errors.Is(err, belay.ErrStoreLocked) {
 		return &exitError{code: ExitError, err: err}
 	}

@@ -26,7 +26,7 @@ type fakeConfig struct {
 var providerTypes = map[string]func(name string, d *Config, prim any, dataDir string) (provider.Provider, error){
 	"openai": func(name string, c *Config, prim any, _ string) (provider.Provider, error) {
 		var cfg openai.Config
-		if err := c.decode(prim, &cfg); err != nil {
+		if err := c.decode(name, prim, &cfg); err != nil {
 			return nil, err
 		}
 		cfg.History = sessionHistory(c.store)
@@ -34,7 +34,7 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 	},
 	"anthropic": func(name string, c *Config, prim any, _ string) (provider.Provider, error) {
 		var cfg anthropic.Config
-		if err := c.decode(prim, &cfg); err != nil {
+		if err := c.decode(name, prim, &cfg); err != nil {
 			return nil, err
 		}
 		cfg.History = sessionHistory(c.store)
@@ -45,7 +45,7 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 			Type string `toml:"type"`
 			command.Config
 		}
-		if err := c.decode(prim, &cfg); err != nil {
+		if err := c.decode(name, prim, &cfg); err != nil {
 			return nil, err
 		}
 		if cfg.RunDir == "" {
@@ -55,7 +55,7 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 	},
 	"fake": func(name string, c *Config, prim any, dataDir string) (provider.Provider, error) {
 		var fc fakeConfig
-		if err := c.decode(prim, &fc); err != nil {
+		if err := c.decode(name, prim, &fc); err != nil {
 			return nil, err
 		}
 		opts := fake.Options{Name: name, Resume: fc.Resume == nil || *fc.Resume, Clock: clock.Real, EffectsDir: filepath.Join(dataDir, "fake-effects")}

@@ -318,3 +318,35 @@ func TestCreateSessionOnFullDiskCreatesNothing(t *testing.T) {
 	_, err = s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
 	require.NoError(t, err)
 }
+
+// TestWaitEventsOutlivesAFullDisk: a watcher waiting on a session whose
+// write failed on a full disk keeps waiting, and sees the next event once
+// space is free, rather than ending with the write's error.
+func TestWaitEventsOutlivesAFullDisk(t *testing.T) {
+	t.Parallel()
+	ffs := vfstest.New(nil)
+	s := openStore(t, t.TempDir(), Options{FS: ffs})
+	ctx := context.Background()
+	sess := newSession(t, s)
+	last := sess.LastSeq
+	waited := make(chan error, 1)
+	go func() { waited <- s.WaitEvents(ctx, sess.ID, last) }()
+
+	ffs.Set(vfstest.Faults{Write: func(string, []byte) (int, error) { return 0, syscall.ENOSPC }})
+	_, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "refused"})
+	require.ErrorIs(t, err, belay.ErrDiskFull)
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait ended on a full disk: %v", err)
+	default:
+	}
+	ffs.Set(vfstest.Faults{})
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "after"})
+	require.NoError(t, err)
+	select {
+	case err := <-waited:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the wait did not see the event written once space was free")
+	}
+}

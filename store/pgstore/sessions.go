@@ -255,7 +255,12 @@ func (s *Store) Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Se
 	if s.isClosed() {
 		return nil, belay.ErrStoreClosed
 	}
-	q := `SELECT ` + sessionCols + ` FROM belay_sessions s WHERE ($1 = '' OR s.provider = $1)`
+	if f.Before != "" {
+		if err := checkSession(f.Before); err != nil {
+			return nil, err
+		}
+	}
+	q := `SELECT ` + sessionCols + ` FROM belay_sessions s WHERE ($1 = '' OR s.provider = $1) AND ($2 = '' OR s.id < $2)`
 	switch f.State {
 	case "":
 	case belay.SessionActive:
@@ -265,11 +270,12 @@ func (s *Store) Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Se
 	default:
 		return []belay.Session{}, nil // this store never quarantines
 	}
-	q += ` ORDER BY s.created_at DESC, s.id DESC`
+	// Ids grow with time: newest first, and Before pages by id.
+	q += ` ORDER BY s.id DESC`
 	if f.Limit > 0 {
 		q += fmt.Sprintf(` LIMIT %d`, f.Limit)
 	}
-	rows, err := s.pool.Query(ctx, q, f.Provider)
+	rows, err := s.pool.Query(ctx, q, f.Provider, f.Before)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
@@ -444,6 +450,58 @@ func (s *Store) Events(ctx context.Context, id string, after uint64, limit int) 
 		}
 	}
 	return out, nil
+}
+
+// scanPage is how many events ScanEvents reads per query: memory stays
+// bounded and no query holds a snapshot for a whole long session.
+const scanPage = 1000
+
+// ScanEvents calls fn for each event after seq after, in order, a page
+// at a time.
+func (s *Store) ScanEvents(ctx context.Context, id string, after uint64, fn func(belay.Event) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := s.Session(ctx, id); err != nil {
+		return err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rows, err := s.pool.Query(ctx, `SELECT seq, ts, type, coalesce(idem, ''), coalesce(run, ''), epoch, data::text
+			FROM belay_events WHERE session = $1 AND seq > $2 ORDER BY seq LIMIT $3`, id, int64(after), scanPage)
+		if err != nil {
+			return s.wrap(err)
+		}
+		n := 0
+		var ferr error
+		for rows.Next() {
+			var e belay.Event
+			var seq, epoch int64
+			var data []byte
+			if err := rows.Scan(&seq, &e.TS, &e.Type, &e.ID, &e.Run, &epoch, &data); err != nil {
+				rows.Close()
+				return s.wrap(err)
+			}
+			e.Seq, e.Epoch, e.TS, e.Data = uint64(seq), uint64(epoch), e.TS.UTC(), json.RawMessage(data)
+			n++
+			after = e.Seq
+			if ferr = fn(e); ferr != nil {
+				break
+			}
+		}
+		rows.Close()
+		if ferr != nil {
+			return ferr
+		}
+		if err := rows.Err(); err != nil {
+			return s.wrap(err)
+		}
+		if n < scanPage {
+			return nil
+		}
+	}
 }
 
 // DeleteSession deletes one session and everything in it. It refuses a

@@ -55,3 +55,9 @@ func (s *Scrubber) String(text string) string {
 	}
 	return text
 }
+
+// clip scrubs text, then cuts it to at most n bytes (and a "…"). Cutting
+// first could leave the start of a secret that no longer matches.
+func (s *Scrubber) clip(text string, n int) string {
+	return truncate(s.String(text), n)
+}
