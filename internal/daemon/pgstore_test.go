@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
@@ -97,4 +98,38 @@ func TestStoreSettingIsChecked(t *testing.T) {
 		err := Run(context.Background(), Options{DataDir: t.TempDir(), Store: bad, Logger: slog.New(slog.DiscardHandler)})
 		require.ErrorIs(t, err, belay.ErrInvalid, bad)
 	}
+}
+
+// TestDaemonOnPostgresFencesItself: a daemon that can no longer prove its
+// writer lock on the database (its lock connection killed, as in a
+// partition) stops writing and exits fenced; the database is then free for
+// another daemon.
+func TestDaemonOnPostgresFencesItself(t *testing.T) {
+	pg := testpg.Start(t, testpg.Options{})
+	url := pg.Database(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte("[store]\nlock_ttl = \"1s\"\n"), 0o600))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{DataDir: dir, Store: url, Version: "test", Ready: func() { close(ready) }, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("daemon: %v", err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var killed int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'belay daemon %'`).Scan(&killed))
+	require.Equal(t, 1, killed)
+	err = <-done
+	require.ErrorIs(t, err, ErrFenced)
+	require.ErrorContains(t, err, "writer lock")
+
+	startOn(t, t.TempDir(), url) // the database is free again
 }
