@@ -15,6 +15,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/journal"
 )
 
 // ErrStop, returned by a Follow callback, ends Follow without error.
@@ -48,8 +49,11 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64, fn fu
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	var typ, data string
 	for {
-		line, err := br.ReadString('\n')
+		line, err := readLine(br, maxStreamLine)
 		if err != nil {
+			if errors.Is(err, errLineTooLong) {
+				return err
+			}
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
@@ -86,7 +90,33 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64, fn fu
 		case strings.HasPrefix(line, "event:"):
 			typ = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
 		case strings.HasPrefix(line, "data:"):
+			if len(data)+len(line) > maxStreamLine {
+				return fmt.Errorf("client: an event in the stream is larger than %d bytes", maxStreamLine)
+			}
 			data += strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
+		}
+	}
+}
+
+// maxStreamLine bounds one event of a stream: twice the largest journal
+// record, so that a daemon (or anything answering in its place) cannot
+// make the client allocate without bound.
+const maxStreamLine = 2 * journal.MaxRecordSize
+
+// errLineTooLong is a stream line longer than the bound.
+var errLineTooLong = fmt.Errorf("client: a line in the stream is longer than %d bytes", maxStreamLine)
+
+// readLine reads one line (with its newline) of at most max bytes.
+func readLine(br *bufio.Reader, max int) (string, error) {
+	var buf []byte
+	for {
+		part, err := br.ReadSlice('\n')
+		if len(buf)+len(part) > max {
+			return "", errLineTooLong
+		}
+		buf = append(buf, part...)
+		if err != bufio.ErrBufferFull {
+			return string(buf), err
 		}
 	}
 }

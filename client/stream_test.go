@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/belayhq/belay"
@@ -43,6 +44,27 @@ func TestAnswerWholeOrFails(t *testing.T) {
 			}
 			if out.String() != "partial answer" {
 				t.Fatalf("wrote %q", out.String())
+			}
+		})
+	}
+}
+
+// TestStreamBoundsAnEvent: a stream line or event longer than the bound is
+// an error, not an allocation without end and not a reconnect loop.
+func TestStreamBoundsAnEvent(t *testing.T) {
+	for name, body := range map[string]string{
+		"one long line": "data: " + strings.Repeat("x", maxStreamLine+1) + "\n\n",
+		"many data lines": strings.Repeat("data: "+strings.Repeat("y", 60<<10)+"\n", maxStreamLine/(60<<10)+2) + "\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = w.Write([]byte(body))
+			}))
+			defer srv.Close()
+			err := New(Options{BaseURL: srv.URL}).Stream(context.Background(), "ses_x", 0, func(belay.Event) error { return nil })
+			if err == nil || IsUnreachable(err) || !strings.Contains(err.Error(), "larger than") && !strings.Contains(err.Error(), "longer than") {
+				t.Fatalf("want a bound error, got %v", err)
 			}
 		})
 	}

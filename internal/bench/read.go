@@ -236,8 +236,8 @@ type benchDaemon struct {
 	done chan error
 }
 
-func startBenchDaemon(ctx context.Context, exe, data string) (*benchDaemon, error) {
-	cmd := exec.Command(exe, "serve", "--data", data)
+func startBenchDaemon(ctx context.Context, exe, data string, args ...string) (*benchDaemon, error) {
+	cmd := exec.Command(exe, append([]string{"serve", "--data", data}, args...)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start daemon: %w", err)
