@@ -63,6 +63,10 @@ type Cluster struct {
 	bin  string
 	cred *syscall.Credential
 
+	// reaper stops the server and removes Dir if this process dies
+	// without calling Stop (a panic, a test timeout, SIGKILL).
+	reaper *exec.Cmd
+
 	mu      sync.Mutex
 	stopped bool
 }
@@ -202,6 +206,21 @@ func (c *Cluster) init(ctx context.Context, opts Options) error {
 		log, _ := os.ReadFile(filepath.Join(c.Dir, "log"))
 		return fmt.Errorf("testpg: pg_ctl start: %w: %s\n%s", err, out, log)
 	}
+	return c.startReaper()
+}
+
+// startReaper starts a small shell, as the server's account, that waits
+// for this process to end and then stops the server and removes its
+// directory. Stop kills it first.
+func (c *Cluster) startReaper() error {
+	script := `while [ -d /proc/$0 ]; do sleep 1; done; "$1/pg_ctl" -D "$2/data" -m immediate -w stop >/dev/null 2>&1; rm -rf "$2"`
+	cmd := exec.Command("/bin/sh", "-c", script, strconv.Itoa(os.Getpid()), c.bin, c.Dir)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: c.cred}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("testpg: start the reaper: %w", err)
+	}
+	c.reaper = cmd
 	return nil
 }
 
@@ -227,6 +246,10 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.stopped = true
+	if c.reaper != nil {
+		_ = c.reaper.Process.Kill()
+		_ = c.reaper.Wait()
+	}
 	var errs []error
 	if _, err := os.Stat(filepath.Join(c.data(), "postmaster.pid")); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -2,8 +2,13 @@ package testpg_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -44,4 +49,30 @@ func TestCluster(t *testing.T) {
 	})
 	_, err := os.Stat(dir)
 	require.ErrorIs(t, err, os.ErrNotExist, "the cluster is removed when its test ends")
+}
+
+// TestReaper: a cluster whose process dies without stopping it (a panic,
+// a test timeout) is stopped and removed by its reaper.
+func TestReaper(t *testing.T) {
+	if os.Getenv("TESTPG_CHILD") != "" {
+		c, err := testpg.New(context.Background(), testpg.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println(c.Dir)
+		os.Exit(0) // dies without Stop
+	}
+	if _, err := testpg.Find(); err != nil {
+		t.Skip("SKIPPING: no PostgreSQL server binaries")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReaper$")
+	cmd.Env = append(os.Environ(), "TESTPG_CHILD=1")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	dir := strings.TrimSpace(string(out))
+	require.DirExists(t, dir)
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(dir)
+		return errors.Is(err, os.ErrNotExist)
+	}, 60*time.Second, 100*time.Millisecond, "the orphaned cluster is stopped and removed")
 }
