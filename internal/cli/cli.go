@@ -123,6 +123,7 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newRepairCmd(stdio),
 		newBenchCmd(stdio),
 		newBrowserCmd(stdio),
+		newMigrateCmd(stdio),
 		newVersionCmd(stdio),
 	)
 	return root

@@ -31,6 +31,14 @@ type Config struct {
 		// without a heartbeat (default 15s); the daemon stops writing if it
 		// cannot prove its hold for three quarters of it.
 		LockTTL duration `toml:"lock_ttl"`
+		// URL selects the store: "file:" (the default, the embedded store
+		// in the data directory) or "postgres://..." (pgstore). The
+		// --store flag and BELAY_STORE win over it.
+		URL string `toml:"url"`
+		// Migrate applies pending PostgreSQL schema migrations at start
+		// (default true); false makes a start on an old schema fail and
+		// name `belay migrate`.
+		Migrate *bool `toml:"migrate"`
 	} `toml:"store"`
 	Limits struct {
 		Global      int            `toml:"global"`

@@ -12,11 +12,14 @@ import (
 	"github.com/belayhq/belay/lock"
 	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
+	"github.com/belayhq/belay/store/pgstore"
 )
 
 // Report is `belay doctor`: the daemon, the store and the locks.
 type Report struct {
-	DataDir     string               `json:"dataDir"`
+	DataDir string `json:"dataDir"`
+	// Store is "file" or the PostgreSQL URL (password redacted).
+	Store       string               `json:"store,omitempty"`
 	Daemon      DaemonState          `json:"daemon"`
 	Lock        *lock.Status         `json:"lock,omitempty"`
 	Socket      FileState            `json:"socket"`
@@ -86,8 +89,17 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 	if !rep.Socket.OK {
 		rep.Problems = append(rep.Problems, "the socket is open to others")
 	}
+	if ps, ok := st.(*pgstore.Store); ok {
+		rep.Store = ps.URL()
+	} else if st != nil {
+		rep.Store = "file"
+	}
 	if st != nil {
 		sessions, err := st.Sessions(ctx, belay.SessionFilter{})
+		if errors.Is(err, pgstore.ErrUnreachable) {
+			rep.Problems = append(rep.Problems, "degraded: store unreachable: "+err.Error())
+			sessions, err = nil, nil
+		}
 		if err != nil {
 			return rep, err
 		}
