@@ -31,6 +31,9 @@ type runner struct {
 	id   string
 	mode startMode
 	done chan struct{}
+	// since is when the runner started: the run's activity until its
+	// first attempt arms a watchdog.
+	since time.Time
 
 	mu            sync.Mutex
 	cause         error                   // why the whole run is being stopped (first wins)
@@ -63,7 +66,7 @@ func (rn *runner) canResume() bool {
 // startLocked starts a runner for an admitted or reclaimed run. r.mu is
 // held.
 func (r *Runtime) startLocked(id string, mode startMode) {
-	rn := &runner{r: r, id: id, mode: mode, done: make(chan struct{})}
+	rn := &runner{r: r, id: id, mode: mode, done: make(chan struct{}), since: r.clk.Now()}
 	r.runners[id] = rn
 	r.wg.Add(1)
 	go func() {
@@ -98,6 +101,8 @@ func (rn *runner) activity() Activity {
 	a := Activity{Run: rn.id, Phase: rn.phase, Attempt: rn.attempt}
 	if rn.wd != nil {
 		a.LastProgress, a.Tier = rn.wd.lastActivity()
+	} else {
+		a.LastProgress, a.Tier = rn.since, TierAwaitingFirst
 	}
 	return a
 }
@@ -285,6 +290,11 @@ func (rn *runner) attemptOnce(in Input, resume bool) error {
 func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCauseFunc) error {
 	if ev.Kind.Progress() && !rn.started && ev.Kind != provider.TurnEnd {
 		rn.started = true
+		// The in-memory activity first, then the store: whoever sees the
+		// stored phase sees the activity that goes with it.
+		if ev.Kind == provider.TextDelta || ev.Kind == provider.ThinkingDelta {
+			wd.progress(TierStreaming)
+		}
 		if err := rn.update(belay.RunUpdate{Phase: belay.PhaseStreaming}); err != nil {
 			return err
 		}
@@ -544,12 +554,12 @@ func (rn *runner) end(phase belay.RunPhase, runErr *belay.RunError, reason strin
 	u := belay.RunUpdate{Phase: phase, Error: runErr, Reason: reason}
 	// The delivery is posted in the same durable write as the end.
 	u.Deliver = outcomeDelivery(rn.run, phase, runErr, reason, rn.r.clk.Now())
+	rn.setPhase(phase)
 	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
 	if err != nil {
 		rn.log().warn("finish run", err)
 		return
 	}
-	rn.setPhase(phase)
 	if u.Deliver != nil {
 		rn.r.inbox.notify()
 	}
@@ -573,6 +583,11 @@ func (e *storeError) Error() string { return "journal: " + e.err.Error() }
 func (e *storeError) Unwrap() error { return e.err }
 
 func (rn *runner) update(u belay.RunUpdate) error {
+	if u.Phase != "" {
+		// In memory before the store (see emit): Activity never reports
+		// a phase older than the stored one.
+		rn.setPhase(u.Phase)
+	}
 	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
 	if err != nil {
 		if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
@@ -581,9 +596,6 @@ func (rn *runner) update(u belay.RunUpdate) error {
 		return &storeError{err}
 	}
 	rn.run = run
-	if u.Phase != "" {
-		rn.setPhase(u.Phase)
-	}
 	return nil
 }
 
