@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/runtime"
 )
 
@@ -27,6 +28,7 @@ const (
 	CodeTooLarge         = "too_large"
 	CodeMethod           = "method_not_allowed"
 	CodeTimeout          = "timeout"
+	CodeSideEffects      = "side_effects_settled"
 	CodeInternal         = "internal"
 )
 
@@ -38,6 +40,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusConflict, CodeLeaseExpired
 	case errors.As(err, &stale), errors.Is(err, belay.ErrStaleEpoch):
 		return http.StatusConflict, CodeStaleEpoch
+	case errors.Is(err, runtime.ErrSideEffects):
+		return http.StatusConflict, CodeSideEffects
 	case errors.Is(err, runtime.ErrConversationBusy):
 		return http.StatusConflict, CodeConversationBusy
 	case errors.Is(err, belay.ErrInvalid):
@@ -69,8 +73,21 @@ func writeError(w http.ResponseWriter, err error) {
 	status, code := statusOf(err)
 	var details map[string]any
 	var stale *belay.StaleEpochError
-	if errors.As(err, &stale) {
+	var field *provider.FieldError
+	var unknown *provider.UnknownError
+	var conflict *runtime.IdempotencyConflictError
+	var effects *runtime.SideEffectsError
+	switch {
+	case errors.As(err, &stale):
 		details = map[string]any{"kind": stale.Kind, "id": stale.ID, "epoch": stale.Got, "currentEpoch": stale.Current}
+	case errors.As(err, &field):
+		details = map[string]any{"field": field.Field}
+	case errors.As(err, &unknown):
+		details = map[string]any{"provider": unknown.Name, "known": unknown.Known}
+	case errors.As(err, &conflict):
+		details = map[string]any{"run": conflict.Run, "differs": conflict.What}
+	case errors.As(err, &effects):
+		details = map[string]any{"run": effects.Run, "tools": effects.Tools}
 	}
 	writeErrorCode(w, status, code, err.Error(), details)
 }
