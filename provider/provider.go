@@ -168,6 +168,8 @@ type Error struct {
 	Message string
 	// RetryAfter is the server's requested delay, if it gave one.
 	RetryAfter time.Duration
+	// Status is the HTTP status of the server's answer, if there was one.
+	Status int
 	// Err is the underlying error, if any. It must not hold secrets.
 	Err error
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -137,4 +138,24 @@ func TestSubmitValidatesAtTheDoor(t *testing.T) {
 	_, err = b.rt.Submit(ctx, SubmitRequest{Provider: "nope"})
 	require.ErrorAs(t, err, &ue)
 	require.Equal(t, []string{"fake"}, ue.Known)
+}
+
+func TestFailureKeepsTheProviderErrorAndDoctorHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	p := &funcProvider{name: "busy", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		return &provider.Error{Class: belay.ClassRateLimited, Message: "busy: HTTP 429: slow down", Status: 429, RetryAfter: 7 * time.Minute}
+	}}
+	b := setup(t, Options{Retry: RetryPolicy{MaxRetries: 1, Base: time.Second, Max: time.Second}}, p)
+	run := b.submit(SubmitRequest{Provider: "busy"})
+	require.Equal(t, 7*time.Minute, b.sleeping(), "the retry honours Retry-After")
+	b.clk.Advance(7 * time.Minute)
+	run = b.waitStatus(run.ID, belay.RunFailed)
+	require.Equal(t, &belay.RunError{Class: belay.ClassRateLimited, Message: "busy: HTTP 429: slow down", Status: 429, RetryAfterSeconds: 420}, run.Error)
+
+	rep, err := b.rt.Doctor(context.Background(), run.Session)
+	require.NoError(t, err)
+	require.Equal(t, "retry_later", string(rep.NextAction))
+	require.Contains(t, rep.Reason, "7m", "the wait is the provider's Retry-After, not the default backoff")
+	require.Equal(t, run.EndedAt.Add(7*time.Minute).UTC(), rep.RetryAt)
+	require.Equal(t, "belay runs retry "+run.ID, rep.Command)
 }

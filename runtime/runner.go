@@ -450,11 +450,11 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 	class := provider.ClassOf(err)
 	_ = rn.append(belay.Sync, EventError, errorData{Class: class, Message: err.Error(), RetryAfter: provider.RetryAfterOf(err).Seconds()})
 	if !class.Retryable() {
-		rn.end(belay.PhaseFailed, &belay.RunError{Class: class, Message: err.Error()}, "not retryable")
+		rn.end(belay.PhaseFailed, runError(class, err), "not retryable")
 		return false, false
 	}
 	if rn.retries >= rn.r.opts.Retry.MaxRetries {
-		rn.end(belay.PhaseFailed, &belay.RunError{Class: class, Message: err.Error()},
+		rn.end(belay.PhaseFailed, runError(class, err),
 			fmt.Sprintf("%d retries exhausted", rn.r.opts.Retry.MaxRetries))
 		return false, false
 	}
@@ -471,6 +471,18 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return rn.outcome(err)
 	}
 	return resume, true
+}
+
+// runError is the RunError of a failed attempt: for a provider's error,
+// its (scrubbed) message, HTTP status and Retry-After.
+func runError(class belay.ErrorClass, err error) *belay.RunError {
+	re := &belay.RunError{Class: class, Message: err.Error()}
+	var pe *provider.Error
+	if errors.As(err, &pe) {
+		re.Message, re.Status = pe.Message, pe.Status
+		re.RetryAfterSeconds = pe.RetryAfter.Seconds()
+	}
+	return re
 }
 
 // recoverFrom handles a stall or a tripped detector within the recovery
