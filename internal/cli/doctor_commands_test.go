@@ -31,7 +31,9 @@ func TestEveryCommandDoctorSuggestsParses(t *testing.T) {
 		parseCommand(t, args[1:])
 	}
 	// The check is real: a flag that does not exist is refused.
-	require.Panics(t, func() { parseCommand(&panicT{}, strings.Fields("send --session ses_01jfz0000000000000000000aa --resend run_01jfz0000000000000000000aa")) })
+	require.Panics(t, func() {
+		parseCommand(&panicT{}, strings.Fields("send --session ses_01jfz0000000000000000000aa --resend run_01jfz0000000000000000000aa"))
+	})
 }
 
 type tester interface {

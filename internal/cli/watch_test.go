@@ -147,3 +147,17 @@ func TestAgeNeverPrintsAZeroTime(t *testing.T) {
 	require.Equal(t, "-", stampOrUnknown(time.Time{}))
 	require.Equal(t, "0s ago", ago(time.Now().Add(time.Hour)), "a clock skew is not a negative age")
 }
+
+// TestStatusNeverSplitsAWordOnOneTerminal plays stdout and stderr into one
+// buffer, as one terminal shows them.
+func TestStatusNeverSplitsAWordOnOneTerminal(t *testing.T) {
+	t.Parallel()
+	var screen strings.Builder
+	p := &printer{stdio: Stdio{Out: &screen, Err: &screen}, progress: true, inline: true}
+	p.event(event(2, "run.text", map[string]string{"text": "hel"}))
+	p.event(event(3, "run.text", map[string]string{"text": "lo wor"}))
+	p.event(event(4, "run.tool_call", map[string]any{"Name": "search"}))
+	p.event(event(5, "run.text", map[string]string{"text": "ld"}))
+	p.finish()
+	require.Regexp(t, `^hello \n· tool search · last activity \d+s ago\nworld$`, screen.String())
+}
