@@ -3,6 +3,7 @@ package belay
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Sentinel errors shared by stores and the runtime.
@@ -20,6 +21,9 @@ var (
 	ErrStoreLocked   = errors.New("belay: data dir in use")
 	ErrStoreClosed   = errors.New("belay: store closed")
 	ErrCorruptRecord = errors.New("belay: corrupt record")
+	// ErrDiskFull: a write failed because the filesystem or quota is full.
+	// Nothing is lost; writes succeed again once space is free.
+	ErrDiskFull = errors.New("belay: disk full")
 	// ErrStillRunning is a local wait's timeout: the run goes on (G8). It is
 	// never a failure of the run.
 	ErrStillRunning = errors.New("belay: still running")
@@ -52,6 +56,35 @@ const (
 func (c ErrorClass) Retryable() bool {
 	return c == ClassRateLimited || c == ClassOverloaded || c == ClassTransient
 }
+
+// DiskFullError is a write refused because the filesystem holding Path is
+// full. errors.Is(err, ErrDiskFull) holds.
+type DiskFullError struct {
+	Path string
+	// Free is how many bytes were free when the write failed (-1: unknown).
+	Free int64
+	Err  error
+}
+
+func (e *DiskFullError) Error() string {
+	// The cause is named by its errno ("no space left on device"), not by
+	// the chain of layers it went through.
+	cause := e.Err
+	var errno syscall.Errno
+	if errors.As(e.Err, &errno) {
+		cause = errno
+	}
+	if e.Free >= 0 {
+		return fmt.Sprintf("belay: disk full (%v): %d bytes free on the filesystem of %s; free space and the write succeeds again, nothing acknowledged was lost", cause, e.Free, e.Path)
+	}
+	return fmt.Sprintf("belay: disk full (%v) on the filesystem of %s; free space and the write succeeds again, nothing acknowledged was lost", cause, e.Path)
+}
+
+// Unwrap returns the cause.
+func (e *DiskFullError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrDiskFull) hold.
+func (e *DiskFullError) Is(target error) bool { return target == ErrDiskFull }
 
 // StaleEpochError is returned for a write, ack or completion that names an
 // epoch older than the current one.

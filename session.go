@@ -63,6 +63,10 @@ type SessionInput struct {
 	// IdempotencyKey makes creation idempotent: a second create with the
 	// same key returns the first session.
 	IdempotencyKey string
+	// FirstRun, if set, is created with the session in the same durable
+	// write (its Session field is ignored): a failed create leaves neither
+	// the session nor the run. Find it with Runs or, by its key, CreateRun.
+	FirstRun *RunInput
 }
 
 // SessionFilter selects sessions to list. Zero values match everything.

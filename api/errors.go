@@ -29,6 +29,7 @@ const (
 	CodeMethod           = "method_not_allowed"
 	CodeTimeout          = "timeout"
 	CodeSideEffects      = "side_effects_settled"
+	CodeDiskFull         = "disk_full"
 	CodeInternal         = "internal"
 )
 
@@ -58,6 +59,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusConflict, CodeTerminal
 	case errors.Is(err, belay.ErrActive):
 		return http.StatusConflict, CodeConversationBusy
+	case errors.Is(err, belay.ErrDiskFull):
+		return http.StatusInsufficientStorage, CodeDiskFull
 	case errors.Is(err, belay.ErrReadOnly):
 		return http.StatusServiceUnavailable, CodeReadOnly
 	case errors.Is(err, belay.ErrStoreClosed):
@@ -77,9 +80,12 @@ func writeError(w http.ResponseWriter, err error) {
 	var unknown *provider.UnknownError
 	var conflict *runtime.IdempotencyConflictError
 	var effects *runtime.SideEffectsError
+	var full *belay.DiskFullError
 	switch {
 	case errors.As(err, &stale):
 		details = map[string]any{"kind": stale.Kind, "id": stale.ID, "epoch": stale.Got, "currentEpoch": stale.Current}
+	case errors.As(err, &full) && full.Free >= 0:
+		details = map[string]any{"freeBytes": full.Free}
 	case errors.As(err, &field):
 		details = map[string]any{"field": field.Field}
 	case errors.As(err, &unknown):

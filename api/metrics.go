@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -19,6 +20,7 @@ type Metrics struct {
 	fsync     prometheus.Histogram
 	watchdogs *prometheus.CounterVec
 	ended     *prometheus.CounterVec
+	stalls    *prometheus.CounterVec
 }
 
 // NewMetrics registers belay's metrics, reading live values from rt.
@@ -38,8 +40,12 @@ func NewMetrics(rt *runtime.Runtime) *Metrics {
 			Name: "belay_runs_ended_total",
 			Help: "Runs that reached a terminal status since the daemon started, by status.",
 		}, []string{"status"}),
+		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "belay_run_stalls_total",
+			Help: "Runners stopped because the store refused a write (their runs are retried), by cause: disk_full or write_error.",
+		}, []string{"cause"}),
 	}
-	m.reg.MustRegister(m.fsync, m.watchdogs, m.ended, &liveCollector{rt: rt},
+	m.reg.MustRegister(m.fsync, m.watchdogs, m.ended, m.stalls, &liveCollector{rt: rt},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -57,6 +63,15 @@ func (m *Metrics) Watchdog(tier runtime.Tier) { m.watchdogs.WithLabelValues(stri
 
 // RunEnded counts a run that ended.
 func (m *Metrics) RunEnded(run belay.Run) { m.ended.WithLabelValues(string(run.Status)).Inc() }
+
+// RunStalled counts a runner stopped by a refused write.
+func (m *Metrics) RunStalled(err error) {
+	cause := "write_error"
+	if errors.Is(err, belay.ErrDiskFull) {
+		cause = "disk_full"
+	}
+	m.stalls.WithLabelValues(cause).Inc()
+}
 
 // liveCollector reports values read at scrape time.
 type liveCollector struct{ rt *runtime.Runtime }

@@ -81,6 +81,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/sessions", s.createSession)
 	mux.HandleFunc("GET /v1/sessions", s.listSessions)
 	mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
+	mux.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/runs", s.listRuns)
 	mux.HandleFunc("POST /v1/sessions/{id}/runs", s.createRun)
 	mux.HandleFunc("GET /v1/sessions/{id}/events", s.events)
@@ -566,6 +567,19 @@ func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	force := r.URL.Query().Get("force")
+	if force != "" && force != "true" && force != "false" {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "force must be true or false", nil)
+		return
+	}
+	if err := s.rt.DeleteSession(r.Context(), r.PathValue("id"), force == "true"); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 var _ store.Store // the API reads through the runtime's store

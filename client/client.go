@@ -95,6 +95,8 @@ func (e *Error) Is(target error) bool {
 		return target == belay.ErrActive
 	case api.CodeReadOnly:
 		return target == belay.ErrReadOnly
+	case api.CodeDiskFull:
+		return target == belay.ErrDiskFull
 	case api.CodeUnavailable:
 		return target == belay.ErrStoreClosed
 	case api.CodeSideEffects:
@@ -217,10 +219,15 @@ func keyHeader(key string) http.Header {
 	return h
 }
 
-// Health checks the daemon.
+// Health checks the daemon. A daemon that accepts the connection but does
+// not answer before ctx's deadline (stopped, wedged) is unreachable too.
 func (c *Client) Health(ctx context.Context) (api.Health, error) {
 	var h api.Health
-	return h, c.do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+	err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = &UnreachableError{Err: fmt.Errorf("no answer to a health check: %w", err)}
+	}
+	return h, err
 }
 
 // CreateSession creates a session; key makes it idempotent.
@@ -338,6 +345,16 @@ func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) ([]belay.Deliv
 func (c *Client) Settle(ctx context.Context, id string, req api.SettleRequest) (belay.Delivery, error) {
 	var d belay.Delivery
 	return d, c.do(ctx, http.MethodPost, "/v1/inbox/"+url.PathEscape(id)+"/settle", nil, req, &d)
+}
+
+// DeleteSession deletes one session (DELETE /v1/sessions/{id}); force
+// deletes it with unsettled deliveries too.
+func (c *Client) DeleteSession(ctx context.Context, id string, force bool) error {
+	path := "/v1/sessions/" + url.PathEscape(id)
+	if force {
+		path += "?force=true"
+	}
+	return c.do(ctx, http.MethodDelete, path, nil, nil, nil)
 }
 
 // Prune prunes sessions by the daemon's retention policy.

@@ -11,6 +11,7 @@ import (
 const (
 	cmdDaemonStart  = "belay daemon start"
 	cmdDaemonStatus = "belay daemon status"
+	cmdDaemonStop   = "belay daemon stop"
 	cmdPrune        = "belay sessions prune"
 )
 
@@ -31,6 +32,14 @@ func cmdRead(run string) string  { return command("belay", "read", run) }
 // command twice sends once (G3).
 func cmdRetry(run string) string {
 	return command("belay", "runs", "retry", run)
+}
+
+func cmdSessionsDoctor(session string) string {
+	return command("belay", "sessions", "doctor", session)
+}
+
+func cmdSessionsDelete(session string) string {
+	return command("belay", "sessions", "delete", session)
 }
 
 func cmdInboxPoll(session string) string {
@@ -55,7 +64,8 @@ func cmdRepair(path, session string) string {
 // suggests a command or flag that does not exist.
 func Commands(session, run, delivery, journal string, epoch uint64) []string {
 	return []string{
-		cmdDaemonStart, cmdDaemonStatus, cmdPrune,
+		cmdDaemonStart, cmdDaemonStatus, cmdDaemonStop, cmdPrune,
+		cmdSessionsDoctor(session), cmdSessionsDelete(session),
 		cmdWatch(run), cmdWait(run), cmdRead(run), cmdRetry(run),
 		cmdInboxPoll(session), cmdInboxAck(delivery, epoch),
 		cmdRepair(journal, session), cmdRepair("", session),

@@ -244,6 +244,8 @@ func (d *diagnosis) describe() {
 		rep.Journal = &JournalReport{
 			Path: scrubText(j.Path), Quarantined: j.Quarantined || s.State == belay.SessionQuarantined,
 			QuarantineOffset: j.QuarantineOffset, LastGoodSeq: j.LastGoodSeq, BrokenCopy: scrubText(j.BrokenCopy),
+			DiskFull: j.DiskFull, FreeBytes: j.FreeBytes, WriteError: scrubText(j.WriteError),
+			Missing: j.Missing, Empty: j.Empty,
 		}
 	}
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/lock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -68,6 +69,31 @@ var diagnoseCases = []diagnoseCase{
 		in.Daemon.Reachable = false
 	}, action: ActionRetryLater, rule: "daemon_unresponsive", command: "belay daemon status",
 		reason: []string{"pid 4242", "holds the run's lease"}},
+	{name: "journal deleted", mod: func(in *Input) {
+		in.Session.State = belay.SessionQuarantined
+		in.Journal = Journal{Path: "/data/sessions/x/journal.jsonl", Missing: true}
+	}, action: ActionResolveManually, rule: "journal_lost", command: "belay sessions delete " + sesID,
+		reason: []string{"missing", "Restore the file"}},
+	{name: "journal empty", mod: func(in *Input) {
+		in.Session.State = belay.SessionQuarantined
+		in.Journal = Journal{Path: "/data/sessions/x/journal.jsonl", Empty: true}
+	}, action: ActionResolveManually, rule: "journal_lost", command: "belay sessions delete " + sesID, reason: []string{"is empty"}},
+	{name: "disk full while a run streams", mod: func(in *Input) {
+		running(in, runA)
+		in.Journal = Journal{Path: "/data/sessions/x/journal.jsonl", DiskFull: true, FreeBytes: 4096, WriteError: "belay: disk full"}
+	}, action: ActionRetryLater, rule: "journal_write_failing", command: "belay sessions doctor " + sesID,
+		reason: []string{"disk of the data directory is full", "4096 bytes free", "without a restart"}},
+	{name: "a write failed on an intact journal", mod: func(in *Input) {
+		in.Journal = Journal{WriteError: "journal: fdatasync: input/output error"}
+	}, action: ActionRetryLater, rule: "journal_write_failing", command: "belay sessions doctor " + sesID,
+		reason: []string{"intact", "retries by itself"}},
+	{name: "daemon down, lock held by a stopped process", mod: func(in *Input) {
+		running(in, runA)
+		in.Daemon.Reachable = false
+		in.Daemon.Lock.Verdict = lock.Verdict{Reason: lock.ReasonHung, Alive: true, Local: true, Stopped: true,
+			Detail: "holder pid 4242 is alive but stopped (SIGSTOP or suspended); no heartbeat for 40s", Action: "kill -CONT 4242"}
+	}, action: ActionResolveManually, rule: "daemon_unresponsive", command: "belay daemon stop",
+		reason: []string{"pid 4242", "never replaced", "kill -CONT 4242"}},
 
 	// 5. dead lease owners.
 	{name: "lease of a previous incarnation", mod: func(in *Input) {

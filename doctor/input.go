@@ -91,6 +91,16 @@ type Journal struct {
 	// BrokenCopy is the .broken-<time> copy kept when a torn tail was cut;
 	// empty when no tail was cut.
 	BrokenCopy string
+	// Missing and Empty say the journal file is gone or holds no event:
+	// the session's history is lost.
+	Missing, Empty bool
+	// WriteError is why the last write to the journal failed, while it is
+	// not healed (the next write retries); not damage.
+	WriteError string
+	// DiskFull says that failure was a full disk, with FreeBytes free
+	// then (-1: unknown).
+	DiskFull  bool
+	FreeBytes int64
 }
 
 // Thresholds tune the diagnosis.

@@ -112,6 +112,14 @@ type JournalReport struct {
 	QuarantineOffset int64  `json:"quarantineOffset,omitempty"`
 	LastGoodSeq      uint64 `json:"lastGoodSeq,omitempty"`
 	BrokenCopy       string `json:"brokenCopy,omitempty"`
+	// Missing and Empty: the journal file is gone or holds no event.
+	Missing bool `json:"missing,omitempty"`
+	Empty   bool `json:"empty,omitempty"`
+	// DiskFull and FreeBytes: the last write failed on a full disk.
+	DiskFull  bool  `json:"diskFull,omitempty"`
+	FreeBytes int64 `json:"freeBytes,omitempty"`
+	// WriteError: the last write failed (not damage; it heals).
+	WriteError string `json:"writeError,omitempty"`
 }
 
 // RunReport describes one run.

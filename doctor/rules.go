@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/lock"
 )
 
 // decision is what a matching rule decides.
@@ -25,6 +26,8 @@ type rule struct {
 // rules is the decision table, in order (docs/doctor.md, "Decision
 // table"). The last rule always matches.
 var rules = [...]rule{
+	{"journal_lost", ruleJournalLost},
+	{"journal_write_failing", ruleWriteFailing},
 	{"journal_quarantined", ruleQuarantined},
 	{"lock_stale", ruleStaleLock},
 	{"daemon_down", ruleDaemonDown},
@@ -88,6 +91,40 @@ func ruleQuarantined(d *diagnosis) (decision, bool) {
 	return decide(ActionRepairJournal, cmd, "The session's journal is damaged before its tail, so the session is read-only; repair the journal before anything else.")
 }
 
+// ruleJournalLost: the journal file is gone or empty. A repair has
+// nothing to work on; the way out is to restore the file or delete the
+// session.
+func ruleJournalLost(d *diagnosis) (decision, bool) {
+	j := d.in.Journal
+	if !j.Missing && !j.Empty {
+		return decision{}, false
+	}
+	what := "missing (deleted?)"
+	if j.Empty {
+		what = "empty"
+	}
+	return decide(ActionResolveManually, cmdSessionsDelete(d.sid), "The session's journal %s is %s, so its history is gone and nothing can run in it. Restore the file from a backup and restart the daemon, or delete the session.", scrubText(j.Path), what)
+}
+
+// ruleWriteFailing: the last write failed (a full disk, an I/O error) and
+// the journal is intact. It is never "damaged, repair": the session heals
+// by itself once the cause is gone.
+func ruleWriteFailing(d *diagnosis) (decision, bool) {
+	j := d.in.Journal
+	if j.Quarantined || (!j.DiskFull && j.WriteError == "") {
+		return decision{}, false
+	}
+	again := cmdSessionsDoctor(d.sid)
+	if j.DiskFull {
+		free := "an unknown number of"
+		if j.FreeBytes >= 0 {
+			free = fmt.Sprint(j.FreeBytes)
+		}
+		return decide(ActionRetryLater, again, "The disk of the data directory is full (%s bytes free), so writes to this session fail; the journal is intact and nothing acknowledged was lost. Free space (or wait for it): the session accepts writes again by itself, without a restart.", free)
+	}
+	return decide(ActionRetryLater, again, "The last write to this session's journal failed (%s); the journal is intact and nothing acknowledged was lost. The next write retries by itself; if it keeps failing, check the disk.", scrubText(j.WriteError))
+}
+
 func ruleStaleLock(d *diagnosis) (decision, bool) {
 	if d.active == nil || !d.down || d.lockState != LockStale {
 		return decision{}, false
@@ -107,6 +144,12 @@ func ruleDaemonDown(d *diagnosis) (decision, bool) {
 func ruleDaemonUnresponsive(d *diagnosis) (decision, bool) {
 	if d.active == nil || !d.down || d.lockState != LockHeld {
 		return decision{}, false
+	}
+	if st := d.in.Daemon.Lock; st.Reason == lock.ReasonHung && st.Action != "" {
+		// Alive but silent past its TTL: never replaced; a person resumes
+		// or ends it, and the next start resumes the run.
+		return decide(ActionResolveManually, cmdDaemonStop, "Run %s is %s and the daemon that owns the data dir is alive but not heartbeating (%s); it is never replaced while alive: resume it (%s) or stop it, and the run resumes.",
+			token(d.active.ID), effectiveStatus(d.active), scrubText(st.Detail), st.Action)
 	}
 	also := ""
 	if d.ownerState == OwnerAlive {

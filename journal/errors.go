@@ -40,3 +40,23 @@ func (e *QuarantineError) Error() string {
 func (e *QuarantineError) Is(target error) bool {
 	return target == ErrQuarantined || target == ErrReadOnly
 }
+
+// CommitError is a commit that failed: its write or its sync returned an
+// error (ENOSPC, EIO, a short write). The journal turns read-only; what
+// was acknowledged before is intact. errors.Is(err, ErrReadOnly) holds, and
+// the cause (a syscall.Errno such as ENOSPC) stays in the chain.
+type CommitError struct {
+	Path string
+	Op   string // "write" or "fdatasync"
+	Err  error
+}
+
+func (e *CommitError) Error() string {
+	return fmt.Sprintf("journal: %s %s: %v", e.Op, e.Path, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *CommitError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrReadOnly) hold.
+func (e *CommitError) Is(target error) bool { return target == ErrReadOnly }

@@ -261,12 +261,17 @@ func (j *Journal) commitNext(force bool, timer *time.Timer) bool {
 
 // commit writes one batch and syncs it.
 func (j *Journal) commit(b *batch) error {
+	// The last moment before the bytes leave this process: a writer that
+	// can no longer prove it owns the data directory writes nothing.
+	if err := j.checkFence(); err != nil {
+		return err
+	}
 	n, err := j.f.Write(b.buf)
 	if err == nil && n != len(b.buf) {
 		err = fmt.Errorf("short write: %d of %d bytes", n, len(b.buf))
 	}
 	if err != nil {
-		return fmt.Errorf("%w: write %s: %v", ErrReadOnly, j.path, err)
+		return &CommitError{Path: j.path, Op: "write", Err: err}
 	}
 	start := time.Now()
 	sync := j.f.Sync
@@ -274,7 +279,7 @@ func (j *Journal) commit(b *batch) error {
 		sync = func() error { return j.syncer.Sync(j.f) }
 	}
 	if err := sync(); err != nil {
-		return fmt.Errorf("%w: fdatasync %s: %v", ErrReadOnly, j.path, err)
+		return &CommitError{Path: j.path, Op: "fdatasync", Err: err}
 	}
 	took := time.Since(start)
 	if j.observe != nil {
@@ -314,6 +319,10 @@ func (j *Journal) wake() {
 // fail makes the journal read-only after a failed commit of b. Everything
 // queued behind b fails too: its seqs would follow a hole. j.mu is held.
 func (j *Journal) fail(err error, b *batch) {
+	var ce *CommitError
+	if errors.As(err, &ce) {
+		j.failed = ce
+	}
 	err = fmt.Errorf("%w (the journal is read-only until reopened; acknowledged events are intact)", err)
 	j.err = err
 	b.err = err

@@ -36,6 +36,17 @@ type Options struct {
 	// fdatasync on the journal's file: a store shares one among its
 	// journals to make one filesystem sync serve many of them.
 	Syncer Syncer
+	// Fence, if set, is called before every write to the journal's files
+	// (each commit, each snapshot, a torn-tail truncation). An error means
+	// this process may no longer write (it cannot prove it owns the data
+	// directory): nothing is written, and the journal turns read-only with
+	// an error that wraps it. Stores pass their lock's self-fencing check.
+	Fence func() error
+	// MustExist refuses to create a missing journal file: Open fails with
+	// an error matching fs.ErrNotExist. A store opens the journals of
+	// sessions it knows with it, so that a deleted journal is reported as
+	// missing rather than silently replaced by an empty one.
+	MustExist bool
 	// ReadOnly opens without changing anything on disk: a torn tail is left
 	// in place (and not read), appends fail with ErrReadOnly, and a missing
 	// journal is an error. Doctor and offline readers use it.
@@ -68,6 +79,7 @@ type Journal struct {
 	recovery Recovery
 	observe  func(time.Duration)
 	syncer   Syncer
+	fence    func() error
 	// snapIndexMax bounds the index entries a snapshot keeps (tests lower it).
 	snapIndexMax int
 
@@ -77,6 +89,7 @@ type Journal struct {
 	cur        *batch            // the batch being filled
 	durable    scanState         // what is written and synced
 	err        error             // sticky: why appends fail (read-only)
+	failed     *CommitError      // the commit failure that set err, if that is why
 	quarantine *QuarantineError
 	closed     bool
 	drained    bool          // Close has committed everything queued
@@ -114,6 +127,7 @@ func Open(dir string, opts Options) (*Journal, error) {
 		readOnly: opts.ReadOnly,
 		observe:  opts.ObserveSync,
 		syncer:   opts.Syncer,
+		fence:    opts.Fence,
 		changed:  make(chan struct{}),
 		recovery: Recovery{TornAt: -1},
 
@@ -124,6 +138,9 @@ func Open(dir string, opts Options) (*Journal, error) {
 		flag = os.O_RDONLY
 	}
 	_, statErr := j.fsys.Stat(j.path)
+	if opts.MustExist && errors.Is(statErr, fs.ErrNotExist) {
+		return nil, fmt.Errorf("journal: %s is missing: %w", j.path, statErr)
+	}
 	created := errors.Is(statErr, fs.ErrNotExist) && !opts.ReadOnly
 	f, err := j.fsys.OpenFile(j.path, flag, 0o600)
 	if err != nil {
@@ -191,6 +208,16 @@ func (j *Journal) recover() error {
 	j.recovery.Scanned = end - from
 	j.durable = st
 	if d == nil {
+		q, err := j.loadQuarantine(end)
+		if err != nil {
+			return err
+		}
+		if q != nil {
+			// Damage an earlier read found in a range this open did not
+			// scan (it trusted the snapshot): still quarantined. Reads
+			// that reach the damage fail there, as before.
+			return q
+		}
 		return nil
 	}
 	if !d.torn {
@@ -205,6 +232,9 @@ func (j *Journal) recover() error {
 
 // truncateTornTail keeps a copy of the whole journal, then cuts it at off.
 func (j *Journal) truncateTornTail(off, end int64) error {
+	if err := j.checkFence(); err != nil {
+		return err
+	}
 	broken := brokenName(j.path, j.now())
 	if err := j.copyTo(broken, end); err != nil {
 		return fmt.Errorf("journal: keep copy of torn tail of %s: %w", j.path, err)
@@ -238,6 +268,17 @@ func (j *Journal) copyTo(dst string, n int64) error {
 		_ = j.fsys.Remove(dst)
 	}
 	return err
+}
+
+// checkFence asks the owner whether this process may still write.
+func (j *Journal) checkFence() error {
+	if j.fence == nil {
+		return nil
+	}
+	if err := j.fence(); err != nil {
+		return fmt.Errorf("%w: not writing %s: %w", ErrReadOnly, j.path, err)
+	}
+	return nil
 }
 
 // Recovery reports what Open found and did.
@@ -285,6 +326,39 @@ func (j *Journal) Err() error {
 		return ErrClosed
 	}
 	return j.err
+}
+
+// Failed returns the commit failure that made the journal read-only, or
+// nil if none did (it may still be read-only for another reason: opened so,
+// quarantined, fenced). A store heals such a journal by [Journal.Abandon]
+// and opening it again, once the cause (a full disk) is gone.
+func (j *Journal) Failed() *CommitError {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.failed
+}
+
+// Abandon closes a journal whose commit failed, first cutting its file back
+// to the last acknowledged byte, so that the next Open finds exactly the
+// events whose appends were acknowledged: an append reported as failed
+// never comes back after a reopen by this process. Shrinking a file needs
+// no free space. If the cut fails, the next Open judges the tail as usual
+// (a torn record is cut after a backup). On a journal that did not fail,
+// Abandon is Close.
+func (j *Journal) Abandon() error {
+	j.mu.Lock()
+	failed, size := j.failed, j.durable.size
+	j.mu.Unlock()
+	var terr error
+	if failed != nil {
+		if terr = j.f.Truncate(size); terr == nil {
+			terr = j.f.Sync()
+		}
+		if terr != nil {
+			terr = fmt.Errorf("journal: cut %s back to %d acknowledged bytes: %w", j.path, size, terr)
+		}
+	}
+	return errors.Join(terr, j.Close())
 }
 
 // Close commits pending appends, stops the committer and closes the file.

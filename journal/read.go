@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -83,16 +84,26 @@ func (j *Journal) scanFrom(after uint64, fn func(Event) bool) error {
 
 // corruptAt quarantines the journal after a read found damage inside the
 // part that Open trusted from the snapshot.
+// The quarantine is recorded durably (QuarantineName), so that it survives
+// a restart even though the next Open may trust the snapshot and never
+// read the damaged range again.
 func (j *Journal) corruptAt(off int64, lastGood uint64, reason string) error {
 	q := &QuarantineError{Path: j.path, Offset: off, LastSeq: lastGood, Reason: reason}
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.quarantine == nil {
+	first := j.quarantine == nil
+	if first {
 		j.quarantine = q
 		j.err = q
 		j.wake()
 	}
-	return j.quarantine
+	q, size := j.quarantine, j.durable.size
+	j.mu.Unlock()
+	if first && !j.readOnly {
+		if err := j.writeQuarantine(q, size); err != nil {
+			return errors.Join(q, err)
+		}
+	}
+	return q
 }
 
 // seekOffset returns the offset of the last index entry at or before seq.

@@ -96,6 +96,9 @@ func (j *Journal) WriteSnapshot(state []byte, seq uint64) error {
 	body = append(body, `,"crc":"`...)
 	body = appendHex32(body, sum)
 	body = append(body, "\"}\n"...)
+	if err := j.checkFence(); err != nil {
+		return err
+	}
 	if err := atomicfile.WriteFile(j.fsys, filepath.Join(j.dir, SnapshotName), body, 0o600); err != nil {
 		return fmt.Errorf("journal: write snapshot: %w", err)
 	}

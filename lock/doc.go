@@ -1,7 +1,8 @@
-// Package lock implements owner records: a file that says which process
-// holds something (a data directory, a session), published atomically,
-// kept alive by heartbeats, and reclaimed at once when its holder is
-// provably gone.
+// Package lock makes one process the only writer of a data directory: a
+// kernel lock that lives exactly as long as its holder, an owner record
+// that says who holds it (published atomically, kept alive by heartbeats,
+// replaced at once when its holder is provably gone), and self-fencing for
+// a holder that can no longer prove it owns the lock.
 //
 // # Owner record
 //
@@ -17,66 +18,91 @@
 // holder. Readers accept any version >= 1 and read the fields above; a later
 // version may add fields but must keep these meaning the same.
 //
+// # One writer: the kernel lock
+//
+// The authority is a kernel lock: the holder keeps the lock file open with
+// an exclusive flock(2) for as long as it holds it, and the kernel drops
+// that lock only when the holder closes the file or dies. So on one host a
+// live process is never taken over, whatever its heartbeat says: a holder
+// that is stopped (SIGSTOP), suspended, wedged or out of file descriptors
+// still holds the kernel lock, and an acquirer gets a [*HeldError] with
+// [ReasonHung], the holder's PID and the command that resolves it
+// (`kill -CONT PID` for a stopped process, `kill PID` otherwise). The owner
+// record is for display, diagnosis, and hosts where the kernel lock is not
+// shared (see "Across hosts").
+//
 // # Publishing
 //
-// [Lock.TryAcquire] writes the complete record to a unique temp file in the
-// same directory, fsyncs it, then link(2)s it to the lock path. link fails
-// with EEXIST when the path exists, so creation is exclusive, and the path
-// never exists without its complete record. [Lock.Heartbeat] renews
-// heartbeatAt and expiresAt by an atomic replace (temp, fsync, rename, fsync
-// dir) after checking that the nonce on disk is still its own. The lock
-// directory must support hard links (every local POSIX filesystem does).
+// [Lock.TryAcquire] creates an absent lock file by writing the complete
+// record to a unique temp file in the same directory, fsyncing it and
+// link(2)ing it to the lock path (link fails with EEXIST when the path
+// exists), so the path never exists without its record. It then opens the
+// path, takes the flock without blocking, and checks that the path still
+// names the inode it locked (a releaser unlinks the path while holding the
+// lock, so a lock taken on an unlinked inode is retried). When the file
+// already existed, the acquirer, now holding the kernel lock, judges the
+// record: a record whose holder is gone (below) is overwritten in place
+// with the acquirer's; a record naming a live local process that does not
+// hold the kernel lock (an older belay) is never replaced.
+//
+// Records are padded to a fixed size so that [Lock.Heartbeat] rewrites
+// heartbeatAt and expiresAt in place, with one write at offset 0 and an
+// fdatasync on the descriptor it already holds: a heartbeat never needs a
+// new file descriptor. A reader that finds a record torn by a concurrent
+// rewrite reads it again.
 //
 // # Stale rules
 //
-// A record is stale, and may be reclaimed at once, if and only if one of:
+// A record is stale, and replaced by the next acquirer that holds the
+// kernel lock, if and only if one of:
 //
 //   - [ReasonProcessGone]: the holder is on this host and its PID does not
 //     exist (or is a zombie);
 //   - [ReasonPIDReused]: the holder is on this host, the PID exists, but its
 //     start time differs from the record's (a new process, or a reboot);
-//   - [ReasonExpired]: now is after expiresAt: the holder stopped
-//     heartbeating. For a holder on another host this is the only rule,
-//     since its PID cannot be probed;
+//   - [ReasonExpired]: the holder is on another host and now is after
+//     expiresAt;
 //   - [ReasonMetadataMissing], [ReasonMetadataUnreadable]: the file is empty
-//     or does not parse (for example left by an older or foreign tool) and
-//     its mtime is older than Options.MissingMetaGrace. Younger such files
-//     are [ReasonMetadataInGrace] and count as held.
+//     or does not parse and its mtime is older than
+//     Options.MissingMetaGrace. Younger such files are
+//     [ReasonMetadataInGrace] and count as held.
 //
-// Age alone never makes a record stale: a live holder that keeps
-// heartbeating holds the lock however long it runs. Holders must therefore
-// heartbeat more often than the TTL; [Lock.StartHeartbeat] does it in the
-// background and reports a lost lock through HeartbeatOptions.OnLost,
-// [Heartbeater.Lost] and [Heartbeater.Err]: losing a lock is never silent. Expiry compares expiresAt, written by the holder's
-// clock, with the reader's clock, so hosts sharing a lock need roughly
-// synchronised clocks (skew well below the TTL); the grace period compares
-// the file's mtime, set by the filesystem, with the reader's clock.
+// A local holder that is alive but past expiresAt is [ReasonHung]: held,
+// never stale. Age alone never makes a record stale.
 //
-// # Reclaiming
+// # Self-fencing
 //
-// Every mutation of an existing lock file (reclaim of a stale record,
-// heartbeat renewal, release) happens under a reclaim guard: an exclusive
-// flock(2) on the companion file "<path>.reclaim", which is created on first
-// use and never removed. Under the guard the mutator re-reads the lock file
-// and acts only if it is still the file it means: for a reclaim, the very
-// file it judged stale (same inode and nonce) and still stale; for a
-// heartbeat or release, a file carrying its own nonce. The only unguarded mutation is the
-// link of a new record, which succeeds only when the path is absent.
-// Therefore, between the guarded re-read and the guarded remove, the file
-// cannot change: nobody else may remove or replace it (that needs the
-// guard), and nobody may create it (the path is occupied). Two racers that
-// both saw the same stale record serialise on the guard; the second finds
-// the file gone or replaced and never removes the winner's fresh lock. After
-// the reclaim every racer retries link, and link picks exactly one winner.
+// A writer must not write once it cannot prove that it still holds the
+// lock. [Lock.Check] is that proof, made before every durable write (the
+// journal calls it before each commit): it passes while the last confirmed
+// heartbeat (one that read our nonce back from the record) is younger than
+// TTL - FenceMargin, measured on a monotonic clock that keeps counting
+// during suspend (CLOCK_BOOTTIME on Linux). Past that line Check proves
+// ownership again, synchronously, by a heartbeat; if that fails (the
+// record carries another nonce, the path names another file, or the write
+// fails) the Lock is fenced for good and every later Check returns
+// [ErrFenced]. A [Heartbeater] whose heartbeats keep failing fences the
+// Lock the same way and reports it through OnLost.
 //
-// The guard is a kernel lock rather than a file whose presence means
-// "held", because a presence guard left by a crashed reclaimer would itself
-// need a staleness judgement, and breaking a stale guard races exactly like
-// breaking a stale lock. The kernel drops a flock when its holder dies, so a
-// crash never wedges the guard. It is held for a read and a rename or
-// unlink; waiting for it polls with LOCK_NB and honours the context. On NFS,
-// Linux implements flock with POSIX byte-range locks through the NFS lock
-// manager. Do not delete "<path>.reclaim" while processes may use the lock.
+// Why this is safe after SIGSTOP and suspend: on one host, a stopped or
+// suspended holder keeps its kernel lock, so nobody else can have become
+// the holder, and on waking it proves ownership again and goes on. Across
+// hosts, another holder may only replace the record after expiresAt by its
+// clock; the sleeper's suspend-aware clock says at least TTL - FenceMargin
+// passed, so its first write after waking re-reads the record, finds
+// another nonce and stops. The margin absorbs clock skew between hosts and
+// the time between a heartbeat's start and its write.
+//
+// # Across hosts
+//
+// On a filesystem that shares flock between hosts (Linux NFS maps it to
+// POSIX locks through the lock manager), the kernel lock holds across
+// hosts too. Where it is not shared, the record is the only signal: an
+// acquirer replaces a remote record only after it expired, and the old
+// holder fences itself at its next write. One residual window remains
+// there (a holder stopped between its Check and its write, for longer than
+// the TTL), which is why many nodes share a PostgreSQL store, whose
+// fencing is in the database, rather than a data directory.
 //
 // # Waiting
 //
@@ -91,6 +117,8 @@
 // [*HeldError] (errors.Is [ErrHeld]) names the holder: "lock: /p is held by
 // pid 1234 on host h (daemon, since 2026-...Z, heartbeat 3s ago)".
 // [ErrLost] means the file on disk is no longer ours (removed or replaced).
+// [ErrFenced] means the holder can no longer prove ownership and must not
+// write.
 // [ErrNotHeld] means the Lock does not hold the lock. [ErrMalformed] is a
 // record that does not decode.
 package lock

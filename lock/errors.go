@@ -21,16 +21,21 @@ var (
 	ErrAlreadyHeld = errors.New("lock: already held by this Lock")
 	// ErrMalformed means an owner record does not decode.
 	ErrMalformed = errors.New("lock: malformed owner record")
+	// ErrFenced means the holder can no longer prove that it owns the
+	// lock (see "Self-fencing" in the package doc) and must not write
+	// again: every writer checks [Lock.Check] before a durable write.
+	ErrFenced = errors.New("lock: fenced: ownership not proven")
 )
 
 // HeldError reports that a lock is held by a live owner (or by a file whose
 // metadata is still in its grace period). errors.Is(err, ErrHeld) matches it.
 type HeldError struct {
-	Path   string
-	Holder *Owner        // nil when the file has no readable record yet
-	Reason Reason        // ReasonHeld, ReasonMetadataInGrace or ReasonContended
-	Age    time.Duration // age of the lock file by its mtime
-	Now    time.Time     // when the holder was judged
+	Path    string
+	Holder  *Owner        // nil when the file has no readable record yet
+	Reason  Reason        // ReasonHeld, ReasonHung, ReasonMetadataInGrace or ReasonContended
+	Stopped bool          // with ReasonHung: the holder is stopped by a signal
+	Age     time.Duration // age of the lock file by its mtime
+	Now     time.Time     // when the holder was judged
 }
 
 func (e *HeldError) Error() string {
@@ -43,6 +48,18 @@ func (e *HeldError) Error() string {
 			b.WriteString(" (contended: the holder changed on every attempt)")
 		default:
 			fmt.Fprintf(&b, " (lock file has no readable owner record yet, %s old)", roundDuration(e.Age))
+		}
+		return b.String()
+	}
+	if e.Reason == ReasonHung {
+		fmt.Fprintf(&b, " by pid %d on host %s", h.PID, h.Host)
+		if h.Purpose != "" {
+			b.WriteString(" (" + h.Purpose + ")")
+		}
+		if e.Stopped {
+			fmt.Fprintf(&b, ", which is alive but stopped (SIGSTOP or suspended) and has not heartbeaten for %s: resume it with `kill -CONT %d`, or end it with `kill -9 %d`", roundDuration(e.Now.Sub(h.HeartbeatAt)), h.PID, h.PID)
+		} else {
+			fmt.Fprintf(&b, ", which is alive but has not heartbeaten for %s (hung): end it with `kill %d` (`kill -9 %d` if it does not exit)", roundDuration(e.Now.Sub(h.HeartbeatAt)), h.PID, h.PID)
 		}
 		return b.String()
 	}

@@ -19,8 +19,10 @@ type HeartbeatOptions struct {
 	// guard. Default Interval.
 	Timeout time.Duration
 	// OnLost is called once, on the heartbeat goroutine, when a heartbeat
-	// finds the lock lost (the error wraps ErrLost). The goroutine then
-	// exits. It must not block, and must not call Stop synchronously.
+	// finds the lock lost (the error wraps ErrLost), or when heartbeats
+	// failed for TTL-FenceMargin so that the holder is fenced (the error
+	// wraps ErrFenced). The goroutine then exits. It must not block, and
+	// must not call Stop synchronously.
 	OnLost func(error)
 	// OnError is called, on the heartbeat goroutine, for each heartbeat
 	// that failed without losing the lock (I/O error, guard timeout); the
@@ -162,6 +164,17 @@ func (h *Heartbeater) run(ctx context.Context) {
 		default:
 			if h.opts.OnError != nil {
 				h.opts.OnError(err)
+			}
+			// Failing heartbeats cannot go on forever: once ownership has
+			// been unproven for TTL-FenceMargin, the holder is fenced and
+			// told, like a loss.
+			if ferr := h.lock.Check(ctx); errors.Is(ferr, ErrFenced) {
+				h.err = ferr
+				close(h.lost)
+				if h.opts.OnLost != nil {
+					h.opts.OnLost(ferr)
+				}
+				return
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package lock
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"time"
@@ -26,8 +25,13 @@ const (
 	// ReasonPIDReused: the holder's PID now names another process (the
 	// start time differs), for example after a reboot.
 	ReasonPIDReused Reason = "pid_reused"
-	// ReasonExpired: the holder did not heartbeat before expiresAt.
+	// ReasonExpired: a holder on another host did not heartbeat before
+	// expiresAt (its process cannot be probed from here).
 	ReasonExpired Reason = "expired"
+	// ReasonHung: the holder process is alive on this host but did not
+	// heartbeat before expiresAt: it is stopped (SIGSTOP, a debugger),
+	// suspended, or wedged. It is never replaced: the person ends it.
+	ReasonHung Reason = "hung"
 	// ReasonMetadataMissing: an empty lock file older than the grace period.
 	ReasonMetadataMissing Reason = "metadata_missing"
 	// ReasonMetadataUnreadable: a lock file that does not parse, older than
@@ -43,39 +47,64 @@ const (
 
 // Verdict is the judgement of one owner record.
 type Verdict struct {
-	Reason Reason
-	// Stale means the lock may be reclaimed now.
-	Stale bool
+	Reason Reason `json:"reason"`
+	// Stale means the record's holder is gone (or, on another host,
+	// expired): the next acquirer replaces it.
+	Stale bool `json:"stale"`
 	// Local means the holder is on this host, so its PID was probed.
-	Local bool
+	Local bool `json:"local"`
 	// Alive means the holder process was verified running: local, PID
 	// present and start time equal (or unknown on this platform). It is
 	// false for holders on other hosts, whose processes cannot be probed.
-	Alive bool
+	Alive bool `json:"alive"`
+	// Stopped means the live local holder is stopped by a signal (it
+	// will not run until SIGCONT); only with ReasonHung, where the
+	// platform can tell.
+	Stopped bool `json:"stopped,omitempty"`
 	// Detail explains the verdict for people.
-	Detail string
+	Detail string `json:"detail"`
+	// Action is the command that resolves a hung holder; empty otherwise.
+	Action string `json:"action,omitempty"`
 }
 
 // Status is what Inspect finds at a lock path.
 type Status struct {
-	Path string
+	Path string `json:"path"`
 	// Holder is the decoded record; nil when free or unreadable.
-	Holder *Owner
+	Holder *Owner `json:"holder,omitempty"`
 	// ModTime is the lock file's modification time; zero when free.
-	ModTime time.Time
+	ModTime time.Time `json:"modTime,omitzero"`
 	// Now is the clock reading the verdict was made at.
-	Now time.Time
+	Now time.Time `json:"now"`
 	Verdict
-
-	info fs.FileInfo // identity of the file judged, for reclaim
 }
 
 // Free reports whether no lock file exists.
 func (s Status) Free() bool { return s.Reason == ReasonFree }
 
+// replaceable reports whether the holder this record names does not hold
+// the lock: it is gone, expired on another host, or this very process
+// without a Lock holding that nonce (a record an earlier attempt of ours
+// left behind). An acquirer that holds the kernel lock overwrites such a
+// record; one that does not waits for whoever does.
+func (s Status) replaceable() bool {
+	if s.Reason == ReasonMetadataInGrace {
+		return false
+	}
+	if s.Holder == nil || s.Stale {
+		return true
+	}
+	o := s.Holder
+	if !s.Local || o.PID != os.Getpid() || o.StartTime != selfStartTime() {
+		return false
+	}
+	_, ours := heldHere.Load(o.Nonce)
+	return !ours
+}
+
 // heldError describes a held status as an error.
 func (s Status) heldError() *HeldError {
-	return &HeldError{Path: s.Path, Holder: s.Holder, Reason: s.Reason, Age: s.Now.Sub(s.ModTime), Now: s.Now}
+	return &HeldError{Path: s.Path, Holder: s.Holder, Reason: s.Reason, Stopped: s.Stopped, Age: s.Now.Sub(s.ModTime), Now: s.Now}
 }
 
 // Inspect reads and judges the lock at path without changing anything. It
@@ -88,15 +117,25 @@ func Inspect(path string, opts Options) (Status, error) {
 }
 
 func inspect(path string, opts Options) (Status, error) {
-	data, info, err := readFile(path)
-	now := opts.Clock()
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Status{Path: path, Now: now, Verdict: Verdict{Reason: ReasonFree, Detail: "no lock file"}}, nil
+		return Status{Path: path, Now: opts.Clock(), Verdict: Verdict{Reason: ReasonFree, Detail: "no lock file"}}, nil
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("lock: inspect %s: %w", path, err)
 	}
-	st := Status{Path: path, ModTime: info.ModTime(), Now: now, info: info}
+	defer f.Close()
+	return judgeOpen(f, path, opts)
+}
+
+// judgeOpen reads and judges the record in the open lock file f.
+func judgeOpen(f *os.File, path string, opts Options) (Status, error) {
+	data, info, err := readFile(f)
+	if err != nil {
+		return Status{}, fmt.Errorf("lock: inspect %s: %w", path, err)
+	}
+	now := opts.Clock()
+	st := Status{Path: path, ModTime: info.ModTime(), Now: now}
 	o, derr := DecodeOwner(data)
 	if derr != nil {
 		age := now.Sub(st.ModTime)
@@ -154,6 +193,21 @@ func Judge(o Owner, now time.Time) Verdict {
 			}
 		}
 	}
+	if now.After(o.ExpiresAt) && v.Alive {
+		// Alive here but silent: never replaced, reported with the way
+		// out.
+		v.Reason = ReasonHung
+		v.Stopped = proc.ProcessState(o.PID) == proc.StateStopped
+		silent := roundDuration(now.Sub(o.HeartbeatAt))
+		if v.Stopped {
+			v.Detail = fmt.Sprintf("holder pid %d is alive but stopped (SIGSTOP or suspended); no heartbeat for %s", o.PID, silent)
+			v.Action = fmt.Sprintf("kill -CONT %d", o.PID)
+		} else {
+			v.Detail = fmt.Sprintf("holder pid %d is alive but has not heartbeaten for %s (hung?)", o.PID, silent)
+			v.Action = fmt.Sprintf("kill %d", o.PID)
+		}
+		return v
+	}
 	if now.After(o.ExpiresAt) {
 		v.Reason, v.Stale = ReasonExpired, true
 		v.Detail = fmt.Sprintf("no heartbeat since %s; expired %s ago", o.HeartbeatAt.UTC().Format(time.RFC3339), roundDuration(now.Sub(o.ExpiresAt)))
@@ -163,19 +217,15 @@ func Judge(o Owner, now time.Time) Verdict {
 	return v
 }
 
-// readFile reads at most maxRecordSize bytes of path and stats the same open
-// file, so that the content and the identity belong together.
-func readFile(path string) ([]byte, fs.FileInfo, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
+// readFile reads the record of the open lock file f (retrying a read torn
+// by a concurrent in-place heartbeat) and stats it, so that the content and
+// the identity belong together.
+func readFile(f *os.File) ([]byte, fs.FileInfo, error) {
 	info, err := f.Stat()
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize))
+	data, err := readRecordBytes(f)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -37,7 +37,7 @@ func TestInspect(t *testing.T) {
 		{name: "live process, age alone never stale", content: record(foreignOwner(self, start)), age: 1000 * time.Hour, want: ReasonHeld, alive: true, local: true, holder: true},
 		{name: "holder process gone", content: record(foreignOwner(dead, "boot:1")), want: ReasonProcessGone, stale: true, local: true, holder: true},
 		{name: "pid reused", content: record(foreignOwner(self, "other-boot:1")), want: ReasonPIDReused, stale: true, local: true, holder: true},
-		{name: "expired live process", content: record(expired), want: ReasonExpired, stale: true, alive: true, local: true, holder: true},
+		{name: "expired live process is hung, never stale", content: record(expired), want: ReasonHung, alive: true, local: true, holder: true},
 		{name: "remote not expired, dead-looking pid", content: record(remote(dead, time.Hour)), want: ReasonHeld, holder: true},
 		{name: "remote expired", content: record(remote(self, -time.Second)), want: ReasonExpired, stale: true, holder: true},
 		{name: "empty in grace", content: func() []byte { return nil }, want: ReasonMetadataInGrace},
@@ -136,7 +136,7 @@ func TestMetadataGrace(t *testing.T) {
 func TestStartTimeMismatchIsReclaimed(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	writeRecord(t, s.path, foreignOwner(os.Getpid(), "previous-boot:12345"))
+	putRecord(t, s.path, foreignOwner(os.Getpid(), "previous-boot:12345"))
 	l := New(s.path, Options{TTL: time.Hour})
 	require.NoError(t, l.TryAcquire(s.ctx))
 	rec, ok := l.Reclaimed()

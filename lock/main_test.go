@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,6 +78,42 @@ func runHelper(mode string) int {
 		if hb != nil {
 			_ = hb.Stop(ctx)
 		}
+		if err := l.Release(); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("released")
+		return 0
+	case "nofd":
+		// Hold the lock, use up every file descriptor, then heartbeat:
+		// the heartbeat must not need a new descriptor.
+		if err := l.TryAcquire(ctx); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		var files []*os.File
+		for {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				fmt.Println("exhausted", len(files), errors.Is(err, syscall.EMFILE))
+				break
+			}
+			files = append(files, f)
+		}
+		if err := l.Heartbeat(ctx); err != nil {
+			fmt.Println("heartbeat", err)
+		} else {
+			fmt.Println("heartbeat ok")
+		}
+		if err := l.Check(ctx); err != nil {
+			fmt.Println("check", err)
+		} else {
+			fmt.Println("check ok")
+		}
+		for _, f := range files {
+			_ = f.Close()
+		}
+		_, _ = io.Copy(io.Discard, stdin)
 		if err := l.Release(); err != nil {
 			fmt.Println("error", err)
 			return 1
@@ -262,8 +299,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// writeRecord writes o to path directly, as another process would.
-func writeRecord(t *testing.T, path string, o Owner) {
+// putRecord writes o to path directly, as another process would.
+func putRecord(t *testing.T, path string, o Owner) {
 	t.Helper()
 	data, err := o.Encode()
 	require.NoError(t, err)

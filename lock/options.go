@@ -3,6 +3,8 @@ package lock
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/belayhq/belay/internal/clock"
 )
 
 // Options configures a Lock. The zero value is usable.
@@ -21,6 +23,14 @@ type Options struct {
 	Incarnation string
 	// Purpose is written into the record ("daemon"); optional.
 	Purpose string
+	// Elapsed reads a monotonic clock that keeps counting while the
+	// machine is suspended; [Lock.Check] judges the age of the last
+	// confirmed heartbeat with it. Default clock.Elapsed.
+	Elapsed func() time.Duration
+	// FenceMargin is how long before the TTL runs out a holder that has
+	// not confirmed a heartbeat stops writing: [Lock.Check] fences after
+	// TTL-FenceMargin. Default TTL/4.
+	FenceMargin time.Duration
 	// BackoffMin and BackoffMax bound the exponential backoff of Acquire.
 	// Defaults 10ms and 1s. Each wait is jittered to [d/2, d).
 	BackoffMin, BackoffMax time.Duration
@@ -36,6 +46,12 @@ func (o Options) withDefaults() Options {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
+	if o.Elapsed == nil {
+		o.Elapsed = clock.Elapsed
+	}
+	if o.FenceMargin <= 0 || o.FenceMargin >= o.TTL {
+		o.FenceMargin = o.TTL / 4
+	}
 	if o.Incarnation == "" {
 		o.Incarnation = processIncarnation()
 	}
@@ -48,6 +64,10 @@ func (o Options) withDefaults() Options {
 	o.BackoffMax = max(o.BackoffMax, o.BackoffMin)
 	return o
 }
+
+// fenceAfter is the age of the last confirmed heartbeat at which a holder
+// must prove ownership again before it writes.
+func (o Options) fenceAfter() time.Duration { return o.TTL - o.FenceMargin }
 
 // jitter returns a duration in [d/2, d), so that racers spread out.
 func jitter(d time.Duration) time.Duration {

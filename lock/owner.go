@@ -20,22 +20,22 @@ const maxRecordSize = 64 << 10
 
 // Owner is an owner record: who holds a lock, and until when.
 type Owner struct {
-	Host string // hostname of the holder
-	PID  int    // process id of the holder on Host
+	Host string `json:"host"` // hostname of the holder
+	PID  int    `json:"pid"`  // process id of the holder on Host
 	// StartTime is the holder process's start-time token (internal/proc),
 	// empty when the platform cannot tell.
-	StartTime string
+	StartTime string `json:"startTime,omitempty"`
 	// Nonce is random per acquisition: the identity of this hold.
-	Nonce string
+	Nonce string `json:"nonce"`
 	// Incarnation is the holder process incarnation id, chosen by the
 	// caller (Options.Incarnation) or random per process.
-	Incarnation string
+	Incarnation string `json:"incarnation,omitempty"`
 	// Purpose says what the holder uses the lock for ("daemon"); optional.
-	Purpose string
+	Purpose string `json:"purpose,omitempty"`
 
-	AcquiredAt  time.Time
-	HeartbeatAt time.Time
-	ExpiresAt   time.Time
+	AcquiredAt  time.Time `json:"acquiredAt"`
+	HeartbeatAt time.Time `json:"heartbeatAt"`
+	ExpiresAt   time.Time `json:"expiresAt"`
 }
 
 // ownerJSON is the on-disk form of Owner.

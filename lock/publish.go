@@ -1,7 +1,6 @@
 package lock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,9 +15,9 @@ import (
 // error matching fs.ErrExist if the lock file exists. The record is written
 // and fsynced in a unique temp file, then hard-linked to the lock path:
 // link(2) is atomic and exclusive, so the path never exists without its
-// whole record. On success o is held.
+// whole record. The caller then takes the kernel lock on it.
 func (l *Lock) publish(o Owner) error {
-	data, err := o.Encode()
+	data, err := padRecord(o)
 	if err != nil {
 		return err
 	}
@@ -36,15 +35,10 @@ func (l *Lock) publish(o Owner) error {
 		return fmt.Errorf("lock: publish %s: %w", l.path, lerr)
 	}
 	if err := vfs.OS.SyncDir(filepath.Dir(l.path)); err != nil {
-		// The lock is visible but may not survive a crash. Undo it rather
-		// than claim a hold we cannot vouch for.
-		l.held = &o
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		defer cancel()
-		if rerr := l.releaseLocked(ctx); rerr != nil {
-			l.held = nil
-			return fmt.Errorf("lock: publish %s: sync dir: %w (and undo failed: %v)", l.path, err, rerr)
-		}
+		// The file may not survive a crash. Take it back rather than claim
+		// a hold we cannot vouch for: it is ours (a live local record is
+		// never replaced by anyone else), so removing it is safe.
+		_ = vfs.OS.Remove(l.path)
 		return fmt.Errorf("lock: publish %s: sync dir: %w", l.path, err)
 	}
 	return nil

@@ -85,6 +85,8 @@ func DoctorInput(ctx context.Context, st store.Store, session string) (doctor.In
 			if n := len(info.BrokenCopies); n > 0 {
 				in.Journal.BrokenCopy = info.BrokenCopies[n-1]
 			}
+			in.Journal.WriteError, in.Journal.DiskFull, in.Journal.FreeBytes = info.WriteError, info.DiskFull, info.FreeBytes
+			in.Journal.Missing, in.Journal.Empty = info.Missing, info.Empty
 		}
 	}
 	return in, nil

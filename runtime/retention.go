@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/store"
 )
 
@@ -13,4 +15,15 @@ func (r *Runtime) Prune(ctx context.Context, dryRun bool) (store.PruneReport, er
 	p := r.opts.Retention
 	p.DryRun = dryRun
 	return r.store.Prune(ctx, p)
+}
+
+// DeleteSession deletes one session now (store.SessionDeleter): one with a
+// queued or running run, or (unless force) an unsettled delivery, is
+// refused unless its journal is damaged, missing or empty.
+func (r *Runtime) DeleteSession(ctx context.Context, id string, force bool) error {
+	d, ok := r.store.(store.SessionDeleter)
+	if !ok {
+		return fmt.Errorf("%w: this store does not delete single sessions", belay.ErrInvalid)
+	}
+	return d.DeleteSession(ctx, id, force)
 }

@@ -21,6 +21,10 @@ const (
 	startFresh startMode = iota
 	// startReclaim: a run a previous incarnation left in flight.
 	startReclaim
+	// startRetry: a run of this incarnation whose runner stopped because
+	// the store refused a write (a full disk, an I/O error): retried once
+	// the store may accept writes again (see stall.go).
+	startRetry
 )
 
 // runner executes one run: it leases it, runs attempts through its
@@ -36,6 +40,7 @@ type runner struct {
 	since time.Time
 
 	mu            sync.Mutex
+	stalled       error                   // the store refused a write: retry later (stall.go)
 	cause         error                   // why the whole run is being stopped (first wins)
 	cancelAttempt context.CancelCauseFunc // cancels the current attempt or wait
 	wd            *watchdog
@@ -71,7 +76,7 @@ func (r *Runtime) startLocked(id string, mode startMode) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		defer r.finished(id)
+		defer r.afterRunner(rn)
 		defer close(rn.done)
 		rn.execute()
 	}()
@@ -163,13 +168,17 @@ func (rn *runner) execute() {
 	defer stopTimers()
 
 	resume := false
-	if rn.mode == startReclaim && rn.attempt > 0 {
+	if (rn.mode == startReclaim || rn.mode == startRetry) && rn.attempt > 0 {
 		if err := rn.scanEffects(); err != nil {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
 			return
 		}
+		why := "the daemon that ran it is gone"
+		if rn.mode == startRetry {
+			why = "a journal write failed and the store accepts writes again"
+		}
 		var ok bool
-		if resume, ok = rn.decide("the daemon that ran it is gone"); !ok {
+		if resume, ok = rn.decide(why); !ok {
 			return
 		}
 	}
@@ -194,14 +203,19 @@ func (rn *runner) execute() {
 func (rn *runner) takeLease(run belay.Run) bool {
 	r := rn.r
 	var takeover uint64
-	if run.Lease != nil && run.Lease.Owner != r.opts.Incarnation {
+	switch {
+	case run.Lease != nil && run.Lease.Owner != r.opts.Incarnation:
 		// Start reclaims only runs of dead incarnations: the data dir lock
 		// (or, on a shared store, the owner's liveness) proves it.
+		takeover = run.Epoch
+	case run.Lease != nil && rn.mode == startRetry:
+		// Our own stalled runner's lease: that runner has exited.
 		takeover = run.Epoch
 	}
 	leased, err := r.store.AcquireRunLease(bgCtx, rn.id, r.opts.Incarnation, r.opts.LeaseTTL, takeover)
 	if err != nil {
 		rn.log().warn("lease run", err)
+		rn.stallOn(err)
 		return false
 	}
 	rn.run, rn.epoch = leased, leased.Epoch
@@ -413,8 +427,12 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		rn.end(belay.PhaseStranded, &belay.RunError{Class: belay.ClassInternal, Message: "resuming would repeat side effects"}, reason)
 		return false, false
 	case errors.As(err, &stErr):
-		// The journal refused a write: nothing more can be recorded.
-		rn.log().warn("journal write failed; the run stops here", err)
+		// The journal refused a write: nothing more can be recorded now.
+		// The run stays leased to this incarnation and is retried when the
+		// store may accept writes again (stall.go), or reclaimed by the
+		// next start.
+		rn.log().warn("journal write failed; the run waits for the store", err)
+		rn.stallOn(stErr.err)
 		return false, false
 	case errors.Is(err, errShutdown):
 		_ = rn.append(belay.Sync, EventSuspended, suspendedData{Reason: err.Error()})
@@ -569,7 +587,11 @@ func (rn *runner) end(phase belay.RunPhase, runErr *belay.RunError, reason strin
 	rn.setPhase(phase)
 	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
 	if err != nil {
+		// Not finished: a lost lease means another worker owns the run;
+		// any other failure leaves it to be retried (stall.go), never
+		// "running" with nobody on it.
 		rn.log().warn("finish run", err)
+		rn.stallOn(err)
 		return
 	}
 	if u.Deliver != nil {
@@ -588,11 +610,26 @@ func (e *replayError) Error() string {
 	return fmt.Sprintf("the provider replayed tool %q (call %s) after a resume", e.tool, e.call)
 }
 
-// storeError marks a failed journal write from inside an attempt.
-type storeError struct{ err error }
+// storeError marks a failed journal write from inside an attempt. When
+// the run will resume through its provider once the store accepts writes
+// again (stall.go), it asks the provider to detach (provider.ErrDetach):
+// its work goes on and the retry reattaches; otherwise the work stops, so
+// that a resend never runs beside it.
+type storeError struct {
+	err    error
+	detach bool
+}
 
 func (e *storeError) Error() string { return "journal: " + e.err.Error() }
 func (e *storeError) Unwrap() error { return e.err }
+
+// Is makes errors.Is(err, provider.ErrDetach) hold when the provider
+// should leave its work running.
+func (e *storeError) Is(target error) bool { return e.detach && target == provider.ErrDetach }
+
+func (rn *runner) storeErr(err error) *storeError {
+	return &storeError{err: err, detach: rn.willResume()}
+}
 
 func (rn *runner) update(u belay.RunUpdate) error {
 	if u.Phase != "" {
@@ -605,7 +642,7 @@ func (rn *runner) update(u belay.RunUpdate) error {
 		if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
 			return errLeaseLost
 		}
-		return &storeError{err}
+		return rn.storeErr(err)
 	}
 	rn.run = run
 	return nil
@@ -617,7 +654,7 @@ func (rn *runner) append(d belay.Durability, typ string, v any) error {
 		if errors.Is(err, belay.ErrStaleEpoch) {
 			return errLeaseLost
 		}
-		return &storeError{err}
+		return rn.storeErr(err)
 	}
 	return nil
 }

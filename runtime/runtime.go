@@ -47,6 +47,9 @@ type Options struct {
 	OnRunEnd func(belay.Run)
 	// OnWatchdog, if set, is called when an inactivity tier expires.
 	OnWatchdog func(Tier)
+	// OnStall, if set, is told when a runner stopped because the store
+	// refused a write, before the run is retried (for metrics).
+	OnStall func(run string, err error)
 }
 
 // Defaults.
@@ -66,6 +69,7 @@ type Runtime struct {
 	mu       sync.Mutex
 	sched    *scheduler
 	runners  map[string]*runner // active runs by id
+	stalls   map[string]int     // stalled retries by run id (stall.go)
 	started  bool
 	stopping bool
 	wg       sync.WaitGroup // runners and background work
@@ -112,6 +116,7 @@ func New(opts Options) (*Runtime, error) {
 		log:     opts.Logger,
 		sched:   newScheduler(opts.Limits),
 		runners: map[string]*runner{},
+		stalls:  map[string]int{},
 	}
 	r.inbox.init(r)
 	return r, nil
@@ -537,6 +542,7 @@ func (r *Runtime) Stats() Stats {
 func (r *Runtime) finished(id string) {
 	r.mu.Lock()
 	delete(r.runners, id)
+	delete(r.stalls, id)
 	r.sched.finish(id)
 	r.mu.Unlock()
 	r.promote()

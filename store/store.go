@@ -172,4 +172,25 @@ type JournalInfo struct {
 	// BrokenCopies are the .broken-<time> copies kept when torn tails were
 	// cut, oldest first.
 	BrokenCopies []string `json:"brokenCopies,omitempty"`
+	// Missing and Empty say the journal file is gone or has no events:
+	// the session's history is lost (restore the file, or delete the
+	// session).
+	Missing bool `json:"missing,omitempty"`
+	Empty   bool `json:"empty,omitempty"`
+	// WriteError is why the last write to the journal failed, when it did
+	// and the journal is not yet healed (the next write retries).
+	WriteError string `json:"writeError,omitempty"`
+	// DiskFull says that failure was a full disk; FreeBytes is the free
+	// space then (-1: unknown).
+	DiskFull  bool  `json:"diskFull,omitempty"`
+	FreeBytes int64 `json:"freeBytes,omitempty"`
+}
+
+// SessionDeleter is implemented by stores that delete one session on
+// request (fsstore). DeleteSession refuses a session with a queued or
+// running run, or (unless force) an unsettled delivery, with
+// belay.ErrActive; a session whose journal is damaged, missing or empty is
+// always deleted.
+type SessionDeleter interface {
+	DeleteSession(ctx context.Context, id string, force bool) error
 }

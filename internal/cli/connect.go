@@ -123,13 +123,26 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if _, err := c.Health(ctx); err == nil {
-			if exitErr == nil {
-				fmt.Fprintf(stdio.Err, "belay: started the daemon (pid %d, log %s)\n", cmd.Process.Pid, filepath.Join(dir, daemon.LogName))
+			// Name the daemon that actually runs: with racing autostarts
+			// it may be another command's.
+			pid := cmd.Process.Pid
+			if st, err := lock.Inspect(filepath.Join(dir, fsstore.LockName), lock.Options{}); err == nil && st.Holder != nil && !st.Stale {
+				pid = st.Holder.PID
+			}
+			if pid == cmd.Process.Pid {
+				fmt.Fprintf(stdio.Err, "belay: started the daemon (pid %d, log %s)\n", pid, filepath.Join(dir, daemon.LogName))
+			} else {
+				fmt.Fprintf(stdio.Err, "belay: using the daemon another command started (pid %d)\n", pid)
 			}
 			return nil
 		}
 		if exitErr != nil {
 			st, err := lock.Inspect(filepath.Join(dir, fsstore.LockName), lock.Options{})
+			if err == nil && st.Reason == lock.ReasonHung {
+				// A live daemon owns the directory but does not answer: it
+				// is never replaced; the person decides.
+				return &exitError{code: ExitUnreachable, err: fmt.Errorf("the daemon that owns %s does not answer: %s\nTry: %s", dir, st.Detail, hungHint(st))}
+			}
 			if err != nil || st.Holder == nil || st.Stale {
 				logPath := filepath.Join(dir, daemon.LogName)
 				if why := lastLogLine(logPath, logStart); why != "" {
@@ -164,6 +177,15 @@ func lastLogLine(path string, offset int64) string {
 		}
 	}
 	return ""
+}
+
+// hungHint is what to do about a live daemon that does not heartbeat: it
+// is never replaced, so a person resumes it (if stopped) or stops it.
+func hungHint(st lock.Status) string {
+	if st.Stopped {
+		return st.Action + " (resume it), or belay daemon stop"
+	}
+	return "belay daemon stop"
 }
 
 // openOffline opens the data directory's store read-only, for commands

@@ -118,6 +118,9 @@ func printDaemonStatus(ctx context.Context, stdio Stdio, g globalOptions) error 
 			fmt.Fprintf(stdio.Out, "lock: held by pid %d on %s, %s (%s)\n", st.Lock.Holder.PID, st.Lock.Holder.Host, st.Lock.Reason, verdictWord(st.Lock.Stale))
 		}
 	}
+	if !st.Running && st.Lock != nil && st.Lock.Reason == lock.ReasonHung {
+		return &exitError{code: ExitUnreachable, err: fmt.Errorf("the daemon that owns %s does not answer: %s\nTry: %s", st.DataDir, st.Lock.Detail, hungHint(*st.Lock))}
+	}
 	if !st.Running {
 		return &exitError{code: ExitUnreachable, err: errors.New("the daemon is not running\nTry: belay daemon start")}
 	}
@@ -128,7 +131,7 @@ func verdictWord(stale bool) string {
 	if stale {
 		return "stale: the next start takes it over"
 	}
-	return "live"
+	return "live: never taken over"
 }
 
 func newDaemonStopCmd(stdio Stdio) *cobra.Command {
@@ -157,11 +160,22 @@ func newDaemonStopCmd(stdio Stdio) *cobra.Command {
 				}
 				return nil
 			}
-			if !st.Running {
+			hung := !st.Running && st.Lock != nil && st.Lock.Reason == lock.ReasonHung && st.Lock.Local
+			if !st.Running && !hung {
 				return done(false, 0)
 			}
-			// Only ever signal the process that holds this data directory.
-			if st.Lock == nil || st.Lock.Holder == nil || st.Lock.Stale || st.Lock.Holder.PID != st.PID {
+			if hung {
+				// A live daemon that owns the directory but does not answer
+				// (stopped or wedged): it is never replaced, so stopping it
+				// is how a person frees the directory. A stopped process
+				// handles SIGTERM only once continued.
+				st.PID = st.Lock.Holder.PID
+				fmt.Fprintf(stdio.Err, "belay: the daemon (pid %d) does not answer: %s; stopping it\n", st.PID, st.Lock.Detail)
+				if err := syscall.Kill(st.PID, syscall.SIGCONT); err != nil {
+					return fmt.Errorf("signal daemon pid %d: %w", st.PID, err)
+				}
+			} else if st.Lock == nil || st.Lock.Holder == nil || st.Lock.Stale || st.Lock.Holder.PID != st.PID {
+				// Only ever signal the process that holds this data directory.
 				return fmt.Errorf("the daemon answering (pid %d) does not hold the lock of %s; not signalling it", st.PID, st.DataDir)
 			}
 			if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {

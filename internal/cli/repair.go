@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -103,7 +104,7 @@ func runRepair(stdio Stdio, opts repairOptions) error {
 	out := repairOutput{OK: true, Files: []*transcript.FileReport{}}
 	var failed []string
 	for _, path := range opts.Files {
-		rep, err := transcript.RepairFile(path, transcript.FileOptions{
+		rep, err := repairOne(path, opts, transcript.FileOptions{
 			Format: format, DryRun: opts.DryRun, NoBackup: opts.NoBackup, LinesOnly: opts.LinesOnly,
 		})
 		if err != nil && !errors.Is(err, transcript.ErrRefused) {
@@ -127,6 +128,19 @@ func runRepair(stdio Stdio, opts repairOptions) error {
 		return &exitError{code: ExitError, err: fmt.Errorf("not repaired: %s", strings.Join(failed, "; "))}
 	}
 	return nil
+}
+
+// repairOne repairs one file; a journal inside a belay data directory is
+// repaired only while this process owns the directory (ownDataDirOf).
+func repairOne(path string, opts repairOptions, fo transcript.FileOptions) (*transcript.FileReport, error) {
+	if !opts.DryRun {
+		release, err := ownDataDirOf(context.Background(), path)
+		if err != nil {
+			return &transcript.FileReport{Path: path, Status: transcript.StatusRefused, Reason: err.Error()}, err
+		}
+		defer release()
+	}
+	return transcript.RepairFile(path, fo)
 }
 
 func printRepair(stdio Stdio, rep *transcript.FileReport) {

@@ -16,9 +16,9 @@ import (
 )
 
 func newSessionsCmd(stdio Stdio) *cobra.Command {
-	cmd := &cobra.Command{Use: "sessions", Short: "List, show, diagnose, prune and export sessions", Args: noArgs}
+	cmd := &cobra.Command{Use: "sessions", Short: "List, show, diagnose, prune, delete and export sessions", Args: noArgs}
 	cmd.AddCommand(newSessionsListCmd(stdio), newSessionsShowCmd(stdio), newSessionsDoctorCmd(stdio),
-		newSessionsPruneCmd(stdio), newSessionsExportCmd(stdio))
+		newSessionsPruneCmd(stdio), newSessionsDeleteCmd(stdio), newSessionsExportCmd(stdio))
 	return cmd
 }
 

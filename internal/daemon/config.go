@@ -22,6 +22,10 @@ type Config struct {
 	Store struct {
 		// Sync is "file" (default) or "filesystem" (see fsstore.Options.Sync).
 		Sync string `toml:"sync"`
+		// LockTTL is how long the data dir lock's owner record stays valid
+		// without a heartbeat (default 15s); the daemon stops writing if it
+		// cannot prove its hold for three quarters of it.
+		LockTTL duration `toml:"lock_ttl"`
 	} `toml:"store"`
 	Limits struct {
 		Global      int            `toml:"global"`

@@ -77,14 +77,24 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	incarnation := ids.New("inc_")
 	var metrics *api.Metrics
+	// Losing the data dir lock, or no longer being able to prove it is
+	// held, stops every write at once (the store fences itself) and ends
+	// the daemon: another process may own the directory now.
+	lockLost := make(chan error, 1)
 	st, err := fsstore.Open(ctx, dir, fsstore.Options{
 		Purpose: "daemon", Incarnation: incarnation, Sync: cfg.Store.Sync,
+		LockTTL: time.Duration(cfg.Store.LockTTL),
 		ObserveSync: func(d time.Duration) {
 			if metrics != nil {
 				metrics.ObserveFsync(d)
 			}
 		},
-		OnLockLost: func(err error) { log.Error("data dir lock lost; the store is read-only", "err", err) },
+		OnLockLost: func(err error) {
+			select {
+			case lockLost <- err:
+			default:
+			}
+		},
 	})
 	if err != nil {
 		if errors.Is(err, belay.ErrStoreLocked) {
@@ -122,6 +132,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 			metrics.Watchdog(t)
 		}
 	}
+	ropts.OnStall = func(_ string, err error) {
+		if metrics != nil {
+			metrics.RunStalled(err)
+		}
+	}
 	rt, err := runtime.New(ropts)
 	if err != nil {
 		return err
@@ -135,11 +150,16 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("daemon: remove stale socket: %w", err)
 	}
-	ul, err := listenUnix(sock)
+	ul, sockID, err := listenUnix(sock)
 	if err != nil {
 		return err
 	}
-	cleanup = append(cleanup, func() { _ = ul.Close(); _ = os.Remove(sock) })
+	cleanup = append(cleanup, func() {
+		_ = ul.Close()
+		if err := removeIfSame(sock, sockID); err != nil {
+			log.Warn("leave socket", "socket", sock, "err", err)
+		}
+	})
 	var tl net.Listener
 	var token string
 	if tcpAddr != "" {
@@ -192,24 +212,56 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if opts.Ready != nil {
 		opts.Ready()
 	}
-	<-ctx.Done()
-	log.Info("stopping: no new runs; in-flight runs are handed to the next start")
-	return nil
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: no new runs; in-flight runs are handed to the next start")
+		return nil
+	case err := <-lockLost:
+		log.Error("stopped writing and exiting: this daemon can no longer prove it owns the data directory; its runs resume in the daemon that does", "data", dir, "err", err)
+		return fmt.Errorf("%w: %w", ErrFenced, err)
+	}
 }
 
-// listenUnix listens on a socket that only the owner can use.
-func listenUnix(path string) (net.Listener, error) {
+// ErrFenced is why a daemon exits after losing (or no longer being able to
+// prove) its hold on the data directory.
+var ErrFenced = errors.New("daemon: lost ownership of the data directory")
+
+// removeIfSame unlinks path only if it still names the file id describes:
+// a daemon never removes a socket it did not create (a later daemon's).
+func removeIfSame(path string, id fs.FileInfo) error {
+	cur, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !os.SameFile(cur, id) {
+		return fmt.Errorf("%s now belongs to another process; not removing it", path)
+	}
+	return os.Remove(path)
+}
+
+// listenUnix listens on a socket that only the owner can use. It returns
+// the socket file's identity: the listener does not unlink the path when
+// closed; the caller removes it only if it is still this file.
+func listenUnix(path string) (net.Listener, fs.FileInfo, error) {
 	old := umask(0o177)
 	l, err := net.Listen("unix", path)
 	umask(old)
 	if err != nil {
-		return nil, fmt.Errorf("daemon: listen %s: %w", path, err)
+		return nil, nil, fmt.Errorf("daemon: listen %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	id, err := os.Lstat(path)
+	if err == nil {
+		err = os.Chmod(path, 0o600)
+	}
+	if err != nil {
 		l.Close()
-		return nil, fmt.Errorf("daemon: chmod %s: %w", path, err)
+		return nil, nil, fmt.Errorf("daemon: socket %s: %w", path, err)
 	}
-	return l, nil
+	return l, id, nil
 }
 
 // ensureToken returns the TCP bearer token, generating it into a 0600 file

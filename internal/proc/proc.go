@@ -20,3 +20,16 @@ func checkPID(pid int) error {
 	}
 	return nil
 }
+
+// State is what a process is doing, as far as this package can tell.
+type State int
+
+const (
+	// StateUnknown: the platform cannot tell, or the probe failed.
+	StateUnknown State = iota
+	// StateRunning: running or sleeping normally.
+	StateRunning
+	// StateStopped: stopped by a signal (SIGSTOP, SIGTSTP) or a debugger;
+	// it will not run until it gets SIGCONT.
+	StateStopped
+)

@@ -182,7 +182,7 @@ func TestFailedJournalDoesNotBlockOthers(t *testing.T) {
 
 	got, err := s.Session(ctx, bad.ID)
 	require.NoError(t, err)
-	require.Equal(t, belay.SessionQuarantined, got.State)
+	require.Equal(t, belay.SessionIdle, got.State, "a failed write is not damage")
 	require.Contains(t, got.Problem, "fdatasync")
 
 	clk.Advance(time.Minute)
@@ -221,4 +221,132 @@ func TestPruneRenameFailureKeepsSession(t *testing.T) {
 	require.Len(t, rep.Pruned, 1)
 	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note"})
 	require.ErrorIs(t, err, belay.ErrNotFound)
+}
+
+// TestDiskFullHeals: writes fail while the disk is full, with an error that
+// says so and names the free space; nothing half-written stays behind;
+// once space is free the same session accepts writes again at once,
+// without reopening the store.
+func TestDiskFullHeals(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []struct {
+		name   string
+		faults vfstest.Faults
+	}{
+		{"ENOSPC on write", vfstest.Faults{Write: func(name string, p []byte) (int, error) {
+			if strings.HasSuffix(name, "journal.jsonl") {
+				return len(p) / 2, syscall.ENOSPC
+			}
+			return len(p), nil
+		}}},
+		{"ENOSPC on fdatasync", vfstest.Faults{Sync: func(name string) error {
+			if strings.HasSuffix(name, "journal.jsonl") {
+				return syscall.ENOSPC
+			}
+			return nil
+		}}},
+		{"EDQUOT on write", vfstest.Faults{Write: func(name string, p []byte) (int, error) {
+			return 0, syscall.EDQUOT
+		}}},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			t.Parallel()
+			ffs := vfstest.New(nil)
+			s := openStore(t, t.TempDir(), Options{FS: ffs})
+			ctx := context.Background()
+			sess := newSession(t, s)
+			_, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "kept"})
+			require.NoError(t, err)
+
+			ffs.Set(fault.faults)
+			_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "refused"})
+			require.ErrorIs(t, err, belay.ErrDiskFull)
+			require.Contains(t, err.Error(), "bytes free")
+			_, _, err = s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+			require.ErrorIs(t, err, belay.ErrDiskFull, "still full: the retry fails the same way")
+			got, err := s.Session(ctx, sess.ID)
+			require.NoError(t, err)
+			require.Equal(t, belay.SessionIdle, got.State, "a full disk is not damage")
+			info, err := s.JournalInfo(sess.ID)
+			require.NoError(t, err)
+			require.True(t, info.DiskFull)
+			require.False(t, info.Quarantined)
+
+			ffs.Set(vfstest.Faults{}) // space is free again
+			_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "after"})
+			require.NoError(t, err, "the session heals without a restart")
+			evs, err := s.Events(ctx, sess.ID, 0, 0)
+			require.NoError(t, err)
+			var types []string
+			for i, e := range evs {
+				require.Equal(t, uint64(i+1), e.Seq)
+				types = append(types, e.Type)
+			}
+			require.NotContains(t, types, "refused", "a write reported as failed never comes back")
+			require.Equal(t, "after", types[len(types)-1])
+			runs, err := s.Runs(ctx, belay.RunFilter{Session: sess.ID})
+			require.NoError(t, err)
+			require.Empty(t, runs)
+			info, err = s.JournalInfo(sess.ID)
+			require.NoError(t, err)
+			require.False(t, info.DiskFull)
+
+			// And after a restart, the same.
+			require.NoError(t, s.Close())
+			s2 := openStore(t, s.Dir(), Options{})
+			evs2, err := s2.Events(ctx, sess.ID, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, len(evs), len(evs2))
+		})
+	}
+}
+
+// TestCreateSessionOnFullDiskCreatesNothing: a session whose creation
+// fails on a full disk leaves no session behind.
+func TestCreateSessionOnFullDiskCreatesNothing(t *testing.T) {
+	t.Parallel()
+	ffs := vfstest.New(nil)
+	s := openStore(t, t.TempDir(), Options{FS: ffs})
+	ctx := context.Background()
+	ffs.Set(vfstest.Faults{Write: func(string, []byte) (int, error) { return 0, syscall.ENOSPC }})
+	_, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.ErrorIs(t, err, belay.ErrDiskFull)
+	all, err := s.Sessions(ctx, belay.SessionFilter{})
+	require.NoError(t, err)
+	require.Empty(t, all)
+	ffs.Set(vfstest.Faults{})
+	_, err = s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+}
+
+// TestWaitEventsOutlivesAFullDisk: a watcher waiting on a session whose
+// write failed on a full disk keeps waiting, and sees the next event once
+// space is free, rather than ending with the write's error.
+func TestWaitEventsOutlivesAFullDisk(t *testing.T) {
+	t.Parallel()
+	ffs := vfstest.New(nil)
+	s := openStore(t, t.TempDir(), Options{FS: ffs})
+	ctx := context.Background()
+	sess := newSession(t, s)
+	last := sess.LastSeq
+	waited := make(chan error, 1)
+	go func() { waited <- s.WaitEvents(ctx, sess.ID, last) }()
+
+	ffs.Set(vfstest.Faults{Write: func(string, []byte) (int, error) { return 0, syscall.ENOSPC }})
+	_, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "refused"})
+	require.ErrorIs(t, err, belay.ErrDiskFull)
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait ended on a full disk: %v", err)
+	default:
+	}
+	ffs.Set(vfstest.Faults{})
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "after"})
+	require.NoError(t, err)
+	select {
+	case err := <-waited:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the wait did not see the event written once space was free")
+	}
 }

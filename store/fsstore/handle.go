@@ -3,8 +3,10 @@ package fsstore
 import (
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
+	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/journal"
 )
 
@@ -22,6 +24,19 @@ const DefaultMaxOpen = 512
 // until release.
 func (ss *session) acquire() (*journal.Journal, error) {
 	ss.jmu.Lock()
+	if ss.j != nil && ss.refs == 0 && !ss.store.opts.ReadOnly && ss.j.Failed() != nil {
+		// A commit failed (a full disk, an I/O error): the journal is
+		// read-only until reopened. Heal it now that nobody uses it: cut
+		// it back to what was acknowledged and open it again. If the cause
+		// is still there, the next write fails the same way and the next
+		// acquire tries again; nothing waits for a restart.
+		old := ss.j
+		ss.j = nil
+		if err := old.Abandon(); err != nil {
+			ss.jmu.Unlock()
+			return nil, fmt.Errorf("fsstore: heal session %s: %w", ss.id, err)
+		}
+	}
 	if ss.j != nil {
 		ss.refs++
 		j := ss.j
@@ -32,7 +47,9 @@ func (ss *session) acquire() (*journal.Journal, error) {
 		ss.jmu.Unlock()
 		return nil, journal.ErrClosed
 	}
-	j, err := journal.Open(ss.dir, ss.store.journalOptions(ss.store.opts.ReadOnly))
+	jo := ss.store.journalOptions(ss.store.opts.ReadOnly)
+	jo.MustExist = true // a deleted journal is missing, never silently empty
+	j, err := journal.Open(ss.dir, jo)
 	var q *journal.QuarantineError
 	switch {
 	case errors.As(err, &q):
@@ -41,7 +58,9 @@ func (ss *session) acquire() (*journal.Journal, error) {
 	case err != nil:
 		ss.jmu.Unlock()
 		err = fmt.Errorf("fsstore: open session %s: %w", ss.id, err)
-		ss.setProblem(err)
+		if !transient(err) {
+			ss.setProblem(err)
+		}
 		return nil, err
 	}
 	ss.j = j
@@ -73,13 +92,18 @@ func (ss *session) closeIdle() bool {
 	if ss.refs > 0 {
 		return false
 	}
-	// A failed journal stays open: its failure must stay visible until the
-	// store is reopened.
-	if err := ss.j.Err(); err != nil && !ss.store.opts.ReadOnly {
+	// A journal that failed otherwise than by a commit (fenced, damaged)
+	// stays open: its failure must stay visible until the store is
+	// reopened. One whose commit failed is cut back and closed; the next
+	// acquire opens it again.
+	if err := ss.j.Err(); err != nil && !ss.store.opts.ReadOnly && ss.j.Failed() == nil {
 		return false
 	}
 	ss.lastSeq.Store(ss.j.LastSeq())
-	_ = ss.j.Close()
+	if err := ss.j.Abandon(); err != nil && ss.j.Failed() != nil {
+		// The cut failed: keep the journal (and its failure) in sight.
+		return false
+	}
 	ss.j = nil
 	return true
 }
@@ -144,4 +168,11 @@ func (s *Store) openJournals() int {
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
 	return len(s.open)
+}
+
+// transient reports whether a failure to open a journal passes by itself
+// (a full disk, no file descriptors left), so that the session is not
+// marked damaged for it: the next use tries again.
+func transient(err error) bool {
+	return vfs.IsNoSpace(err) || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }

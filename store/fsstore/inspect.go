@@ -2,6 +2,8 @@ package fsstore
 
 import (
 	"errors"
+	"github.com/belayhq/belay"
+	"io/fs"
 	"path/filepath"
 	"sort"
 
@@ -23,6 +25,19 @@ func (s *Store) JournalInfo(id string) (store.JournalInfo, error) {
 		if errors.As(*p, &q) {
 			info.Quarantined, info.QuarantineOffset, info.LastGoodSeq = true, q.Offset, q.LastSeq
 		}
+	}
+	if err := ss.writeFailure(); err != nil {
+		info.WriteError = err.Error()
+		var df *belay.DiskFullError
+		if errors.As(err, &df) {
+			info.DiskFull, info.FreeBytes = true, df.Free
+		}
+	}
+	switch fi, err := s.fsys.Stat(info.Path); {
+	case errors.Is(err, fs.ErrNotExist):
+		info.Missing = true
+	case err == nil && fi.Size() == 0:
+		info.Empty = true
 	}
 	broken, _ := filepath.Glob(info.Path + ".broken-*")
 	sort.Strings(broken)

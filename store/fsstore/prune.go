@@ -99,12 +99,54 @@ func (s *Store) pruneSession(ss *session, p store.PrunePolicy, now time.Time) (b
 	if ok, _, _ := ss.pruneVerdict(p, now); !ok || s.sessions[ss.id] != ss {
 		return false, nil
 	}
+	return true, s.removeSessionLocked(ss)
+}
+
+// DeleteSession deletes one session now, whatever its age: one that has a
+// queued or running run is refused (cancel it first), and one with an
+// unsettled delivery unless force, except when its journal is damaged,
+// missing or empty: nothing can run in it then, and deleting it is the way
+// out.
+func (s *Store) DeleteSession(ctx context.Context, id string, force bool) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	ss, err := s.session(id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s.sessions[ss.id] != ss {
+		return fmt.Errorf("%w: session %s", belay.ErrNotFound, id)
+	}
+	if ss.problem.Load() == nil {
+		if ss.st.active() {
+			return fmt.Errorf("%w: session %s has a queued or running run; cancel it first", belay.ErrActive, id)
+		}
+		for _, d := range ss.st.Deliveries {
+			if !d.Status.Settled() && !force {
+				return fmt.Errorf("%w: session %s has unsettled delivery %s; settle it, or delete anyway with --force", belay.ErrActive, id, d.ID)
+			}
+		}
+	}
+	return s.removeSessionLocked(ss)
+}
+
+// removeSessionLocked renames a session aside, unloads it and deletes it.
+// s.mu and ss.mu are held.
+func (s *Store) removeSessionLocked(ss *session) error {
 	root := filepath.Join(s.dir, SessionsName)
 	trash := filepath.Join(root, ".trash-"+ss.id+"-"+ids.New("")[:10])
+	if err := s.fence(); err != nil {
+		return err
+	}
 	// The open journal keeps working through a rename, so a failed rename
 	// leaves the session as it was.
 	if err := s.fsys.Rename(ss.dir, trash); err != nil {
-		return false, fmt.Errorf("fsstore: prune %s: %w", ss.id, err)
+		return fmt.Errorf("fsstore: remove %s: %w", ss.id, err)
 	}
 	ss.pruned.Store(true)
 	delete(s.sessions, ss.id)
@@ -129,10 +171,10 @@ func (s *Store) pruneSession(ss *session, p store.PrunePolicy, now time.Time) (b
 	delete(s.open, ss)
 	s.openMu.Unlock()
 	if err := s.fsys.SyncDir(root); err != nil {
-		return true, fmt.Errorf("fsstore: prune %s: %w", ss.id, err)
+		return fmt.Errorf("fsstore: remove %s: %w", ss.id, err)
 	}
 	// Once renamed the session is gone; a failed delete is finished by the
 	// next Open.
 	_ = s.fsys.RemoveAll(trash)
-	return true, nil
+	return nil
 }

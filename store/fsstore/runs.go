@@ -54,31 +54,42 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 	if err := ss.writable(); err != nil {
 		return belay.Run{}, false, err
 	}
+	e, id, err := runCreatedEvent(in, ss.st.Session.Provider, ss.st.Session.Model)
+	if err != nil {
+		return belay.Run{}, false, err
+	}
+	if _, err := ss.commit(ctx, e); err != nil {
+		return belay.Run{}, false, err
+	}
+	s.idxMu.Lock()
+	s.runs[id] = ss.id
+	s.idxMu.Unlock()
+	return copyRun(ss.st.runs[id]), true, nil
+}
+
+// runCreatedEvent is the run.created event of a new run in a session whose
+// provider and model are sessProvider and sessModel; it returns the new
+// run's id.
+func runCreatedEvent(in belay.RunInput, sessProvider, sessModel string) (belay.Event, string, error) {
 	p := runCreated{
 		ID: ids.New(ids.Run), Key: in.IdempotencyKey, Priority: in.Priority,
 		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input,
 	}
 	if p.Provider == "" {
-		p.Provider, p.Model = ss.st.Session.Provider, ss.st.Session.Model
+		p.Provider, p.Model = sessProvider, sessModel
 	}
 	if p.Deadline.IsZero() {
 		p.Deadline = time.Time{}
 	}
 	data, err := marshal(p)
 	if err != nil {
-		return belay.Run{}, false, err
+		return belay.Event{}, "", err
 	}
 	e := belay.Event{Type: store.EventRunCreated, Run: p.ID, Data: data}
 	if in.IdempotencyKey != "" {
 		e.ID = storeIDPrefix + "run/" + in.IdempotencyKey
 	}
-	if _, err := ss.commit(ctx, e); err != nil {
-		return belay.Run{}, false, err
-	}
-	s.idxMu.Lock()
-	s.runs[p.ID] = ss.id
-	s.idxMu.Unlock()
-	return copyRun(ss.st.runs[p.ID]), true, nil
+	return e, p.ID, nil
 }
 
 // Run returns one run.

@@ -45,6 +45,8 @@ type session struct {
 	// lastEvent is the time (unix nanos) of the newest event, raw events
 	// included; the folded state only tracks the store's own events.
 	lastEvent atomic.Int64
+	// lastWriteErr is why the last write failed, until one succeeds.
+	lastWriteErr atomic.Pointer[error]
 }
 
 // openSession loads a session: it opens its journal (recovering it), folds
@@ -63,7 +65,11 @@ func (s *Store) openSession(id string) (*session, error) {
 		ss.setProblem(err)
 	}
 	if ss.st.Session.ID != id {
-		ss.setProblem(fmt.Errorf("%w: journal of %s does not start with its session.created event", belay.ErrCorruptRecord, id))
+		if j.LastSeq() == 0 {
+			ss.setProblem(fmt.Errorf("%w: the journal of %s is empty: its history is gone", belay.ErrCorruptRecord, id))
+		} else {
+			ss.setProblem(fmt.Errorf("%w: journal of %s does not start with its session.created event", belay.ErrCorruptRecord, id))
+		}
 		ss.st.Session.ID = id
 	}
 	if last := j.LastSeq(); last > 0 {
@@ -92,10 +98,33 @@ func (ss *session) fault() error {
 	if j == nil || ss.store.opts.ReadOnly {
 		return nil
 	}
-	if err := j.Err(); err != nil && !errors.Is(err, journal.ErrClosed) {
+	if err := j.Err(); err != nil && !errors.Is(err, journal.ErrClosed) && j.Failed() == nil {
 		return err
 	}
 	return nil
+}
+
+// writeFailure returns why the last write to the session failed (a full
+// disk, an I/O error), or nil once a write succeeded since. Such a failure
+// is healed by the next acquire, not a quarantine.
+func (ss *session) writeFailure() error {
+	if p := ss.lastWriteErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// noteWrite records the outcome of a write for writeFailure.
+func (ss *session) noteWrite(err error) {
+	var ce *journal.CommitError
+	switch {
+	case err == nil:
+		if ss.lastWriteErr.Load() != nil {
+			ss.lastWriteErr.Store(nil)
+		}
+	case errors.Is(err, belay.ErrDiskFull), errors.As(err, &ce):
+		ss.lastWriteErr.Store(&err)
+	}
 }
 
 // fold rebuilds the state from the snapshot (if trusted) and the journal.
@@ -138,6 +167,13 @@ func (ss *session) snapshotSession() belay.Session {
 	case err != nil:
 		sess.State = belay.SessionQuarantined
 		sess.Problem = err.Error()
+	case ss.writeFailure() != nil:
+		// Not damage: the last write failed and the next one retries.
+		sess.Problem = ss.writeFailure().Error()
+		sess.State = belay.SessionIdle
+		if active {
+			sess.State = belay.SessionActive
+		}
 	case active:
 		sess.State = belay.SessionActive
 	default:
@@ -159,6 +195,9 @@ func (ss *session) appendRaw(ctx context.Context, d belay.Durability, evs []bela
 	seqs, err := j.Append(ctx, d, evs...)
 	if err != nil {
 		return nil, ss.wrap(err)
+	}
+	if d == belay.Sync {
+		ss.noteWrite(nil)
 	}
 	ss.touch(ss.store.clock.Now())
 	return seqs, nil
@@ -215,7 +254,9 @@ func (ss *session) wrap(err error) error {
 	if errors.Is(err, journal.ErrClosed) && ss.pruned.Load() {
 		return fmt.Errorf("%w: session %s was pruned", belay.ErrNotFound, ss.id)
 	}
-	return wrapJournal(err)
+	err = ss.store.classify(err)
+	ss.noteWrite(err)
+	return err
 }
 
 // commit journals one state change as a Sync event and applies it once it
@@ -244,6 +285,7 @@ func (ss *session) commitAll(ctx context.Context, evs ...belay.Event) ([]belay.E
 	if err != nil {
 		return evs, ss.wrap(err)
 	}
+	ss.noteWrite(nil)
 	ss.touch(now)
 	for i := range evs {
 		evs[i].Seq = seqs[i]

@@ -47,6 +47,9 @@ type Options struct {
 	Clock clock.Clock
 	// LockTTL is the data dir lock's TTL; it is heartbeated at a third of it.
 	LockTTL time.Duration
+	// LockElapsed is the suspend-aware monotonic clock the lock's
+	// self-fencing reads (lock.Options.Elapsed); tests inject it.
+	LockElapsed func() time.Duration
 	// Incarnation names this process in the lock record.
 	Incarnation string
 	// Purpose is written into the lock record ("daemon", "cli").
@@ -152,7 +155,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("fsstore: create %s: %w", dir, err)
 		}
 		s.lock = lock.New(filepath.Join(dir, LockName), lock.Options{
-			TTL: opts.LockTTL, Incarnation: opts.Incarnation, Purpose: opts.Purpose,
+			TTL: opts.LockTTL, Incarnation: opts.Incarnation, Purpose: opts.Purpose, Elapsed: opts.LockElapsed,
 		})
 		if err := s.lock.TryAcquire(ctx); err != nil {
 			if errors.Is(err, lock.ErrHeld) {
@@ -174,12 +177,34 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// onLockLost turns the store read-only for good, once, and tells the
+// owner: the lock was lost, or this process could no longer prove it holds
+// it (lock.ErrFenced).
 func (s *Store) onLockLost(err error) {
-	err = fmt.Errorf("%w: the data dir lock was lost: %v", belay.ErrReadOnly, err)
-	s.lockLost.Store(&err)
+	err = fmt.Errorf("%w: this process no longer provably owns %s and stopped writing: %w", belay.ErrReadOnly, s.dir, err)
+	if !s.lockLost.CompareAndSwap(nil, &err) {
+		return
+	}
 	if s.opts.OnLockLost != nil {
 		s.opts.OnLockLost(err)
 	}
+}
+
+// fence is the self-fencing check made before every durable write (see
+// lock.Lock.Check): it fails once this process cannot prove that it still
+// owns the data directory, and from then on for good.
+func (s *Store) fence() error {
+	if p := s.lockLost.Load(); p != nil {
+		return *p
+	}
+	if s.lock == nil {
+		return nil
+	}
+	if err := s.lock.Check(context.Background()); err != nil {
+		s.onLockLost(err)
+		return *s.lockLost.Load()
+	}
+	return nil
 }
 
 // Dir returns the data directory.
@@ -279,10 +304,7 @@ func (s *Store) writable() error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("%w: store %s was opened read-only", belay.ErrReadOnly, s.dir)
 	}
-	if p := s.lockLost.Load(); p != nil {
-		return *p
-	}
-	return nil
+	return s.fence()
 }
 
 // session returns a loaded session.
@@ -328,6 +350,11 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 	if err := checkJSON("session options", in.Options); err != nil {
 		return belay.Session{}, err
 	}
+	if in.FirstRun != nil {
+		if err := checkJSON("run input", in.FirstRun.Input); err != nil {
+			return belay.Session{}, err
+		}
+	}
 	id := in.ID
 	if id == "" {
 		id = ids.New(ids.Session)
@@ -355,7 +382,7 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 	}
 	ss, err := s.createSessionDir(ctx, id, in)
 	if err != nil {
-		return belay.Session{}, err
+		return belay.Session{}, s.classify(err)
 	}
 	if err := s.index(ss); err != nil {
 		_ = ss.close()
@@ -393,14 +420,30 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 	data, err := marshal(sessionCreated{
 		ID: id, Provider: in.Provider, Model: in.Model, Labels: in.Labels, Options: in.Options, Key: in.IdempotencyKey,
 	})
+	evs := []belay.Event{{Type: store.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data}}
+	if err == nil && in.FirstRun != nil {
+		// The session and its first run are one durable write: a failed
+		// create leaves neither.
+		var e belay.Event
+		if e, _, err = runCreatedEvent(*in.FirstRun, in.Provider, in.Model); err == nil {
+			evs = append(evs, e)
+		}
+	}
 	if err == nil {
-		_, err = j.AppendUnique(ctx, journal.Sync, belay.Event{Type: store.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data})
+		now := s.clock.Now().UTC()
+		for i := range evs {
+			evs[i].TS = now
+		}
+		_, err = j.AppendUnique(ctx, journal.Sync, evs...)
 	}
 	if cerr := j.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fail(fmt.Errorf("fsstore: create session %s: %w", id, err))
+	}
+	if err := s.fence(); err != nil {
+		return fail(err)
 	}
 	if err := s.fsys.Rename(tmp, final); err != nil {
 		return fail(fmt.Errorf("fsstore: create session %s: %w", id, err))
@@ -412,7 +455,11 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 }
 
 func (s *Store) journalOptions(readOnly bool) journal.Options {
-	return journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly, ObserveSync: s.opts.ObserveSync, Syncer: s.syncer}
+	o := journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly, ObserveSync: s.opts.ObserveSync, Syncer: s.syncer}
+	if !readOnly && s.lock != nil {
+		o.Fence = s.fence
+	}
+	return o
 }
 
 // Session returns one session.
@@ -497,18 +544,54 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 	return evs, ss.wrap(err)
 }
 
-// WaitEvents blocks until the session has an event after seq after.
+// WaitEvents blocks until the session has an event after seq after. A
+// journal whose last write failed (a full disk) is not the end of the
+// session: it is reopened by the next use once writes succeed again, so
+// the wait goes on (and takes part in that healing) rather than failing.
 func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
 	ss, err := s.session(id)
 	if err != nil {
 		return err
 	}
-	j, err := ss.acquire()
-	if err != nil {
-		return ss.wrap(err)
+	backoff := 50 * time.Millisecond
+	for {
+		j, err := ss.acquire()
+		if err != nil && !transient(err) {
+			return ss.wrap(err)
+		}
+		if err == nil {
+			err = j.Wait(ctx, after)
+			ss.release()
+			if err == nil || j.Failed() == nil || ctx.Err() != nil {
+				return ss.wrap(err)
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	defer ss.release()
-	return ss.wrap(j.Wait(ctx, after))
+}
+
+// classify maps a write error onto belay's sentinels: a full disk becomes
+// a *belay.DiskFullError naming the free space, the rest as wrapJournal.
+func (s *Store) classify(err error) error {
+	if err == nil || !vfs.IsNoSpace(err) {
+		return wrapJournal(err)
+	}
+	var df *belay.DiskFullError
+	if errors.As(err, &df) {
+		return err
+	}
+	free := int64(-1)
+	if n, ferr := vfs.FreeBytes(s.dir); ferr == nil {
+		free = int64(n)
+	}
+	return &belay.DiskFullError{Path: s.dir, Free: free, Err: err}
 }
 
 // wrapJournal maps journal errors onto belay's sentinels.

@@ -74,6 +74,7 @@ func Run(t *testing.T, h Harness) {
 	tests := map[string]func(t *testing.T, h Harness){
 		"Sessions":             testSessions,
 		"SessionIdempotency":   testSessionIdempotency,
+		"SessionWithFirstRun":  testSessionWithFirstRun,
 		"Events":               testEvents,
 		"EventsWait":           testEventsWait,
 		"FencedAppend":         testFencedAppend,
@@ -157,6 +158,43 @@ func testSessionIdempotency(t *testing.T, h Harness) {
 	list, err := b.s.Sessions(b.ctx, belay.SessionFilter{})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
+}
+
+// testSessionWithFirstRun: a session created with its first run holds that
+// run from the start (one durable write), also after a reopen; a repeated
+// create with the same keys returns both again, not a second run.
+func testSessionWithFirstRun(t *testing.T, h Harness) {
+	b := setup(t, h)
+	in := belay.SessionInput{Provider: "fake", Model: "m", IdempotencyKey: "s1",
+		FirstRun: &belay.RunInput{IdempotencyKey: "r1", Priority: 3, Input: json.RawMessage(`{"prompt":"hi"}`)}}
+	sess, err := b.s.CreateSession(b.ctx, in)
+	require.NoError(t, err)
+	runs, err := b.s.Runs(b.ctx, belay.RunFilter{Session: sess.ID})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	r := runs[0]
+	require.Equal(t, belay.RunQueued, r.Status)
+	require.Equal(t, "fake", r.Provider)
+	require.Equal(t, "m", r.Model)
+	require.Equal(t, 3, r.Priority)
+	input, err := b.s.RunInput(b.ctx, r.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"prompt":"hi"}`, string(input))
+
+	b.reopen()
+	again, err := b.s.CreateSession(b.ctx, in)
+	require.NoError(t, err)
+	require.Equal(t, sess.ID, again.ID)
+	same, created, err := b.s.CreateRun(b.ctx, belay.RunInput{Session: sess.ID, IdempotencyKey: "r1"})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, r.ID, same.ID)
+	runs, err = b.s.Runs(b.ctx, belay.RunFilter{Session: sess.ID})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+
+	_, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake", FirstRun: &belay.RunInput{Input: json.RawMessage(`{`)}})
+	require.ErrorIs(t, err, belay.ErrInvalid)
 }
 
 func testEvents(t *testing.T, h Harness) {
