@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -22,6 +23,16 @@ func (r *Runtime) Doctor(ctx context.Context, session string) (doctor.Report, er
 	in.Retention = r.opts.Retention
 	r.mu.Lock()
 	for _, run := range in.Runs {
+		if err := r.stallErr[run.ID]; err != nil && in.Journal.WriteError == "" {
+			// The runner stopped on a refused write and waits to retry:
+			// the store's own last write may have succeeded since (space
+			// freed by the cut-back), but the run is still waiting.
+			in.Journal.WriteError = err.Error()
+			var full *belay.DiskFullError
+			if errors.As(err, &full) {
+				in.Journal.DiskFull, in.Journal.FreeBytes = true, full.Free
+			}
+		}
 		if rn := r.runners[run.ID]; rn != nil {
 			a := rn.activity()
 			f := in.Facts[run.ID]

@@ -220,6 +220,9 @@ func (rn *runner) takeLease(run belay.Run) bool {
 	}
 	rn.run, rn.epoch = leased, leased.Epoch
 	rn.setPhase(leased.Phase)
+	if rn.mode == startRetry {
+		r.unstalled(rn.id)
+	}
 	return true
 }
 
@@ -423,7 +426,9 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return false, false
 	case errors.As(err, &rpErr):
 		reason := rpErr.Error() + "; running it again would repeat its side effects"
-		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt})
+		if !rn.record(EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt}) {
+			return false, false
+		}
 		rn.end(belay.PhaseStranded, &belay.RunError{Class: belay.ClassInternal, Message: "resuming would repeat side effects"}, reason)
 		return false, false
 	case errors.As(err, &stErr):
@@ -435,6 +440,9 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		rn.stallOn(stErr.err)
 		return false, false
 	case errors.Is(err, errShutdown):
+		// A note for people: the run stays leased to this incarnation
+		// whether or not it is written, and the next start reclaims it, so
+		// a failed write here loses nothing.
 		_ = rn.append(belay.Sync, EventSuspended, suspendedData{Reason: err.Error()})
 		return false, false
 	case errors.Is(err, errLeaseLost):
@@ -452,11 +460,15 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		if h := rn.r.opts.OnWatchdog; h != nil {
 			h(wdErr.e.Tier)
 		}
-		_ = rn.append(belay.Sync, EventWatchdog, watchdogData{Tier: wdErr.e.Tier, IdleSeconds: wdErr.e.Idle.Seconds()})
+		if !rn.record(EventWatchdog, watchdogData{Tier: wdErr.e.Tier, IdleSeconds: wdErr.e.Idle.Seconds()}) {
+			return false, false
+		}
 		if wdErr.e.Tier == TierAfterTurnEnd {
 			// The model ended its turn and the answer is in the journal; the
 			// provider just never said it was done.
-			_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionFinish, Reason: wdErr.Error(), Attempt: rn.attempt})
+			if !rn.record(EventRecovery, recoveryData{Decision: DecisionFinish, Reason: wdErr.Error(), Attempt: rn.attempt}) {
+				return false, false
+			}
 			rn.end(belay.PhaseComplete, nil, "finished after the turn ended: "+wdErr.Error())
 			return false, false
 		}
@@ -466,7 +478,9 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return rn.recoverFrom(belay.ClassPermissionDenied, winErr.Error())
 	}
 	class := provider.ClassOf(err)
-	_ = rn.append(belay.Sync, EventError, errorData{Class: class, Message: err.Error(), RetryAfter: provider.RetryAfterOf(err).Seconds()})
+	if !rn.record(EventError, errorData{Class: class, Message: err.Error(), RetryAfter: provider.RetryAfterOf(err).Seconds()}) {
+		return false, false
+	}
 	if !class.Retryable() {
 		rn.end(belay.PhaseFailed, runError(class, err), "not retryable")
 		return false, false
@@ -483,6 +497,7 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return false, false
 	}
 	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseRetryWait}); err != nil {
+		rn.stallIfStore(err)
 		return false, false
 	}
 	if err := rn.sleep(wait); err != nil {
@@ -515,6 +530,7 @@ func (rn *runner) recoverFrom(class belay.ErrorClass, why string) (resume, cont 
 	rn.recovers++
 	rn.mu.Unlock()
 	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseRecovering}); err != nil {
+		rn.stallIfStore(err)
 		return false, false
 	}
 	return rn.decide(why)
@@ -542,15 +558,21 @@ func (rn *runner) decide(why string) (resume, cont bool) {
 	}
 	switch {
 	case canResume:
-		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionResume, Reason: why, Attempt: rn.attempt + 1})
+		if !rn.record(EventRecovery, recoveryData{Decision: DecisionResume, Reason: why, Attempt: rn.attempt + 1}) {
+			return false, false
+		}
 		return true, true
 	case rn.effects.unsafe() != "":
 		reason := why + "; not resending: " + rn.effects.unsafe()
-		_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt})
+		if !rn.record(EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt}) {
+			return false, false
+		}
 		rn.end(belay.PhaseStranded, &belay.RunError{Class: belay.ClassInternal, Message: "resending would repeat side effects"}, reason)
 		return false, false
 	}
-	_ = rn.append(belay.Sync, EventRecovery, recoveryData{Decision: DecisionResend, Reason: why, Attempt: rn.attempt + 1})
+	if !rn.record(EventRecovery, recoveryData{Decision: DecisionResend, Reason: why, Attempt: rn.attempt + 1}) {
+		return false, false
+	}
 	return false, true
 }
 
@@ -646,6 +668,29 @@ func (rn *runner) update(u belay.RunUpdate) error {
 	}
 	rn.run = run
 	return nil
+}
+
+// record journals a decision (Sync) before acting on it. When the write
+// fails the runner must not act: a lost lease means another worker owns
+// the run; any other failure stalls it, to be retried (stall.go). It
+// reports whether the runner may go on.
+func (rn *runner) record(typ string, v any) bool {
+	err := rn.append(belay.Sync, typ, v)
+	if err == nil {
+		return true
+	}
+	rn.stallIfStore(err)
+	return false
+}
+
+// stallIfStore stalls the runner if err is a write the store refused (a
+// lost lease is not: another worker owns the run).
+func (rn *runner) stallIfStore(err error) {
+	var se *storeError
+	if errors.As(err, &se) {
+		rn.log().warn("journal write failed; the run waits for the store", se.err)
+		rn.stallOn(se.err)
+	}
 }
 
 func (rn *runner) append(d belay.Durability, typ string, v any) error {

@@ -70,6 +70,7 @@ type Runtime struct {
 	sched    *scheduler
 	runners  map[string]*runner // active runs by id
 	stalls   map[string]int     // stalled retries by run id (stall.go)
+	stallErr map[string]error   // why a run waits to be retried (stall.go)
 	started  bool
 	stopping bool
 	wg       sync.WaitGroup // runners and background work
@@ -110,13 +111,14 @@ func New(opts Options) (*Runtime, error) {
 	opts.Retry = opts.Retry.withDefaults()
 	opts.Recovery = opts.Recovery.withDefaults()
 	r := &Runtime{
-		opts:    opts,
-		store:   opts.Store,
-		clk:     opts.Clock,
-		log:     opts.Logger,
-		sched:   newScheduler(opts.Limits),
-		runners: map[string]*runner{},
-		stalls:  map[string]int{},
+		opts:     opts,
+		store:    opts.Store,
+		clk:      opts.Clock,
+		log:      opts.Logger,
+		sched:    newScheduler(opts.Limits),
+		runners:  map[string]*runner{},
+		stalls:   map[string]int{},
+		stallErr: map[string]error{},
 	}
 	r.inbox.init(r)
 	return r, nil
@@ -543,6 +545,7 @@ func (r *Runtime) finished(id string) {
 	r.mu.Lock()
 	delete(r.runners, id)
 	delete(r.stalls, id)
+	delete(r.stallErr, id)
 	r.sched.finish(id)
 	r.mu.Unlock()
 	r.promote()

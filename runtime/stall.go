@@ -53,6 +53,7 @@ func (r *Runtime) afterRunner(rn *runner) {
 	delete(r.runners, rn.id)
 	n := r.stalls[rn.id]
 	r.stalls[rn.id] = n + 1
+	r.stallErr[rn.id] = stalled
 	r.mu.Unlock()
 	wait := min(minStallBackoff<<min(n, 10), maxStallBackoff)
 	r.log.Warn("run stalled: the store refused a write; retrying", "run", rn.id, "in", wait, "err", stalled)
@@ -74,4 +75,11 @@ func (r *Runtime) retryStalled(id string) {
 		return
 	}
 	r.startLocked(id, startRetry)
+}
+
+// unstalled forgets a run's stall once its retry wrote again.
+func (r *Runtime) unstalled(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.stallErr, id)
 }

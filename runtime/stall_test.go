@@ -76,6 +76,10 @@ func TestRunStalledByAFullDiskFinishesOnceSpaceIsFree(t *testing.T) {
 	got, err := st.Run(context.Background(), run.ID)
 	require.NoError(t, err)
 	require.Equal(t, belay.RunRunning, got.Status, "not failed: nothing went wrong with the run itself")
+	rep, err := rt.Doctor(context.Background(), run.Session)
+	require.NoError(t, err)
+	require.Equal(t, "journal_write_failing", rep.Rule, "doctor says the disk is full: %s", rep.Reason)
+	require.Contains(t, rep.Reason, "disk of the data directory is full")
 
 	// Still full at the first retry: it stalls again, with a longer wait.
 	clk.Advance(minStallBackoff)
