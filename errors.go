@@ -21,6 +21,9 @@ var (
 	ErrStoreLocked   = errors.New("belay: data dir in use")
 	ErrStoreClosed   = errors.New("belay: store closed")
 	ErrCorruptRecord = errors.New("belay: corrupt record")
+	// ErrTooLarge is an input bigger than belay can store (see
+	// TooLargeError).
+	ErrTooLarge = errors.New("belay: too large")
 	// ErrDiskFull: a write failed because the filesystem or quota is full.
 	// Nothing is lost; writes succeed again once space is free.
 	ErrDiskFull = errors.New("belay: disk full")
@@ -28,6 +31,21 @@ var (
 	// never a failure of the run.
 	ErrStillRunning = errors.New("belay: still running")
 )
+
+// TooLargeError says an input is bigger than belay can store, and the
+// limit. It matches ErrTooLarge.
+type TooLargeError struct {
+	What  string
+	Size  int
+	Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s is %d bytes; belay stores at most %d bytes (one journal record)", e.What, e.Size, e.Limit)
+}
+
+// Is matches ErrTooLarge.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // ErrorClass classifies every failure a provider or the runtime reports.
 type ErrorClass string

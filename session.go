@@ -75,4 +75,7 @@ type SessionFilter struct {
 	Provider string
 	// Limit caps the result (0: no cap); sessions come newest first.
 	Limit int
+	// Before, a session id, lists only sessions older than it: the cursor
+	// of the next page is the last id of the page before.
+	Before string
 }

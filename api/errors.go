@@ -26,6 +26,7 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeUnauthenticated  = "unauthenticated"
 	CodeTooLarge         = "too_large"
+	CodeOverloaded       = "overloaded"
 	CodeMethod           = "method_not_allowed"
 	CodeTimeout          = "timeout"
 	CodeSideEffects      = "side_effects_settled"
@@ -45,6 +46,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusConflict, CodeSideEffects
 	case errors.Is(err, runtime.ErrConversationBusy):
 		return http.StatusConflict, CodeConversationBusy
+	case errors.Is(err, belay.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, CodeTooLarge
 	case errors.Is(err, belay.ErrInvalid):
 		return http.StatusBadRequest, CodeInvalid
 	case errors.Is(err, belay.ErrNotFound):
@@ -80,10 +83,13 @@ func writeError(w http.ResponseWriter, err error) {
 	var unknown *provider.UnknownError
 	var conflict *runtime.IdempotencyConflictError
 	var effects *runtime.SideEffectsError
+	var large *belay.TooLargeError
 	var full *belay.DiskFullError
 	switch {
 	case errors.As(err, &stale):
 		details = map[string]any{"kind": stale.Kind, "id": stale.ID, "epoch": stale.Got, "currentEpoch": stale.Current}
+	case errors.As(err, &large):
+		details = map[string]any{"size": large.Size, "limit": large.Limit}
 	case errors.As(err, &full) && full.Free >= 0:
 		details = map[string]any{"freeBytes": full.Free}
 	case errors.As(err, &field):

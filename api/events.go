@@ -14,8 +14,34 @@ import (
 	"github.com/belayhq/belay/internal/ids"
 )
 
-// maxEventsPage caps the events of one long-poll response.
-const maxEventsPage = 1000
+// maxEventsPage caps the events of one long-poll response, and
+// maxPageBytes their data: a page of large events (up to a journal record
+// each) stays small, and holds at least one event.
+const (
+	maxEventsPage = 1000
+	maxPageBytes  = 4 << 20
+)
+
+// eventsPage reads up to limit events after seq after, stopping early once
+// their data passes maxPageBytes; full says it stopped before the end.
+func (s *Server) eventsPage(ctx context.Context, session string, after uint64, limit int) (out []belay.Event, full bool, err error) {
+	size := 0
+	err = s.st.ScanEvents(ctx, session, after, func(e belay.Event) error {
+		e.Data = append(json.RawMessage(nil), e.Data...) // valid only during the call
+		out = append(out, e)
+		size += len(e.Data)
+		if len(out) >= limit || size >= maxPageBytes {
+			return errPageFull
+		}
+		return nil
+	})
+	if errors.Is(err, errPageFull) {
+		return out, true, nil
+	}
+	return out, false, err
+}
+
+var errPageFull = errors.New("api: page full")
 
 // events serves GET /v1/sessions/{id}/events: a long-poll JSON page of the
 // events after ?after=N, or, with Accept: text/event-stream, an SSE stream
@@ -48,6 +74,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 			after = n
 		}
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
 		s.sse(w, r, id, after)
 		return
 	}
@@ -64,13 +95,18 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	evs, err := s.st.Events(r.Context(), id, after, limit)
+	evs, _, err := s.eventsPage(r.Context(), id, after, limit)
 	if err == nil && len(evs) == 0 && wait > 0 {
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		werr := s.st.WaitEvents(ctx, id, after)
 		cancel()
 		if werr == nil {
-			evs, err = s.st.Events(r.Context(), id, after, limit)
+			evs, _, err = s.eventsPage(r.Context(), id, after, limit)
 		} else if r.Context().Err() == nil && !errors.Is(werr, context.DeadlineExceeded) {
 			err = werr
 		}
@@ -94,6 +130,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // the daemon stops, with keepalive comments between events.
 func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, after uint64) {
 	rc := http.NewResponseController(w)
+	// Each write must get through within the write timeout; between them
+	// the stream may last as long as the client stays.
+	extend := func() { _ = rc.SetWriteDeadline(time.Now().Add(DefaultWriteTimeout)) }
+	extend()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -105,7 +145,8 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 	}
 	ctx := r.Context()
 	for {
-		evs, err := s.st.Events(ctx, session, after, maxEventsPage)
+		evs, full, err := s.eventsPage(ctx, session, after, maxEventsPage)
+		extend()
 		for _, e := range evs {
 			data, merr := json.Marshal(e)
 			if merr != nil {
@@ -129,7 +170,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 			_ = rc.Flush()
 			return
 		}
-		if len(evs) == maxEventsPage {
+		if full {
 			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, s.opts.Keepalive)
@@ -139,6 +180,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 		case ctx.Err() != nil:
 			return
 		case errors.Is(werr, context.DeadlineExceeded):
+			extend()
 			if _, err := fmt.Fprintf(w, ": keepalive %s\n\n", time.Now().UTC().Format(time.RFC3339)); err != nil {
 				return
 			}

@@ -8,24 +8,28 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store"
 )
 
-// Body size limits.
+// Body size limits. A run's input is journaled whole in one record, so a
+// run request is capped at the journal's record size, and its input
+// (prompt, script and options as JSON) at runtime.MaxInput: what is
+// accepted can be stored.
 const (
-	MaxBody    = 1 << 20  // most requests
-	MaxRunBody = 16 << 20 // run creation: prompts can be long
+	MaxBody    = 1 << 20               // most requests
+	MaxRunBody = journal.MaxRecordSize // run creation
 )
 
 // Limits on waits a client may ask for.
@@ -48,15 +52,21 @@ type Options struct {
 	Export func(ctx context.Context, w io.Writer, session, format string) error
 	// DaemonDoctor reports on the daemon, store and locks.
 	DaemonDoctor func(ctx context.Context) (any, error)
+	// MaxWatchers caps SSE streams and long polls at once (see ConnLimits;
+	// 1024 if 0); beyond it they are answered 503 overloaded.
+	MaxWatchers int
+	// BodyTimeout bounds reading a request body (DefaultBodyTimeout if 0).
+	BodyTimeout time.Duration
 }
 
 // Server serves the API.
 type Server struct {
-	opts    Options
-	rt      *runtime.Runtime
-	st      store.Store
-	started time.Time
-	log     *slog.Logger
+	opts     Options
+	watchers watchers
+	rt       *runtime.Runtime
+	st       store.Store
+	started  time.Time
+	log      *slog.Logger
 }
 
 // NewServer returns a Server.
@@ -67,7 +77,13 @@ func NewServer(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{opts: opts, rt: opts.Runtime, st: opts.Runtime.Store(), started: time.Now(), log: opts.Logger}
+	if opts.MaxWatchers <= 0 {
+		opts.MaxWatchers = 1024
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	return &Server{opts: opts, watchers: make(watchers, opts.MaxWatchers), rt: opts.Runtime, st: opts.Runtime.Store(), started: time.Now(), log: opts.Logger}
 }
 
 // Handler returns the API's handler. With a non-empty token every request
@@ -92,6 +108,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/runs", s.createRun)
 	mux.HandleFunc("GET /v1/runs/{id}", s.getRun)
 	mux.HandleFunc("GET /v1/runs/{id}/wait", s.waitRun)
+	mux.HandleFunc("GET /v1/runs/{id}/answer", s.answer)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.cancelRun)
 	mux.HandleFunc("POST /v1/runs/{id}/retry", s.retryRun)
 	mux.HandleFunc("POST /v1/inbox/lease", s.lease)
@@ -102,7 +119,7 @@ func (s *Server) Handler(token string) http.Handler {
 	if token != "" {
 		h = requireToken(token, h)
 	}
-	return s.recoverer(h)
+	return s.recoverer(s.deadlines(h))
 }
 
 // jsonMisses answers requests no route matches (404, or 405 with Allow)
@@ -169,11 +186,17 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeErrorCode(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit), nil)
+			writeErrorCode(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit), map[string]any{"limit": limit})
 			return false
 		}
 		if errors.Is(err, io.EOF) {
 			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body is empty; send a JSON object", nil)
+			return false
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			w.Header().Set("Connection", "close")
+			writeErrorCode(w, http.StatusRequestTimeout, CodeTimeout, "the request body did not arrive within the read timeout", nil)
 			return false
 		}
 		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body is not valid JSON for this endpoint: "+err.Error(), nil)
@@ -238,28 +261,33 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := belay.SessionFilter{State: belay.SessionState(q.Get("state")), Provider: q.Get("provider")}
-	if f.State != "" && !f.State.Valid() {
+	if st := belay.SessionState(q.Get("state")); st != "" && !st.Valid() {
 		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "state must be idle, active or quarantined", map[string]any{"field": "state"})
 		return
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "limit must be a non-negative integer", nil)
-			return
-		}
-		f.Limit = n
+	limit, cursor, ok := pageParams(w, r)
+	if !ok {
+		return
 	}
+	if sessionsCursor(cursor) != nil {
+		badCursor(w, cursor)
+		return
+	}
+	f := belay.SessionFilter{State: belay.SessionState(q.Get("state")), Provider: q.Get("provider"), Limit: limit + 1, Before: cursor}
 	list, err := s.st.Sessions(r.Context(), f)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if list == nil {
-		list = []belay.Session{}
+	out := SessionList{Sessions: list}
+	if len(list) > limit {
+		out.Sessions = list[:limit]
+		out.NextCursor = list[limit-1].ID
 	}
-	writeJSON(w, http.StatusOK, SessionList{Sessions: list})
+	if out.Sessions == nil {
+		out.Sessions = []belay.Session{}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
@@ -293,12 +321,21 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "status must be queued, running, complete, failed, cancelled or stranded", map[string]any{"field": "status"})
 		return
 	}
+	limit, cursor, ok := pageParams(w, r)
+	if !ok {
+		return
+	}
 	runs, err := s.st.Runs(r.Context(), belay.RunFilter{Session: id, Status: status})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	out := RunList{Runs: []Run{}}
+	runs, next, ok := runsPage(runs, cursor, limit)
+	if !ok {
+		badCursor(w, cursor)
+		return
+	}
+	out := RunList{Runs: []Run{}, NextCursor: next}
 	for _, run := range runs {
 		out.Runs = append(out.Runs, s.withActivity(run))
 	}
@@ -384,6 +421,13 @@ func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if d > 0 {
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), d)
 	defer cancel()
 	run, err := s.rt.Wait(ctx, id)
@@ -456,9 +500,7 @@ func (s *Server) transcript(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	if err := s.opts.Export(r.Context(), w, id, format); err != nil {
-		writeError(w, err)
-	}
+	stream(w, r, func(sw *streamWriter) error { return s.opts.Export(r.Context(), sw, id, format) })
 }
 
 func (s *Server) post(w http.ResponseWriter, r *http.Request) {
@@ -499,15 +541,24 @@ func (s *Server) listInbox(w http.ResponseWriter, r *http.Request) {
 		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "status must be pending, leased, done or error", map[string]any{"field": "status"})
 		return
 	}
+	limit, cursor, ok := pageParams(w, r)
+	if !ok {
+		return
+	}
 	ds, err := s.st.Deliveries(r.Context(), belay.DeliveryFilter{Session: id, Status: status})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	ds, next, ok := deliveriesPage(ds, cursor, limit)
+	if !ok {
+		badCursor(w, cursor)
+		return
+	}
 	if ds == nil {
 		ds = []belay.Delivery{}
 	}
-	writeJSON(w, http.StatusOK, DeliveryList{Deliveries: ds})
+	writeJSON(w, http.StatusOK, DeliveryList{Deliveries: ds, NextCursor: next})
 }
 
 func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
@@ -528,6 +579,13 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 		req.Max = 1
 	}
 	wait := min(time.Duration(req.Wait), MaxWait)
+	if wait > 0 {
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	ds, err := s.rt.Lease(r.Context(), req.Session, req.Owner, time.Duration(req.TTL), min(req.Max, 100), wait)
 	if err != nil {
 		writeError(w, err)

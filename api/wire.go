@@ -2,6 +2,8 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -19,6 +21,8 @@ type CreateSessionRequest struct {
 // SessionList is the body of GET /v1/sessions.
 type SessionList struct {
 	Sessions []belay.Session `json:"sessions"`
+	// NextCursor, when set, asks for the next page (?cursor=).
+	NextCursor string `json:"nextCursor,omitempty"`
 }
 
 // CreateRunRequest is the body of POST /v1/runs (and of POST
@@ -44,7 +48,8 @@ type Run struct {
 
 // RunList is the body of GET /v1/sessions/{id}/runs.
 type RunList struct {
-	Runs []Run `json:"runs"`
+	Runs       []Run  `json:"runs"`
+	NextCursor string `json:"nextCursor,omitempty"`
 }
 
 // EventList is the body of a long-poll GET /v1/sessions/{id}/events.
@@ -78,6 +83,7 @@ type LeaseRequest struct {
 // /v1/sessions/{id}/inbox.
 type DeliveryList struct {
 	Deliveries []belay.Delivery `json:"deliveries"`
+	NextCursor string           `json:"nextCursor,omitempty"`
 }
 
 // SettleRequest is the body of POST /v1/inbox/{id}/settle.
@@ -124,22 +130,31 @@ type Duration time.Duration
 // MarshalJSON writes the duration as a string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
-// UnmarshalJSON reads "1m30s" or 90.
+// UnmarshalJSON reads "1m30s" or 90. A negative duration, or one beyond
+// time.Duration's range (about 292 years), is an error, never a default.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err == nil {
 		v, err := time.ParseDuration(s)
 		if err != nil {
-			return err
+			return fmt.Errorf("bad duration %q: want a Go duration like \"90s\" or a number of seconds", s)
+		}
+		if v < 0 {
+			return fmt.Errorf("bad duration %q: must not be negative", s)
 		}
 		*d = Duration(v)
 		return nil
 	}
 	var secs float64
 	if err := json.Unmarshal(b, &secs); err != nil {
-		return err
+		return fmt.Errorf("bad duration %s: want a Go duration like \"90s\" or a number of seconds", b)
 	}
-	*d = Duration(secs * float64(time.Second))
+	// float64(math.MaxInt64) is 2^63: every product below it converts.
+	ns := secs * float64(time.Second)
+	if secs < 0 || ns >= float64(math.MaxInt64) {
+		return fmt.Errorf("bad duration %s: want seconds from 0 to %d (about 292 years)", b, math.MaxInt64/int64(time.Second))
+	}
+	*d = Duration(ns)
 	return nil
 }
 

@@ -46,6 +46,7 @@ func New(opts Options) *Client {
 	tr := &http.Transport{
 		MaxIdleConns: 16, IdleConnTimeout: 30 * time.Second,
 		ResponseHeaderTimeout: 0, // long polls and streams wait by design
+		ReadBufferSize:        64 << 10,
 	}
 	base := strings.TrimRight(opts.BaseURL, "/")
 	addr := base
@@ -67,9 +68,20 @@ type Error struct {
 	Code    string
 	Message string
 	Details map[string]any
+	// RetryAfter is the wait a 503 overloaded answer asked for.
+	RetryAfter time.Duration
 }
 
-func (e *Error) Error() string { return e.Message }
+// ErrOverloaded matches an answer that the daemon is at its connection or
+// watcher limit (errors.Is); the request was not processed.
+var ErrOverloaded = errors.New("client: the daemon is overloaded")
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("the daemon answered HTTP %d %s without a message", e.Status, e.Code)
+	}
+	return e.Message
+}
 
 // Is maps API codes onto belay's sentinel errors, so callers can use
 // errors.Is(err, belay.ErrNotFound) across the wire.
@@ -101,6 +113,10 @@ func (e *Error) Is(target error) bool {
 		return target == belay.ErrStoreClosed
 	case api.CodeSideEffects:
 		return target == runtime.ErrSideEffects
+	case api.CodeOverloaded:
+		return target == ErrOverloaded
+	case api.CodeTooLarge:
+		return target == belay.ErrTooLarge
 	}
 	return false
 }
@@ -154,15 +170,41 @@ func IsUnreachable(err error) bool {
 	return errors.As(err, &u)
 }
 
+// overloadRetries is how many times a request the daemon refused as
+// overloaded (and so did not process) is sent again, after the wait it
+// asked for.
+const overloadRetries = 3
+
 // do sends a request and decodes a JSON answer into out (if not nil).
 func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, in, out any) error {
-	var body io.Reader
+	var payload []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		payload = b
+	}
+	for attempt := 0; ; attempt++ {
+		err := c.once(ctx, method, path, hdr, payload, in != nil, out)
+		var e *Error
+		if attempt == overloadRetries || !errors.As(err, &e) || e.Code != api.CodeOverloaded {
+			return err
+		}
+		t := time.NewTimer(min(max(e.RetryAfter, 100*time.Millisecond), 2*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) once(ctx context.Context, method, path string, hdr http.Header, payload []byte, hasBody bool, out any) error {
+	var body io.Reader
+	if hasBody {
+		body = bytes.NewReader(payload)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
@@ -171,7 +213,7 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, i
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	if in != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
@@ -208,7 +250,11 @@ func decodeError(resp *http.Response) error {
 	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
 		return &Error{Status: resp.StatusCode, Code: api.CodeInternal, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))}
 	}
-	return &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
+	out := &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		out.RetryAfter = time.Duration(s) * time.Second
+	}
+	return out
 }
 
 func keyHeader(key string) http.Header {
@@ -242,8 +288,28 @@ func (c *Client) Session(ctx context.Context, id string) (belay.Session, error) 
 	return s, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil, nil, &s)
 }
 
-// Sessions lists sessions.
+// Sessions lists sessions, newest first, following the pages of the
+// list up to f.Limit sessions (all of them if 0).
 func (c *Client) Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error) {
+	var all []belay.Session
+	cursor := f.Before
+	for {
+		page, err := c.SessionsPage(ctx, f, cursor)
+		all = append(all, page.Sessions...)
+		if err != nil || page.NextCursor == "" || f.Limit > 0 && len(all) >= f.Limit {
+			if f.Limit > 0 && len(all) > f.Limit {
+				all = all[:f.Limit]
+			}
+			return all, err
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// SessionsPage returns one page of sessions after cursor ("" for the
+// first): at most f.Limit (the daemon's default page if 0), and the next
+// page's cursor.
+func (c *Client) SessionsPage(ctx context.Context, f belay.SessionFilter, cursor string) (api.SessionList, error) {
 	q := url.Values{}
 	if f.State != "" {
 		q.Set("state", string(f.State))
@@ -252,16 +318,32 @@ func (c *Client) Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.S
 		q.Set("provider", f.Provider)
 	}
 	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
+		q.Set("limit", strconv.Itoa(min(f.Limit, api.MaxPage)))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
 	}
 	var out api.SessionList
-	return out.Sessions, c.do(ctx, http.MethodGet, "/v1/sessions?"+q.Encode(), nil, nil, &out)
+	return out, c.do(ctx, http.MethodGet, "/v1/sessions?"+q.Encode(), nil, nil, &out)
 }
 
-// Runs lists a session's runs.
+// Runs lists a session's runs in creation order, following the pages.
 func (c *Client) Runs(ctx context.Context, session string) ([]api.Run, error) {
-	var out api.RunList
-	return out.Runs, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/runs", nil, nil, &out)
+	var all []api.Run
+	cursor := ""
+	for {
+		q := url.Values{"limit": {strconv.Itoa(api.MaxPage)}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var out api.RunList
+		err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/runs?"+q.Encode(), nil, nil, &out)
+		all = append(all, out.Runs...)
+		if err != nil || out.NextCursor == "" {
+			return all, err
+		}
+		cursor = out.NextCursor
+	}
 }
 
 // CreateRun submits a run; key makes it idempotent.
@@ -320,7 +402,57 @@ func (c *Client) DaemonDoctor(ctx context.Context) (json.RawMessage, error) {
 
 // Transcript writes a session's transcript in a format to w.
 func (c *Client) Transcript(ctx context.Context, session, format string, w io.Writer) error {
-	return c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/transcript?format="+url.QueryEscape(format), nil, nil, w)
+	return c.stream(ctx, "/v1/sessions/"+url.PathEscape(session)+"/transcript?format="+url.QueryEscape(format), w)
+}
+
+// Answer writes a run's answer text as it is now to w, streamed: memory
+// does not grow with the answer. It fails if the stream did not end whole
+// (a damaged journal, a lost connection), after writing what came.
+func (c *Client) Answer(ctx context.Context, run string, w io.Writer) error {
+	return c.stream(ctx, "/v1/runs/"+url.PathEscape(run)+"/answer", w)
+}
+
+// ErrCutOff says a streamed body ended without its status trailer.
+var ErrCutOff = errors.New("client: the stream ended before its end (connection lost)")
+
+// stream copies a streamed body to w and checks its status trailer.
+func (c *Client) stream(ctx context.Context, path string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return &UnreachableError{Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return decodeError(resp)
+	}
+	buf := make([]byte, 256<<10)
+	if _, err := io.CopyBuffer(w, struct{ io.Reader }{resp.Body}, buf); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return err
+	}
+	switch resp.Trailer.Get(api.TrailerStatus) {
+	case "ok":
+		return nil
+	case "error":
+		var e api.ErrorBody
+		if json.Unmarshal([]byte(resp.Trailer.Get(api.TrailerError)), &e) != nil || e.Code == "" {
+			e = api.ErrorBody{Code: api.CodeInternal, Message: "the daemon stopped the stream: " + resp.Trailer.Get(api.TrailerError)}
+		}
+		return &Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message}
+	}
+	return ErrCutOff
 }
 
 // Post adds an item to a session's inbox.
@@ -329,10 +461,23 @@ func (c *Client) Post(ctx context.Context, session string, req api.PostRequest) 
 	return d, c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/inbox", nil, req, &d)
 }
 
-// Inbox lists a session's inbox.
+// Inbox lists a session's inbox in delivery order, following the pages.
 func (c *Client) Inbox(ctx context.Context, session string, status belay.DeliveryStatus) ([]belay.Delivery, error) {
-	var out api.DeliveryList
-	return out.Deliveries, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/inbox?status="+url.QueryEscape(string(status)), nil, nil, &out)
+	var all []belay.Delivery
+	cursor := ""
+	for {
+		q := url.Values{"status": {string(status)}, "limit": {strconv.Itoa(api.MaxPage)}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var out api.DeliveryList
+		err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/inbox?"+q.Encode(), nil, nil, &out)
+		all = append(all, out.Deliveries...)
+		if err != nil || out.NextCursor == "" {
+			return all, err
+		}
+		cursor = out.NextCursor
+	}
 }
 
 // Lease leases deliverable items, waiting up to req.Wait.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/journal"
 )
 
 // ErrStop, returned by a Follow callback, ends Follow without error.
@@ -25,12 +26,12 @@ var ErrStop = errors.New("client: stop following")
 // the connection broke: it returns the error, or io.EOF), ctx is done, or
 // fn returns an error.
 func (c *Client) Stream(ctx context.Context, session string, after uint64, fn func(belay.Event) error) error {
-	return c.stream(ctx, session, after, nil, fn)
+	return c.streamEvents(ctx, session, after, nil, fn)
 }
 
-// stream is Stream that calls opened (if not nil) once the daemon has
+// streamEvents is Stream that calls opened (if not nil) once the daemon has
 // answered with the stream.
-func (c *Client) stream(ctx context.Context, session string, after uint64, opened func(), fn func(belay.Event) error) error {
+func (c *Client) streamEvents(ctx context.Context, session string, after uint64, opened func(), fn func(belay.Event) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/sessions/"+url.PathEscape(session)+"/events", nil)
 	if err != nil {
 		return err
@@ -57,8 +58,11 @@ func (c *Client) stream(ctx context.Context, session string, after uint64, opene
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	var typ, data string
 	for {
-		line, err := br.ReadString('\n')
+		line, err := readLine(br, maxStreamLine)
 		if err != nil {
+			if errors.Is(err, errLineTooLong) {
+				return err
+			}
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
@@ -73,7 +77,12 @@ func (c *Client) stream(ctx context.Context, session string, after uint64, opene
 			if data != "" {
 				if typ == "error" {
 					var e api.ErrorBody
-					_ = json.Unmarshal([]byte(data), &e)
+					if json.Unmarshal([]byte(data), &e) != nil || e.Code == "" {
+						if len(data) > 200 {
+							data = data[:200] + "…"
+						}
+						e = api.ErrorBody{Code: api.CodeInternal, Message: "the daemon ended the stream with an error it did not describe: " + data}
+					}
 					return &Error{Status: http.StatusOK, Code: e.Code, Message: e.Message}
 				}
 				var ev belay.Event
@@ -90,7 +99,33 @@ func (c *Client) stream(ctx context.Context, session string, after uint64, opene
 		case strings.HasPrefix(line, "event:"):
 			typ = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
 		case strings.HasPrefix(line, "data:"):
+			if len(data)+len(line) > maxStreamLine {
+				return fmt.Errorf("client: an event in the stream is larger than %d bytes", maxStreamLine)
+			}
 			data += strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
+		}
+	}
+}
+
+// maxStreamLine bounds one event of a stream: twice the largest journal
+// record, so that a daemon (or anything answering in its place) cannot
+// make the client allocate without bound.
+const maxStreamLine = 2 * journal.MaxRecordSize
+
+// errLineTooLong is a stream line longer than the bound.
+var errLineTooLong = fmt.Errorf("client: a line in the stream is longer than %d bytes", maxStreamLine)
+
+// readLine reads one line (with its newline) of at most max bytes.
+func readLine(br *bufio.Reader, max int) (string, error) {
+	var buf []byte
+	for {
+		part, err := br.ReadSlice('\n')
+		if len(buf)+len(part) > max {
+			return "", errLineTooLong
+		}
+		buf = append(buf, part...)
+		if err != bufio.ErrBufferFull {
+			return string(buf), err
 		}
 	}
 }
@@ -119,7 +154,7 @@ func (c *Client) Follow(ctx context.Context, session string, after uint64, opts 
 	backoff := 50 * time.Millisecond
 	var downSince time.Time // when the current outage began
 	for {
-		err := c.stream(ctx, session, after, func() { downSince = time.Time{} }, func(ev belay.Event) error {
+		err := c.streamEvents(ctx, session, after, func() { downSince = time.Time{} }, func(ev belay.Event) error {
 			if ev.Seq <= after {
 				return nil // never deliver an event twice
 			}
@@ -135,7 +170,9 @@ func (c *Client) Follow(ctx context.Context, session string, after uint64, opts 
 			return nil
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
-		case err == io.EOF || IsUnreachable(err) || errors.Is(err, belay.ErrStoreClosed):
+		case err == io.EOF || IsUnreachable(err) || errors.Is(err, belay.ErrStoreClosed) || errors.Is(err, ErrOverloaded):
+			// An overloaded daemon did not take the stream: try again after
+			// the backoff, as after a disconnect.
 			if downSince.IsZero() {
 				downSince = time.Now()
 			} else if opts.MaxOutage > 0 && time.Since(downSince) >= opts.MaxOutage {
@@ -150,7 +187,11 @@ func (c *Client) Follow(ctx context.Context, session string, after uint64, opts 
 		default:
 			return err
 		}
-		t := time.NewTimer(backoff)
+		wait := backoff
+		if e := (*Error)(nil); errors.As(err, &e) && e.RetryAfter > wait {
+			wait = max(min(e.RetryAfter, opts.MaxBackoff), wait)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

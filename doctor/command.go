@@ -42,6 +42,14 @@ func cmdSessionsDelete(session string) string {
 	return command("belay", "sessions", "delete", session)
 }
 
+func cmdBrowserLogin(site string) string {
+	return command("belay", "browser", "login", site)
+}
+
+func cmdBrowserCheck(site string) string {
+	return command("belay", "browser", "check", site)
+}
+
 func cmdInboxPoll(session string) string {
 	return command("belay", "inbox", "poll", "--session", session)
 }
@@ -62,12 +70,12 @@ func cmdRepair(path, session string) string {
 // same functions the rules use, with the given identifiers. The command
 // line's tests parse each one with its real parser, so a report never
 // suggests a command or flag that does not exist.
-func Commands(session, run, delivery, journal string, epoch uint64) []string {
+func Commands(session, run, delivery, journal, site string, epoch uint64) []string {
 	return []string{
 		cmdDaemonStart, cmdDaemonStatus, cmdDaemonStop, cmdPrune,
 		cmdSessionsDoctor(session), cmdSessionsDelete(session),
 		cmdWatch(run), cmdWait(run), cmdRead(run), cmdRetry(run),
 		cmdInboxPoll(session), cmdInboxAck(delivery, epoch),
-		cmdRepair(journal, session), cmdRepair("", session),
+		cmdRepair(journal, session), cmdRepair("", session), cmdBrowserLogin(site), cmdBrowserCheck(site),
 	}
 }

@@ -27,6 +27,11 @@ func Diagnose(in Input) Report {
 			break
 		}
 	}
+	if d.rep.Browser = d.browserReport(); d.rep.Browser != nil {
+		if cmd, reason := browserCommand(d.rep.Browser, d.rep.NextAction, d.rep.Reason); cmd != "" {
+			d.rep.Command, d.rep.Reason = cmd, reason
+		}
+	}
 	return d.rep
 }
 

@@ -347,7 +347,7 @@ func checkReport(t *testing.T, rep Report) {
 	require.Equal(t, rep.NextAction == ActionNone, rep.Command == "", "command %q for %s", rep.Command, rep.NextAction)
 	if rep.Command != "" {
 		require.True(t, strings.HasPrefix(rep.Command, "belay "), rep.Command)
-		require.Contains(t, Commands("SES", "RUN", "DLV", "FILE", 7), commandShape(rep.Command),
+		require.Contains(t, Commands("SES", "RUN", "DLV", "FILE", "SITE", 7), commandShape(rep.Command),
 			"every command a report names is one of Commands (which the CLI's tests parse)")
 	}
 	for _, d := range rep.Diagnostics {
@@ -510,6 +510,7 @@ var (
 	idShape     = regexp.MustCompile(`\b(ses|run|dlv)_[0-9a-z]{26}\b`)
 	epochShape  = regexp.MustCompile(`--epoch [0-9]+`)
 	repairShape = regexp.MustCompile(`^belay repair [^-].*$`)
+	siteShape   = regexp.MustCompile(`^belay browser (login|check) \S+$`)
 )
 
 // commandShape replaces the identifiers of a report's command by the
@@ -517,5 +518,6 @@ var (
 func commandShape(cmd string) string {
 	cmd = idShape.ReplaceAllStringFunc(cmd, func(id string) string { return strings.ToUpper(id[:3]) })
 	cmd = epochShape.ReplaceAllString(cmd, "--epoch 7")
+	cmd = siteShape.ReplaceAllString(cmd, "belay browser $1 SITE")
 	return repairShape.ReplaceAllString(cmd, "belay repair FILE")
 }

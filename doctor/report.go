@@ -21,6 +21,8 @@ type Report struct {
 	Problem   string    `json:"problem,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt,omitzero"`
 	Ref       Ref       `json:"ref"`
+	// Browser is the binding of a browser session.
+	Browser *BrowserReport `json:"browser,omitempty"`
 
 	Offline bool           `json:"offline"`
 	Daemon  DaemonReport   `json:"daemon"`

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"testing"
@@ -151,4 +152,54 @@ func FuzzRecover(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzDecodeLineView checks the streaming decoder against decodeLine: it
+// decodes every line decodeLine does, the same way, and accepts no other
+// line except one whose data (covered by the checksum) is not JSON, which
+// callers of Scan find when they decode it.
+func FuzzDecodeLineView(f *testing.F) {
+	raw := validJournal(f)
+	for _, line := range bytes.Split(raw, []byte("\n")) {
+		f.Add(line)
+	}
+	f.Add(relined(`{"seq":3,"ts":"2026-11-22T00:37:34.123456789Z","type":"run.text","id":"a\"b","data":{"text":"x"}`))
+	f.Add(relined(`{"seq":3,"ts":"2026-11-22T00:37:34.123456789Z","type":"run.text","run":"r","epoch":0,"data":null`))
+	f.Add(relined(`{"seq":03,"ts":"2026-11-22T00:37:34.123456789Z","type":"t","data":1,"x":2`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		slow, serr := decodeLine(line)
+		fast, ferr := decodeLineView(line)
+		if serr == nil && ferr != nil {
+			t.Fatalf("decodeLineView refuses a line decodeLine accepts: %v", ferr)
+		}
+		if ferr != nil {
+			if !errors.Is(ferr, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", ferr)
+			}
+			return
+		}
+		if fast.Data != nil && !json.Valid(fast.Data) {
+			return // checksummed but not JSON: the caller's decode finds it
+		}
+		if serr != nil {
+			t.Fatalf("decodeLineView accepts a line decodeLine refuses (%v): %+v", serr, fast)
+		}
+		if slow.Seq != fast.Seq || !slow.TS.Equal(fast.TS) || slow.Type != fast.Type || slow.ID != fast.ID ||
+			slow.Run != fast.Run || slow.Epoch != fast.Epoch || !bytes.Equal(compact(slow.Data), compact(fast.Data)) {
+			t.Fatalf("decoders disagree:\nslow %+v\nfast %+v", slow, fast)
+		}
+	})
+}
+
+// relined returns body with a valid checksum trailer.
+func relined(body string) []byte {
+	return []byte(body + `,"crc":"` + string(appendHex32(nil, crc32.Checksum([]byte(body), castagnoli))) + `"}`)
+}
+
+func compact(b []byte) []byte {
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return b
+	}
+	return out.Bytes()
 }

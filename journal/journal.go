@@ -346,19 +346,29 @@ func (j *Journal) Failed() *CommitError {
 // (a torn record is cut after a backup). On a journal that did not fail,
 // Abandon is Close.
 func (j *Journal) Abandon() error {
+	return errors.Join(j.Rollback(), j.Close())
+}
+
+// Rollback cuts the file of a journal whose commit failed back to the last
+// acknowledged byte (see Abandon), leaving the Journal open: readers of
+// what was acknowledged go on reading, while a new Journal opened on the
+// same directory takes the appends. It does nothing on a journal that did
+// not fail.
+func (j *Journal) Rollback() error {
 	j.mu.Lock()
 	failed, size := j.failed, j.durable.size
 	j.mu.Unlock()
-	var terr error
-	if failed != nil {
-		if terr = j.f.Truncate(size); terr == nil {
-			terr = j.f.Sync()
-		}
-		if terr != nil {
-			terr = fmt.Errorf("journal: cut %s back to %d acknowledged bytes: %w", j.path, size, terr)
-		}
+	if failed == nil {
+		return nil
 	}
-	return errors.Join(terr, j.Close())
+	err := j.f.Truncate(size)
+	if err == nil {
+		err = j.f.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("journal: cut %s back to %d acknowledged bytes: %w", j.path, size, err)
+	}
+	return nil
 }
 
 // Close commits pending appends, stops the committer and closes the file.

@@ -28,6 +28,11 @@ func (j *Journal) Read(after uint64, max int) ([]Event, error) {
 // scanFrom calls fn for each synced event after seq after until fn returns
 // false.
 func (j *Journal) scanFrom(after uint64, fn func(Event) bool) error {
+	return j.scanLines(after, decodeLine, fn)
+}
+
+// scanLines is scanFrom with the line decoder given.
+func (j *Journal) scanLines(after uint64, decode func([]byte) (Event, error), fn func(Event) bool) error {
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
@@ -64,7 +69,7 @@ func (j *Journal) scanFrom(after uint64, fn func(Event) bool) error {
 		if seq, ok := peekSeq(line); ok && seq <= after {
 			continue
 		}
-		e, err := decodeLine(line)
+		e, err := decode(line)
 		if err != nil {
 			return j.corruptAt(loff, after, err.Error())
 		}

@@ -206,6 +206,9 @@ func (j *Journal) loadSnapshot(end int64) (scanState, *snapshotFile, string) {
 	if len(snap.Index) == 0 || snap.Index[0].Off != 0 || snap.Index[0].Seq != 1 {
 		return empty, nil, "index does not start at seq 1"
 	}
+	if why := j.checkSnapshot(&snap); why != "" {
+		return empty, nil, why
+	}
 	// Verify the journal from the last index entry to the snapshot's end:
 	// the line ending at Size must hold LastSeq.
 	last := snap.Index[len(snap.Index)-1]
@@ -224,6 +227,39 @@ func (j *Journal) loadSnapshot(end int64) (scanState, *snapshotFile, string) {
 	}
 	st := scanState{lastSeq: snap.LastSeq, size: snap.Size, index: snap.Index, ids: snap.IDs, lastIdx: last.Off}
 	return st, &snap, "trusted"
+}
+
+// checkSnapshot checks what a snapshot says beyond its last line, which
+// the caller verifies: the ids it maps lie within it, and each index entry
+// names the start of the line holding its seq (reads seek by them). It
+// returns why the snapshot is not to be trusted, or "".
+func (j *Journal) checkSnapshot(snap *snapshotFile) string {
+	for id, seq := range snap.IDs {
+		if seq == 0 || seq > snap.LastSeq {
+			return fmt.Sprintf("id %q at seq %d is outside the seqs it covers", id, seq)
+		}
+	}
+	var buf [1 + len(`{"seq":`) + 21]byte
+	for i, e := range snap.Index {
+		if e.Seq > snap.LastSeq || e.Off >= snap.Size {
+			return "index points past what it covers"
+		}
+		if i == 0 {
+			continue
+		}
+		if prev := snap.Index[i-1]; e.Seq <= prev.Seq || e.Off <= prev.Off {
+			return "index is not in order"
+		}
+		// The line before ends at Off and the line at Off holds Seq.
+		n, err := j.f.ReadAt(buf[:], e.Off-1)
+		if n < 2 || err != nil && err != io.EOF {
+			return fmt.Sprintf("index entry for seq %d is unreadable", e.Seq)
+		}
+		if seq, ok := peekSeq(buf[1:n]); buf[0] != '\n' || !ok || seq != e.Seq {
+			return fmt.Sprintf("index entry for seq %d does not match the journal", e.Seq)
+		}
+	}
+	return ""
 }
 
 // lineCRC returns the checksum digits of a verified line (without '\n').

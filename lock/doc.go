@@ -84,6 +84,14 @@
 // [ErrFenced]. A [Heartbeater] whose heartbeats keep failing fences the
 // Lock the same way and reports it through OnLost.
 //
+// Reading CLOCK_BOOTTIME is a system call (microseconds on a virtual
+// machine), too dear for every commit, so Check first reads time.Now,
+// whose wall and monotonic readings come from the vDSO: Go's monotonic
+// clock stops during suspend but the wall clock does not, so a suspend
+// shows as wall time running ahead of monotonic time. Only when both are
+// below the line, and the wall clock did not go back against the
+// monotonic one, does Check pass without the exact clock.
+//
 // Why this is safe after SIGSTOP and suspend: on one host, a stopped or
 // suspended holder keeps its kernel lock, so nobody else can have become
 // the holder, and on waking it proves ownership again and goes on. Across

@@ -171,3 +171,27 @@ func TestHeartbeatNeedsNoDescriptor(t *testing.T) {
 	require.Equal(t, "check ok", c.next())
 	require.Equal(t, []string{"released"}, c.wait())
 }
+
+// TestRecentProofNeedsBothClocks: the fast path of Check trusts time.Now
+// only when its monotonic and wall readings agree that the line is not
+// reached; a suspend shows as wall time running ahead, a step back of the
+// wall clock as wall time running behind, and both send Check to the exact
+// clock.
+func TestRecentProofNeedsBothClocks(t *testing.T) {
+	t.Parallel()
+	const line = 30 * time.Second
+	for _, tt := range []struct {
+		name       string
+		mono, wall time.Duration
+		want       bool
+	}{
+		{"fresh", time.Second, time.Second, true},
+		{"past the line", 31 * time.Second, 31 * time.Second, false},
+		{"suspended: wall ran ahead", time.Second, time.Hour, false},
+		{"wall stepped back", 20 * time.Second, 2 * time.Second, false},
+		{"small wall adjustment", 5 * time.Second, 4500 * time.Millisecond, true},
+		{"negative monotonic", -time.Second, time.Second, false},
+	} {
+		require.Equal(t, tt.want, recentBy(tt.mono, tt.wall, line), tt.name)
+	}
+}

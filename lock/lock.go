@@ -34,10 +34,10 @@ type Lock struct {
 	held      *Owner   // our record on disk; nil when not held
 	reclaimed *Status  // the stale record the last acquisition replaced
 
-	// confirmed is Options.Elapsed at the start of the last heartbeat (or
-	// acquisition) that proved the hold; fence is set once ownership can
-	// no longer be proven. Both are read without mu on every Check.
-	confirmed atomic.Int64
+	// confirmed is when the last heartbeat (or acquisition) that proved
+	// the hold started; fence is set once ownership can no longer be
+	// proven. Both are read without mu on every Check.
+	confirmed atomic.Pointer[proof]
 	fence     atomic.Pointer[error]
 }
 
@@ -195,7 +195,7 @@ func (l *Lock) attempt() (*HeldError, error) {
 	// files, so a leftover one is removed rather than left behind.
 	_ = os.Remove(l.path + ".reclaim")
 	l.fence.Store(nil)
-	l.confirmed.Store(int64(l.opts.Elapsed()))
+	l.confirmed.Store(l.now())
 	return nil, nil
 }
 
@@ -251,7 +251,7 @@ func (l *Lock) Heartbeat(ctx context.Context) error {
 	if l.held == nil {
 		return ErrNotHeld
 	}
-	start := l.opts.Elapsed()
+	start := l.now()
 	if err := l.checkOurs(); err != nil {
 		return err
 	}
@@ -262,7 +262,7 @@ func (l *Lock) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("lock: heartbeat %s: %w", l.path, err)
 	}
 	l.held = &o
-	l.confirmed.Store(int64(start))
+	l.confirmed.Store(start)
 	return nil
 }
 
@@ -274,12 +274,20 @@ func (l *Lock) Heartbeat(ctx context.Context) error {
 // When it cannot, it returns an error wrapping [ErrFenced], and keeps
 // returning it: a fenced Lock never writes again (see "Self-fencing").
 //
-// The fast path is one atomic load and one clock read.
+// The fast path is one atomic load and one time.Now (see proof.recent);
+// the suspend-aware clock, a system call, is read only near the line.
 func (l *Lock) Check(ctx context.Context) error {
 	if p := l.fence.Load(); p != nil {
 		return *p
 	}
-	since := l.opts.Elapsed() - time.Duration(l.confirmed.Load())
+	p := l.confirmed.Load()
+	if p == nil {
+		return l.setFenced(ErrNotHeld)
+	}
+	if l.opts.fastProof && p.recent(time.Now(), l.opts.fenceAfter()) {
+		return nil
+	}
+	since := l.opts.Elapsed() - p.elapsed
 	if since < l.opts.fenceAfter() {
 		return nil
 	}
@@ -393,6 +401,33 @@ func (l *Lock) newOwner() Owner {
 		HeartbeatAt: now,
 		ExpiresAt:   now.Add(l.opts.TTL),
 	}
+}
+
+// proof is the moment a hold was last proven, on two clocks: the
+// suspend-aware Options.Elapsed (exact, but a system call to read) and
+// time.Now (a vDSO read carrying both the wall clock and Go's monotonic
+// clock).
+type proof struct {
+	elapsed time.Duration
+	at      time.Time
+}
+
+func (l *Lock) now() *proof { return &proof{elapsed: l.opts.Elapsed(), at: time.Now()} }
+
+// recent reports, from time.Now alone, that less than line passed since
+// the proof. Go's monotonic clock does not count a suspend on Linux, but
+// the wall clock does, so a suspend makes wall time run ahead of monotonic
+// time: both must be below the line, and the wall clock must not have gone
+// back against the monotonic one (a step back could hide a suspend). Any
+// doubt answers false, and the caller reads the exact clock.
+func (p *proof) recent(now time.Time, line time.Duration) bool {
+	return recentBy(now.Sub(p.at), now.Round(0).Sub(p.at.Round(0)), line)
+}
+
+// recentBy is proof.recent on the two elapsed readings.
+func recentBy(mono, wall, line time.Duration) bool {
+	const skew = time.Second // wall-clock adjustments smaller than this are noise
+	return mono >= 0 && mono < line && wall < line && wall > mono-skew
 }
 
 // heldHere holds the nonces of the locks this process holds, to tell a

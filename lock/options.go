@@ -34,6 +34,8 @@ type Options struct {
 	// BackoffMin and BackoffMax bound the exponential backoff of Acquire.
 	// Defaults 10ms and 1s. Each wait is jittered to [d/2, d).
 	BackoffMin, BackoffMax time.Duration
+
+	fastProof bool // Elapsed is clock.Elapsed: Check may use time.Now first
 }
 
 func (o Options) withDefaults() Options {
@@ -47,7 +49,9 @@ func (o Options) withDefaults() Options {
 		o.Clock = time.Now
 	}
 	if o.Elapsed == nil {
-		o.Elapsed = clock.Elapsed
+		// Only the real clocks may take Check's fast path: an injected
+		// Elapsed is read every time.
+		o.Elapsed, o.fastProof = clock.Elapsed, true
 	}
 	if o.FenceMargin <= 0 || o.FenceMargin >= o.TTL {
 		o.FenceMargin = o.TTL / 4

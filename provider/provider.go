@@ -53,6 +53,13 @@ type Request struct {
 	// (and its Cursor) instead of starting it again. Only providers with
 	// the Resume capability get it.
 	Resume bool
+	// TextOffset, with Resume, is how many bytes of answer text the
+	// journal holds for the run: a provider that re-reads the whole answer
+	// after reattaching emits only what follows it.
+	TextOffset int
+	// SessionRef is the session's conversation ref when the run started
+	// (the conversation a follow-up continues).
+	SessionRef belay.ConversationRef
 }
 
 // EventKind is the kind of a provider event.

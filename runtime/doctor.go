@@ -145,3 +145,40 @@ func scanRunEffects(ctx context.Context, st store.Store, run belay.Run) (*sideEf
 		}
 	}
 }
+
+// scanRunText returns how many bytes of answer text the journal holds for
+// a run since its last fresh attempt (the offset a resumed provider
+// continues from).
+func scanRunText(ctx context.Context, st store.Store, run belay.Run) (int, error) {
+	n := 0
+	after := run.InputSeq
+	for {
+		evs, err := st.Events(ctx, run.Session, after, 1024)
+		if err != nil {
+			return n, err
+		}
+		if len(evs) == 0 {
+			return n, nil
+		}
+		for _, e := range evs {
+			after = e.Seq
+			if e.Run != run.ID {
+				continue
+			}
+			switch e.Type {
+			case EventText:
+				var d textData
+				if json.Unmarshal(e.Data, &d) == nil {
+					n += len(d.Text)
+				}
+			case store.EventRunUpdated:
+				var d struct {
+					Data *attemptData `json:"data"`
+				}
+				if json.Unmarshal(e.Data, &d) == nil && d.Data != nil && d.Data.Attempt > 1 && !d.Data.Resume {
+					n = 0
+				}
+			}
+		}
+	}
+}

@@ -31,6 +31,9 @@ const (
 )
 
 // Input is the JSON a run's input holds (the run.created event's input).
+//
+// An input is journaled whole in its run.created event, so it is at most
+// MaxInput bytes as JSON.
 type Input struct {
 	Prompt string `json:"prompt"`
 	// Script drives the fake provider; other providers ignore it.

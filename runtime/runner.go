@@ -57,9 +57,11 @@ type runner struct {
 	recovers int
 	started  bool // the current attempt reported progress
 
-	resumable      bool            // guarded by mu: the provider could resume the run now
-	barrenResume   bool            // guarded by mu: the last attempt resumed and made no progress
-	sessionOptions json.RawMessage // the session's provider options
+	resumable      bool                  // guarded by mu: the provider could resume the run now
+	barrenResume   bool                  // guarded by mu: the last attempt resumed and made no progress
+	sessionOptions json.RawMessage       // the session's provider options
+	sessionRef     belay.ConversationRef // the session's ref when the run started
+	textLen        int                   // bytes of answer text journaled since the last fresh attempt
 }
 
 // canResume reports whether the provider can resume the run from the ref
@@ -162,7 +164,7 @@ func (rn *runner) execute() {
 	}
 
 	if sess, err := r.store.Session(bgCtx, rn.run.Session); err == nil {
-		rn.sessionOptions = sess.Options
+		rn.sessionOptions, rn.sessionRef = sess.Options, sess.Ref
 	}
 	stopTimers := rn.startTimers()
 	defer stopTimers()
@@ -170,6 +172,10 @@ func (rn *runner) execute() {
 	resume := false
 	if (rn.mode == startReclaim || rn.mode == startRetry) && rn.attempt > 0 {
 		if err := rn.scanEffects(); err != nil {
+			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
+			return
+		}
+		if rn.textLen, err = scanRunText(bgCtx, r.store, rn.run); err != nil {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
 			return
 		}
@@ -290,9 +296,16 @@ func (rn *runner) attemptOnce(in Input, resume bool) error {
 	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt, Data: mustJSON(attemptData{Attempt: rn.attempt, Resume: resume})}); err != nil {
 		return err
 	}
+	if !resume {
+		rn.textLen = 0 // a fresh attempt's text replaces what came before
+	}
 	req := provider.Request{
 		Session: rn.run.Session, Run: rn.id, Model: rn.run.Model, Prompt: in.Prompt,
 		Attempt: rn.attempt, Ref: rn.run.Ref, Resume: resume, Options: rn.sessionOptions,
+		SessionRef: rn.sessionRef,
+	}
+	if resume {
+		req.TextOffset = rn.textLen
 	}
 	req.Input, _ = json.Marshal(in)
 	err := rn.prov.Run(ctx, req, func(ev provider.Event) error { return rn.emit(ev, wd, cancel) })
@@ -319,7 +332,11 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 	switch ev.Kind {
 	case provider.TextDelta:
 		wd.progress(TierStreaming)
-		return rn.append(belay.Buffered, EventText, textData{Text: ev.Text})
+		if err := rn.append(belay.Buffered, EventText, textData{Text: ev.Text}); err != nil {
+			return err
+		}
+		rn.textLen += len(ev.Text)
+		return nil
 	case provider.ThinkingDelta:
 		wd.progress(TierStreaming)
 		return rn.append(belay.Buffered, EventThinking, textData{Text: ev.Text})

@@ -13,6 +13,7 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/store"
 )
@@ -201,17 +202,48 @@ type SubmitRequest struct {
 	Labels         map[string]string
 }
 
-// Submit creates a run and queues it under its policy (G3, G4).
+// MaxInput is the largest run input (prompt, script and options, as JSON)
+// a run can have: its run.created event, with the run's other fields
+// (bounded by maxRunFields), fits one journal record.
+const MaxInput = journal.MaxRecordSize - maxRunFields
+
+// maxRunFields bounds what a run.created event holds besides the input:
+// the line's envelope, ids, the idempotency key (twice), provider, model
+// and deadline.
+const maxRunFields = 4 << 10
+
+// CheckInput returns the JSON of a run's input, or a *belay.TooLargeError
+// when it is larger than MaxInput.
+func CheckInput(in Input) ([]byte, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	if len(b) > MaxInput {
+		return nil, &belay.TooLargeError{What: "the run's input (prompt, script and options, as JSON)", Size: len(b), Limit: MaxInput}
+	}
+	return b, nil
+}
+
+// maxNameLen caps provider and model names and labels, which the run's
+// event carries too.
+const maxNameLen = 256
+
+// Submit creates a run and queues it under its policy (G3, G4). An input
+// larger than MaxInput is refused before anything is created.
 func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, error) {
 	if !req.Policy.Valid() {
 		return belay.Run{}, fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, req.Policy)
 	}
-	if err := r.admitting(); err != nil {
+	if len(req.Provider) > maxNameLen || len(req.Model) > maxNameLen {
+		return belay.Run{}, fmt.Errorf("%w: provider and model names are at most %d bytes", belay.ErrInvalid, maxNameLen)
+	}
+	input, err := CheckInput(Input{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
+	if err != nil {
 		return belay.Run{}, err
 	}
-	input, err := json.Marshal(Input{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
-	if err != nil {
-		return belay.Run{}, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	if err := r.admitting(); err != nil {
+		return belay.Run{}, err
 	}
 	sessionID := req.Session
 	if sessionID == "" {

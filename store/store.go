@@ -35,6 +35,12 @@ type Store interface {
 	Append(ctx context.Context, session string, d belay.Durability, evs ...belay.Event) ([]uint64, error)
 	// Events returns up to limit events with seq > after (limit <= 0: all).
 	Events(ctx context.Context, session string, after uint64, limit int) ([]belay.Event, error)
+	// ScanEvents calls fn for each event with seq > after, in order, until
+	// the events end or fn returns an error, which it returns. It holds one
+	// event in memory at a time, so a session of any size is read in
+	// bounded memory, and it stops with ctx's error when ctx is done. An
+	// event's Data is valid only until fn returns.
+	ScanEvents(ctx context.Context, session string, after uint64, fn func(belay.Event) error) error
 	// WaitEvents blocks until the session has an event with seq > after, or
 	// ctx is done.
 	WaitEvents(ctx context.Context, session string, after uint64) error

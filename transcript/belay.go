@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/belayhq/belay/journal"
@@ -91,33 +92,87 @@ func lineSeq(line []byte) (uint64, bool) {
 	return seq, i > len(pre) && seq > 0
 }
 
-// belayDoc is what a parsed journal keeps: its events and whether they
-// must be renumbered when written.
+// belayDoc is what a parsed journal keeps: its events (with placeholders
+// where lines were dropped) and whether the file must be written again.
 type belayDoc struct {
 	events   []journal.Event
 	renumber bool
 }
 
+// EventJournalLost is the placeholder a journal repair writes in place of
+// an event it had to drop, so that every later event keeps its seq:
+// watchers resume by seq (Last-Event-ID), and a seq must name the same
+// event before and after a repair.
+const EventJournalLost = "journal.lost"
+
+// lostEvent is the placeholder for seq, timed like the event after it.
+func lostEvent(seq uint64, ts time.Time) journal.Event {
+	data, _ := json.Marshal(map[string]any{"seq": seq, "reason": "a damaged or repeated line was removed by belay repair; this placeholder keeps the seqs after it unchanged"})
+	return journal.Event{Type: EventJournalLost, TS: ts, Data: data}
+}
+
+// seqKeeper fills the seqs of dropped lines with placeholders as the
+// surviving events are added in order.
+type seqKeeper struct {
+	last    uint64
+	ids     map[string]bool
+	dropped int // lines dropped so far: no gap can be wider
+}
+
+// admit decides about the event with seq (and idempotency id) that
+// follows: it returns the placeholders to write before it and whether to
+// keep it; why says why not.
+func (k *seqKeeper) admit(seq uint64, id string, ts time.Time) (fill []journal.Event, keep bool, why string) {
+	switch {
+	case seq <= k.last:
+		k.dropped++
+		return nil, false, fmt.Sprintf("seq %d does not follow seq %d (a duplicated or spliced line)", seq, k.last)
+	case seq-k.last-1 > uint64(k.dropped):
+		k.dropped++
+		return nil, false, fmt.Sprintf("seq %d jumps past the %d lines dropped before it (a spliced line)", seq, k.dropped-1)
+	case id != "" && k.ids[id]:
+		k.dropped++
+		return nil, false, "a second event with idempotency id " + id
+	}
+	for s := k.last + 1; s < seq; s++ {
+		fill = append(fill, lostEvent(s, ts))
+	}
+	k.last = seq
+	if id != "" {
+		if k.ids == nil {
+			k.ids = map[string]bool{}
+		}
+		k.ids[id] = true
+	}
+	return fill, true, ""
+}
+
 func (belayCodec) build(d *Document) error {
 	bd := &belayDoc{renumber: len(d.Dropped) > 0}
-	var last uint64
+	k := seqKeeper{dropped: len(d.Dropped)}
 	kept := d.entries[:0]
 	for _, e := range d.entries {
 		seq, _ := lineSeq(e.raw)
-		if seq <= last {
-			d.Dropped = append(d.Dropped, Change{Kind: ChangeDropLine, Line: e.line, Reason: fmt.Sprintf("seq %d does not follow seq %d (a duplicated or spliced line)", seq, last)})
-			bd.renumber = true
-			continue
-		}
-		if seq != last+1 {
-			bd.renumber = true
-		}
-		last = seq
 		var ev journal.Event
 		if err := json.Unmarshal(e.raw, &ev); err != nil {
+			k.dropped++
 			d.Dropped = append(d.Dropped, Change{Kind: ChangeDropLine, Line: e.line, Reason: "undecodable event: " + err.Error()})
 			bd.renumber = true
 			continue
+		}
+		fill, keep, why := k.admit(seq, ev.ID, ev.TS)
+		if !keep {
+			kind := ChangeDropLine
+			if ev.ID != "" && strings.HasPrefix(why, "a second event") {
+				kind = ChangeDropDuplicateID
+			}
+			d.Dropped = append(d.Dropped, Change{Kind: kind, Line: e.line, Reason: why})
+			bd.renumber = true
+			continue
+		}
+		if len(fill) > 0 {
+			bd.renumber = true
+			bd.events = append(bd.events, fill...)
 		}
 		if string(ev.Data) == "null" {
 			ev.Data = nil
@@ -140,9 +195,10 @@ func (belayCodec) build(d *Document) error {
 func (belayCodec) render(*Document, []*Message) []outEntry { return nil }
 
 // bytes writes the journal: as read when nothing was dropped, otherwise
-// every surviving event appended again through the journal package, which
-// assigns gap-free seqs and new checksums and keeps each event's time, run,
-// epoch, idempotency id and data.
+// every surviving event, with a placeholder for each dropped one, appended
+// again through the journal package, which gives each event its old seq
+// and a new checksum and keeps its time, run, epoch, idempotency id and
+// data.
 func (bd *belayDoc) bytes(d *Document) ([]byte, error) {
 	if bd == nil {
 		return encodeBelay(d.items)

@@ -16,7 +16,17 @@ func (claudeCodec) hasHeader() bool            { return false }
 func (claudeCodec) checkHeader(_ []byte) error { return nil }
 
 func (claudeCodec) checkLine(line []byte) string {
-	k := keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
+	why, _ := claudeCheck(line)
+	return why
+}
+
+// claudeCheck is checkLine that also returns where the line's keys are.
+func claudeCheck(line []byte) (string, *keyCheck) {
+	k := &keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
+	return claudeCheckKeys(line, k), k
+}
+
+func claudeCheckKeys(line []byte, k *keyCheck) string {
 	if why := k.check(line); why != "" {
 		return why
 	}
@@ -64,22 +74,115 @@ func (claudeCodec) build(d *Document) error {
 			anyMain = true
 		}
 	}
-	path := treePath(body, func(e *entry) bool {
-		return e.id != "" && conversational(e) && (!anyMain || !sidechain(e))
-	}, len(d.Dropped) > 0)
-	if len(path) > 0 && path[0].id == "" {
-		path = nil
-	}
+	body = d.dropDuplicates(body)
+	path := d.linkTree(body, treeSpec{
+		idKey: "uuid", parentKey: "parentUuid",
+		leaf: func(e *entry) bool {
+			return e.id != "" && conversational(e) && (!anyMain || !sidechain(e))
+		},
+		// Not a result line that hangs on its call's line beside the
+		// chain (its parent has other children): the chain goes on
+		// elsewhere.
+		near: func(child, c *entry, kids map[string]int) bool {
+			return conversational(c) && sidechain(c) == sidechain(child) && !(isResultLine(c) && kids[c.parent] > 1)
+		},
+	})
 	for _, e := range path {
 		e.path = true
-		msgs := claudeEntryMessages(e)
+	}
+	// Claude Code writes the result of each call of a turn on a line whose
+	// parent is the line holding that call, so with several calls the
+	// results hang on different branches and only the last is on the path
+	// from the leaf. Pair them by id across the tree: a result line off
+	// the path, on a path line holding its call, belongs to the
+	// conversation right after that line, unless the path itself goes on
+	// from that line through a result line (then the others are abandoned
+	// branches).
+	resultChild := map[string]bool{} // path lines with a result line as path child
+	for _, e := range path {
+		if e.link != "" && isResultLine(e) {
+			resultChild[e.link] = true
+		}
+	}
+	children := map[string][]*entry{}
+	for _, e := range body {
+		if !e.path && e.id != "" && e.link != "" {
+			children[e.link] = append(children[e.link], e)
+		}
+	}
+	add := func(e *entry, msgs []*Message) {
 		e.parts = len(msgs)
 		for i, m := range msgs {
 			m.seal(e, i)
 			d.items = append(d.items, m)
 		}
 	}
+	for _, e := range path {
+		msgs := claudeEntryMessages(e)
+		add(e, msgs)
+		if len(msgs) != 1 || msgs[0].Role != RoleAssistant || len(children[e.id]) == 0 || resultChild[e.id] {
+			continue
+		}
+		calls := map[string]bool{}
+		for _, b := range msgs[0].ToolCalls() {
+			calls[b.ID] = true
+		}
+		for _, c := range children[e.id] {
+			if sidechain(c) != sidechain(e) {
+				continue
+			}
+			if rs := resultLine(c, calls); rs != nil {
+				c.path, c.branch = true, true
+				add(c, rs)
+			}
+		}
+	}
 	return nil
+}
+
+// resultLine returns the messages of a user line that holds only results
+// of the given calls, or nil.
+func resultLine(e *entry, calls map[string]bool) []*Message {
+	if !isResultLine(e) {
+		return nil
+	}
+	msgs := claudeEntryMessages(e)
+	for _, m := range msgs {
+		if b, ok := resultOf(m); !ok || !calls[b.CallID] {
+			return nil
+		}
+	}
+	return msgs
+}
+
+// isResultLine reports whether e is a user line whose content is a
+// non-empty array of tool_result blocks only.
+func isResultLine(e *entry) bool {
+	typ, _ := getString(e.raw, "type")
+	if typ != "user" {
+		return false
+	}
+	msg, _ := getField(e.raw, "message")
+	c, _ := getField(msg, "content")
+	return resultBlocksOnly(c)
+}
+
+// resultBlocksOnly reports whether content c is a non-empty array whose
+// elements are all objects of type tool_result.
+func resultBlocksOnly(c []byte) bool {
+	if len(c) == 0 || c[0] != '[' {
+		return false
+	}
+	spans := arrayElems(c)
+	if len(spans) == 0 {
+		return false
+	}
+	for _, sp := range spans {
+		if t, _ := getString(c[sp[0]:sp[1]], "type"); t != "tool_result" {
+			return false
+		}
+	}
+	return true
 }
 
 func conversational(e *entry) bool {
@@ -128,15 +231,11 @@ func claudeEntryMessages(e *entry) []*Message {
 }
 
 func (claudeCodec) render(d *Document, items []*Message) []outEntry {
-	ids := map[string]bool{}
-	for _, e := range d.entries {
-		if e.id != "" {
-			ids[e.id] = true
-		}
-	}
+	ids := d.idSet()
 	used := map[*entry]bool{}
 	var out []outEntry
-	var prevLine []byte // the last line written that came from the file
+	var prevLine []byte          // the last line written that came from the file
+	owner := map[string]string{} // call id -> uuid of the line holding it
 	for i := 0; i < len(items); {
 		m := items[i]
 		// The messages read from one line stay one line while together.
@@ -146,9 +245,14 @@ func (claudeCodec) render(d *Document, items []*Message) []outEntry {
 		}
 		g := items[i:j]
 		i = j
+		if m.src != nil && m.Role == RoleAssistant {
+			for _, b := range m.ToolCalls() {
+				owner[b.ID] = m.src.id
+			}
+		}
 		if m.src != nil && (m.opaque() || wholeEntries(g)) && !used[m.src] {
 			used[m.src] = true
-			out = append(out, outEntry{src: m.src, raw: m.src.raw, id: m.src.id})
+			out = append(out, outEntry{src: m.src, raw: m.src.raw, id: m.src.id, branch: m.src.branch})
 			prevLine = m.src.raw
 			continue
 		}
@@ -164,12 +268,25 @@ func (claudeCodec) render(d *Document, items []*Message) []outEntry {
 			used[m.src] = true
 			msg, _ := getField(m.src.raw, "message")
 			msg = setField(msg, "content", contentValue(msg, blocks, g))
-			out = append(out, outEntry{src: m.src, raw: setField(m.src.raw, "message", msg), id: m.src.id})
+			out = append(out, outEntry{src: m.src, raw: setField(m.src.raw, "message", msg), id: m.src.id, branch: m.src.branch})
 			prevLine = m.src.raw
 			continue
 		}
 		id := newUUID(ids, seedOf(m, out))
-		out = append(out, outEntry{raw: claudeNewLine(m, blocks, id, prevLine), id: id})
+		prev := prevLine
+		if prev == nil {
+			prev = d.envelope
+		}
+		o := outEntry{raw: claudeNewLine(m, blocks, id, prev), id: id}
+		// A new result line hangs on the line holding its call, as Claude
+		// Code writes them.
+		if res, ok := m.Result(); ok && len(g) == 1 && d.data != nil {
+			if p := owner[res.CallID]; p != "" {
+				o.branch, o.parent = true, p
+				o.raw = setField(o.raw, "sourceToolAssistantUUID", mustJSON(p))
+			}
+		}
+		out = append(out, o)
 	}
 	return out
 }

@@ -16,8 +16,19 @@ type entry struct {
 	blank bool   // a blank line: kept as it is, not an entry
 
 	id, parent string // tree formats: own id and parent id ("" for null)
+	link       string // tree formats: the parent as repaired (== parent unless broken)
+	broken     bool   // tree formats: parent is not in the file
+	via        []int  // dropped lines the link was followed through
 	path       bool   // on the conversation path
+	branch     bool   // Claude Code: a result line hanging off the path on its call's line
 	parts      int    // messages made from it
+	sep        []byte // JSON array: the bytes between the element before and this one
+}
+
+// droppedLine is a line Parse dropped, kept to salvage its first fields.
+type droppedLine struct {
+	line int
+	raw  []byte
 }
 
 // outEntry is one entry a writer produces: an entry as read (src) with
@@ -26,6 +37,10 @@ type outEntry struct {
 	src *entry
 	raw []byte
 	id  string
+	// branch: a Claude Code result line that hangs on its call's line
+	// (parent) instead of continuing the chain.
+	branch bool
+	parent string
 }
 
 // codec is one format's reader and writer.
@@ -49,8 +64,15 @@ type codec interface {
 type Document struct {
 	Format Format
 	// Dropped lists the lines Parse dropped (not valid JSON, or not valid
-	// entries of the format), with line numbers and reasons.
+	// entries of the format, or an entry written twice), with line numbers
+	// and reasons.
 	Dropped []Change
+	// Relinked lists the entries of a tree format whose parent is not in
+	// the file, and the surviving ancestor each is relinked to.
+	Relinked []Change
+
+	droppedRaw []droppedLine
+	dirty      bool // something changed: Bytes writes the entries anew
 
 	codec   codec
 	data    []byte
@@ -66,9 +88,12 @@ type Document struct {
 	sep    []byte // between elements,
 	suffix []byte // and after the last
 
-	version int // pi: header version
-	jsonl   bool
-	events  *belayDoc
+	envelope []byte      // claude: the envelope fields of lines belay writes from scratch
+	region   *regionOpts // set when the document is a region of a file repaired by streaming
+	ids      map[string]bool
+	version  int // pi: header version
+	jsonl    bool
+	events   *belayDoc
 }
 
 func codecFor(f Format) (codec, error) {
@@ -118,6 +143,7 @@ func Parse(data []byte, format Format) (*Document, error) {
 	if err := c.build(d); err != nil {
 		return nil, err
 	}
+	d.dirty = len(d.Dropped) > 0 || len(d.Relinked) > 0
 	return d, nil
 }
 
@@ -161,8 +187,12 @@ func (d *Document) splitLines() error {
 			continue
 		}
 		first = false
+		if d.region != nil && d.region.skip[lineNo] {
+			continue // dropped by the scan, which reported it
+		}
 		if why := d.codec.checkLine(line); why != "" {
 			d.Dropped = append(d.Dropped, Change{Kind: ChangeDropLine, Line: lineNo, Reason: why})
+			d.droppedRaw = append(d.droppedRaw, droppedLine{line: lineNo, raw: line})
 			continue
 		}
 		d.entries = append(d.entries, e)
@@ -177,6 +207,9 @@ func (d *Document) splitLines() error {
 // object) into entries.
 func (d *Document) splitArray() error {
 	if !json.Valid(d.data) {
+		if n, ok := truncatedAt(d.data); ok {
+			return fmt.Errorf("%w: the JSON document is truncated at byte %d (it ends in the middle of a value); the file was not changed", ErrInvalidDocument, n)
+		}
 		var v any
 		err := json.Unmarshal(d.data, &v)
 		return fmt.Errorf("%w: %v; the file was not changed", ErrInvalidDocument, err)
@@ -214,6 +247,9 @@ func (d *Document) splitArray() error {
 	for i, s := range spans {
 		raw := d.data[base+s[0] : base+s[1]]
 		e := &entry{line: i + 1, off: int64(base + s[0]), raw: raw}
+		if i > 0 {
+			e.sep = d.data[base+spans[i-1][1] : base+s[0]]
+		}
 		if raw[0] != '{' || checkRoleLine(raw) != "" {
 			// Not a message: keep it as it is.
 			e.blank = true
@@ -221,6 +257,31 @@ func (d *Document) splitArray() error {
 		d.entries = append(d.entries, e)
 	}
 	return nil
+}
+
+// anyEntry reports whether a JSONL document kept any entry besides its
+// header and blank lines.
+func (d *Document) anyEntry() bool {
+	for _, e := range d.entries {
+		if e != d.header && !e.blank {
+			return true
+		}
+	}
+	return false
+}
+
+// idSet returns the ids of the document's entries, to which writers add
+// the ids they make.
+func (d *Document) idSet() map[string]bool {
+	if d.ids == nil {
+		d.ids = make(map[string]bool, len(d.entries))
+		for _, e := range d.entries {
+			if e.id != "" {
+				d.ids[e.id] = true
+			}
+		}
+	}
+	return d.ids
 }
 
 // Messages returns the conversation: the messages on the document's
@@ -245,14 +306,20 @@ func (d *Document) Repair() Report {
 	if d.Format == FormatBelay {
 		return Report{}
 	}
-	items, changes := repairItems(d.items)
+	items, changes := repairItems(d.items, d.Format == FormatAnthropic)
 	d.items = items
+	if len(changes) > 0 {
+		d.dirty = true
+	}
 	return Report{Changes: changes}
 }
 
 // Bytes writes the document back in its format. Entries and messages that
 // did not change are written as the bytes they were read from.
 func (d *Document) Bytes() ([]byte, error) {
+	if d.data != nil && !d.dirty {
+		return d.data, nil // nothing changed: the bytes as read
+	}
 	if d.Format == FormatBelay {
 		return d.events.bytes(d)
 	}
@@ -275,7 +342,12 @@ func (d *Document) assembleArray(out []outEntry) []byte {
 	buf.Write(d.prefix)
 	for i, o := range out {
 		if i > 0 {
-			buf.Write(d.sep)
+			sep := d.sep
+			// Neighbours as read keep the bytes between them.
+			if p := out[i-1].src; p != nil && o.src != nil && o.src.sep != nil && p.line+1 == o.src.line {
+				sep = o.src.sep
+			}
+			buf.Write(sep)
 		}
 		buf.Write(o.raw)
 	}
@@ -352,22 +424,35 @@ func (d *Document) assembleLinear(out []outEntry) []byte {
 	return w.buf.Bytes()
 }
 
-// assembleTree writes a tree format: entries off the conversation path
-// stay where they were; the path entries fill the file positions the path
-// held, in their new order (a new entry right after the one before it), and
-// each path entry's parent is set to the entry before it on the path.
+// assembleTree writes a tree format. Entries off the conversation path
+// stay where they were, byte for byte, unless their parent was dropped or
+// is missing (then only the parent field changes). The path is threaded
+// again: each path entry's parent becomes the entry before it on the path
+// (Claude Code result lines hanging on their call's line keep that parent),
+// so an entry changes only when its parent does. Path entries stay at their
+// file positions; when repair reorders them they fill the positions the
+// path held in the new order (the leaf stays last), and a new entry goes
+// right after the entry before it.
 func (d *Document) assembleTree(out []outEntry) []byte {
-	inOut := map[*entry]bool{}
+	b, _ := d.assembleTreeEntries(d.entries, out, map[string]string{})
+	return b
+}
+
+// assembleTreeEntries is assembleTree over some of the document's entries
+// (a region of a file repaired by streaming); droppedParent holds, and
+// receives, the parents of the path entries dropped so far. It also
+// returns the id of the last entry of the chain it wrote.
+func (d *Document) assembleTreeEntries(entries []*entry, out []outEntry, droppedParent map[string]string) ([]byte, string) {
+	inOut := make(map[*entry]bool, len(out))
 	for _, o := range out {
 		if o.src != nil {
 			inOut[o.src] = true
 		}
 	}
-	// Parents of dropped path entries, to re-link their children.
-	droppedParent := map[string]string{}
-	for _, e := range d.entries {
+	// Parents of dropped path entries, to relink their children.
+	for _, e := range entries {
 		if e.path && !inOut[e] && e.id != "" {
-			droppedParent[e.id] = e.parent
+			droppedParent[e.id] = e.link
 		}
 	}
 	resolve := func(p string) string {
@@ -381,14 +466,22 @@ func (d *Document) assembleTree(out []outEntry) []byte {
 		return p
 	}
 	// Thread the path.
+	prev, first := "", true
 	for i := range out {
 		o := &out[i]
 		var want string
 		switch {
-		case i > 0:
-			want = out[i-1].id
-		case o.src != nil:
-			want = resolve(o.src.parent)
+		case o.branch && o.src != nil:
+			want = resolve(o.src.link)
+		case o.branch:
+			want = o.parent
+		case first && o.src != nil:
+			want = resolve(o.src.link)
+		case !first:
+			want = prev
+		}
+		if !o.branch {
+			prev, first = o.id, false
 		}
 		have := ""
 		if o.src != nil && bytes.Equal(o.raw, o.src.raw) {
@@ -396,40 +489,52 @@ func (d *Document) assembleTree(out []outEntry) []byte {
 		} else {
 			have, _ = getString(o.raw, d.parentK)
 		}
-		if have != want || (i == 0 && o.src == nil) {
+		if have != want || o.src == nil {
 			o.raw = setField(o.raw, d.parentK, parentValue(want))
 		}
 	}
-	// Group the output by the entries as read that lead each run.
+	// Each entry as read leads the new entries after it.
 	type group struct {
-		pos  int
+		lead *outEntry
 		outs []outEntry
 	}
-	index := map[*entry]int{}
-	for i, e := range d.entries {
+	index := make(map[*entry]int, len(entries))
+	for i, e := range entries {
 		index[e] = i
 	}
 	var groups []*group
-	var cur *group
 	var pre []outEntry
-	for _, o := range out {
+	for i := range out {
+		o := out[i]
 		if o.src != nil {
-			cur = &group{pos: index[o.src]}
-			groups = append(groups, cur)
+			groups = append(groups, &group{lead: &out[i], outs: []outEntry{o}})
+			continue
 		}
-		if cur == nil {
+		if len(groups) == 0 {
 			pre = append(pre, o)
 			continue
 		}
-		cur.outs = append(cur.outs, o)
+		g := groups[len(groups)-1]
+		g.outs = append(g.outs, o)
 	}
-	slots := make([]int, len(groups))
-	for i, g := range groups {
-		slots[i] = g.pos
+	// Chain entries keep their positions when still in file order; else
+	// they fill the positions the chain held, in the new order. Branch
+	// entries stay where they were.
+	bySlot := map[int]*group{}
+	var chain []*group
+	for _, g := range groups {
+		if g.lead.branch {
+			bySlot[index[g.lead.src]] = g
+			continue
+		}
+		chain = append(chain, g)
+	}
+	slots := make([]int, len(chain))
+	for i, g := range chain {
+		slots[i] = index[g.lead.src]
 	}
 	slices.Sort(slots)
-	bySlot := map[int]*group{}
-	for i, g := range groups {
+	for i, g := range chain {
 		bySlot[slots[i]] = g
 	}
 	w := &lineWriter{term: d.term}
@@ -439,7 +544,7 @@ func (d *Document) assembleTree(out []outEntry) []byte {
 			w.line(o.raw, d.termOf(o))
 		}
 	}
-	for i, e := range d.entries {
+	for i, e := range entries {
 		if g, ok := bySlot[i]; ok {
 			if !emitted {
 				emit(pre)
@@ -452,8 +557,8 @@ func (d *Document) assembleTree(out []outEntry) []byte {
 			continue // dropped from the path
 		}
 		raw := e.raw
-		if e != d.header && !e.blank && e.parent != "" {
-			if p := resolve(e.parent); p != e.parent {
+		if e != d.header && !e.blank && (e.parent != "" || e.broken) {
+			if p := resolve(e.link); p != e.parent {
 				raw = setField(raw, d.parentK, parentValue(p))
 			}
 		}
@@ -462,7 +567,7 @@ func (d *Document) assembleTree(out []outEntry) []byte {
 	if !emitted {
 		emit(pre)
 	}
-	return w.buf.Bytes()
+	return w.buf.Bytes(), prev
 }
 
 func parentValue(id string) []byte {

@@ -1,9 +1,12 @@
 package transcript
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
+	"strconv"
+	"time"
 
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/journal"
@@ -15,6 +18,25 @@ import (
 // (pi entry ids, Claude Code uuids) are derived from the content, so the
 // same messages always give the same bytes.
 func Encode(w io.Writer, f Format, msgs []Message) error {
+	return encode(w, f, msgs, EncodeOptions{})
+}
+
+// EncodeOptions say what a format needs that the messages do not hold.
+type EncodeOptions struct {
+	// SessionID names the session (Claude Code lines carry a sessionId, a
+	// UUID derived from it; pi's header id likewise). Empty: derived from
+	// the messages.
+	SessionID string
+	// Cwd is the working directory Claude Code and pi record ("/" when
+	// empty).
+	Cwd string
+}
+
+// claudeExportVersion is the version an exported Claude Code line
+// records: not a Claude Code release, since Claude Code did not write it.
+const claudeExportVersion = "0.0.0-belay"
+
+func encode(w io.Writer, f Format, msgs []Message, opts EncodeOptions) error {
 	c, err := codecFor(f)
 	if err != nil {
 		return err
@@ -46,6 +68,19 @@ func Encode(w io.Writer, f Format, msgs []Message) error {
 		d.entries = []*entry{d.header}
 	case FormatClaude:
 		d.tree, d.parentK = true, "parentUuid"
+		seed := opts.SessionID
+		if seed == "" && len(work) > 0 {
+			seed = work[0].Meta.Time.UTC().Format(time.RFC3339Nano) + "/" + work[0].Text()
+		}
+		cwd := opts.Cwd
+		if cwd == "" {
+			cwd = "/"
+		}
+		env := []byte(`{"isSidechain":false,"userType":"external"}`)
+		env = setField(env, "cwd", mustJSON(cwd))
+		env = setField(env, "sessionId", mustJSON(newUUID(map[string]bool{}, "belay/session/"+seed)))
+		env = setField(env, "version", mustJSON(claudeExportVersion))
+		d.envelope = env
 	}
 	b, err := d.Bytes()
 	if err != nil {
@@ -61,14 +96,99 @@ func Encode(w io.Writer, f Format, msgs []Message) error {
 // f, repaired (RepairMessages) so that it is valid for the format. It is
 // `belay sessions export ID --format F`.
 func Export(w io.Writer, events []journal.Event, f Format) error {
+	_, err := ExportReport(w, events, f)
+	return err
+}
+
+// ExportReport is Export that also returns what the export changed to make
+// the conversation valid for the format: repair (RepairMessages), tool ids
+// made unique across turns (rename_tool_id), and for anthropic and claude
+// thinking blocks without a signature left out (drop_thinking: the API
+// rejects them).
+func ExportReport(w io.Writer, events []journal.Event, f Format) (Report, error) {
 	msgs, err := FromJournal(events)
 	if err != nil {
-		return err
+		return Report{}, err
 	}
+	var rep Report
 	if f != FormatBelay {
-		msgs, _ = RepairMessages(msgs)
+		msgs, rep = RepairMessages(msgs)
+		rep.Changes = append(rep.Changes, uniqueToolIDs(msgs)...)
+		if f == FormatAnthropic || f == FormatClaude {
+			msgs, rep.Changes = dropUnsigned(msgs, rep.Changes)
+		}
 	}
-	return Encode(w, f, msgs)
+	opts := EncodeOptions{}
+	for _, e := range events {
+		if e.Type != evSession {
+			continue
+		}
+		var p struct {
+			ID      string         `json:"id"`
+			Options map[string]any `json:"options"`
+		}
+		if json.Unmarshal(e.Data, &p) == nil {
+			opts.SessionID = p.ID
+			for _, k := range []string{"cwd", "workdir", "dir"} {
+				if s, ok := p.Options[k].(string); ok && s != "" {
+					opts.Cwd = s
+					break
+				}
+			}
+		}
+		break
+	}
+	return rep, encode(w, f, msgs, opts)
+}
+
+// uniqueToolIDs renames tool call ids that an earlier turn already used
+// (providers that number calls per turn reuse exec_0, call_1 …), with
+// their results, so that every id is unique in the exported transcript.
+// It expects repaired messages: each call's results follow it in its turn.
+func uniqueToolIDs(msgs []Message) []Change {
+	var changes []Change
+	used := map[string]bool{}
+	var frame map[string][]string // id as read -> new ids, in call order
+	lastResp := ""
+	for i := range msgs {
+		m := &msgs[i]
+		switch m.Role {
+		case RoleAssistant:
+			if m.Meta.ResponseID == "" || m.Meta.ResponseID != lastResp || frame == nil {
+				frame = map[string][]string{}
+			}
+			lastResp = m.Meta.ResponseID
+			for k := range m.Blocks {
+				b := &m.Blocks[k]
+				if b.Type != BlockToolCall {
+					continue
+				}
+				orig, id := b.ID, b.ID
+				if used[id] {
+					id = freshID(orig, used)
+					idx := i
+					changes = append(changes, Change{Kind: ChangeRenameToolID, Message: &idx, CallID: orig, Tool: b.Name,
+						Reason: "tool id used by an earlier call; renamed " + id + " so that ids are unique"})
+					b.ID = id
+				}
+				used[id] = true
+				frame[orig] = append(frame[orig], id)
+			}
+		case RoleTool:
+			for k := range m.Blocks {
+				b := &m.Blocks[k]
+				if b.Type != BlockToolResult || frame == nil {
+					continue
+				}
+				if q := frame[b.CallID]; len(q) > 0 {
+					b.CallID, frame[b.CallID] = q[0], q[1:]
+				}
+			}
+		case RoleUser, RoleSystem:
+			lastResp = ""
+		}
+	}
+	return changes
 }
 
 // noSync skips fsync for scratch journals that are read back at once.
@@ -92,3 +212,46 @@ func (noSync) SyncDir(string) error                    { return nil }
 type noSyncFile struct{ vfs.File }
 
 func (noSyncFile) Sync() error { return nil }
+
+// freshID makes an id from id that is not used, within the limits
+// Anthropic sets for tool ids ([A-Za-z0-9_-], at most 64 characters).
+func freshID(id string, used map[string]bool) string {
+	for n := 2; ; n++ {
+		suffix := "_" + strconv.Itoa(n)
+		base := id
+		if len(base)+len(suffix) > 64 {
+			base = base[:64-len(suffix)]
+		}
+		if c := base + suffix; !used[c] {
+			return c
+		}
+	}
+}
+
+// dropUnsigned leaves out thinking blocks that have no signature (the
+// Anthropic API rejects them), and an assistant message left with nothing.
+func dropUnsigned(msgs []Message, changes []Change) ([]Message, []Change) {
+	out := msgs[:0:0]
+	for i, m := range msgs {
+		if m.Role != RoleAssistant {
+			out = append(out, m)
+			continue
+		}
+		var kept []Block
+		for _, b := range m.Blocks {
+			if b.Type == BlockThinking && !b.Redacted && b.Signature == "" {
+				idx := i
+				changes = append(changes, Change{Kind: ChangeDropThinking, Message: &idx,
+					Reason: "thinking block without a signature left out: the API accepts only thinking it signed"})
+				continue
+			}
+			kept = append(kept, b)
+		}
+		if len(kept) == 0 && len(m.Blocks) > 0 {
+			continue
+		}
+		m.Blocks = kept
+		out = append(out, m)
+	}
+	return out, changes
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,6 +121,13 @@ func RepairFile(path string, opts FileOptions) (*FileReport, error) {
 		}
 	}
 	rep.Format = f
+	if !opts.LinesOnly && (f == FormatPi || f == FormatClaude) {
+		r, err := repairStream(path, fi, f, rep, opts)
+		if !errors.Is(err, errNoStream) {
+			return r, err
+		}
+		*rep = FileReport{Path: path, Format: f, Status: StatusClean, BytesBefore: fi.Size(), BytesAfter: fi.Size(), Changes: []Change{}}
+	}
 	if opts.LinesOnly || fi.Size() > opts.MessageLimit || !isJSONL(head, f) {
 		if isJSONL(head, f) {
 			return repairLines(path, fi, f, rep, opts)
@@ -176,8 +184,12 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 		}
 		return rep, err
 	}
+	if len(d.Dropped) > 0 && d.jsonl && !d.anyEntry() {
+		return refuse(rep, noValidLine(f))
+	}
 	rep.Messages = !opts.LinesOnly
 	rep.Changes = append(rep.Changes, d.Dropped...)
+	rep.Changes = append(rep.Changes, d.Relinked...)
 	if !opts.LinesOnly {
 		rep.Changes = append(rep.Changes, d.Repair().Changes...)
 	}
@@ -185,19 +197,18 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 	if err != nil {
 		return rep, err
 	}
-	if d.Format == FormatBelay && d.events != nil && d.events.renumber && len(d.Dropped) > 0 {
-		rep.Changes = append(rep.Changes, Change{Kind: ChangeRenumberJournal, Reason: "events after the dropped lines were given gap-free seqs again"})
+	if d.Format == FormatBelay && d.events != nil && d.events.renumber {
+		rep.Changes = append(rep.Changes, Change{Kind: ChangeKeepSeqs, Reason: "each dropped line was replaced by a journal.lost placeholder, so every other event keeps its seq"})
 	}
-	if bytes.Equal(out, data) {
-		rep.Changes = []Change{}
-		return rep, nil
+	if len(rep.Changes) == 0 {
+		return rep, nil // clean: the file is not touched
 	}
 	rep.BytesAfter = int64(len(out))
 	if opts.DryRun {
 		rep.Status = StatusWould
 		return rep, nil
 	}
-	if err := replace(path, fi, rep, opts, func(w *os.File) error {
+	if err := replace(path, fi, rep, opts, func(w io.Writer) error {
 		_, err := w.Write(out)
 		return err
 	}); err != nil {
@@ -422,8 +433,13 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 	if len(bad) == 0 {
 		return rep, nil
 	}
+	if ok, err := keptNonBlank(in, fi.Size(), bad); err != nil {
+		return rep, err
+	} else if !ok {
+		return refuse(rep, noValidLine(f))
+	}
 	if f == FormatBelay {
-		rep.Changes = append(rep.Changes, Change{Kind: ChangeRenumberJournal, Reason: "events after the dropped lines were given gap-free seqs again"})
+		rep.Changes = append(rep.Changes, Change{Kind: ChangeKeepSeqs, Reason: "each dropped line was replaced by a journal.lost placeholder, so every other event keeps its seq"})
 	}
 	var dropped int64
 	for _, b := range bad {
@@ -434,7 +450,7 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 		rep.Status = StatusWould
 		return rep, nil
 	}
-	write := func(w *os.File) error { return copyExcept(w, in, fi.Size(), bad) }
+	write := func(w io.Writer) error { return copyExcept(w, in, fi.Size(), bad) }
 	if f == FormatBelay {
 		write = nil
 	}
@@ -448,9 +464,43 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 	return rep, nil
 }
 
+// noValidLine is why a file none of whose lines is valid is refused: it is
+// most likely not in the format, and dropping every line would empty it.
+func noValidLine(f Format) string {
+	return fmt.Sprintf("no line of the file is a valid %s entry: it is not a %s transcript, or is damaged throughout; nothing was changed (name its format with --format)", f, f)
+}
+
+// keptNonBlank reports whether anything but blanks is left outside the
+// bad spans.
+func keptNonBlank(r io.ReaderAt, size int64, bad []badLine) (bool, error) {
+	buf := make([]byte, 64<<10)
+	var at int64
+	for _, b := range append(bad, badLine{off: size, end: size}) {
+		for at < b.off {
+			n := int64(len(buf))
+			if n > b.off-at {
+				n = b.off - at
+			}
+			m, err := r.ReadAt(buf[:n], at)
+			if len(bytes.TrimSpace(buf[:m])) > 0 {
+				return true, nil
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return false, fmt.Errorf("transcript: %w", err)
+			}
+			if m == 0 {
+				break
+			}
+			at += int64(m)
+		}
+		at = max(at, b.end)
+	}
+	return false, nil
+}
+
 // copyExcept copies r to w without the bad spans. File to file, the kernel
 // copies (copy_file_range on Linux).
-func copyExcept(w, r *os.File, size int64, bad []badLine) error {
+func copyExcept(w io.Writer, r *os.File, size int64, bad []badLine) error {
 	var at int64
 	for _, b := range append(bad, badLine{off: size, end: size}) {
 		if b.off > at {
@@ -467,9 +517,9 @@ func copyExcept(w, r *os.File, size int64, bad []badLine) error {
 }
 
 // replace keeps a backup, then atomically replaces path with what write
-// writes (nil: the belay journal rewrite), with path's mode and owner.
-func replace(path string, fi fs.FileInfo, rep *FileReport, opts FileOptions, write func(*os.File) error) error {
-	dir := filepath.Dir(path)
+// writes (nil: the belay journal rewrite), with path's mode and owner
+// (internal/atomicfile: temp file, fsync, rename, fsync dir).
+func replace(path string, fi fs.FileInfo, rep *FileReport, opts FileOptions, write func(io.Writer) error) error {
 	if !opts.NoBackup {
 		backup := path + ".bak-" + opts.Now().UTC().Format("20060102T150405.000000000Z")
 		if err := copyFile(backup, path, fi); err != nil {
@@ -477,91 +527,63 @@ func replace(path string, fi fs.FileInfo, rep *FileReport, opts FileOptions, wri
 		}
 		rep.Backup = backup
 	}
-	var tmp string
 	if write == nil {
-		t, err := rewriteJournalLines(path, rep)
+		journalPath, cleanup, err := rewriteJournalLines(path, rep)
 		if err != nil {
 			return err
 		}
-		tmp = t
-	} else {
-		tmp = atomicfile.TempName(path)
-		out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
-		if err != nil {
-			return fmt.Errorf("transcript: %w", err)
-		}
-		err = write(out)
-		if err == nil {
-			err = out.Sync()
-		}
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			_ = os.Remove(tmp)
-			return fmt.Errorf("transcript: write %s: %w", tmp, err)
-		}
+		defer cleanup()
+		write = func(w io.Writer) error { return copyInto(w, journalPath) }
 	}
-	if err := keepModeOwner(tmp, fi); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("transcript: %s: keep mode and owner: %w; the file was not changed", path, err)
+	keep := func(tmp string) error {
+		if err := keepModeOwner(tmp, fi); err != nil {
+			return fmt.Errorf("transcript: %s: keep mode and owner: %w; the file was not changed", path, err)
+		}
+		return nil
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("transcript: replace %s: %w", path, err)
-	}
-	if err := vfs.OS.SyncDir(dir); err != nil {
-		return fmt.Errorf("transcript: sync %s: %w", dir, err)
+	if err := atomicfile.Write(vfs.OS, path, fi.Mode().Perm(), write, keep); err != nil {
+		return fmt.Errorf("transcript: %w", err)
 	}
 	return nil
 }
 
-func copyFile(dst, src string, fi fs.FileInfo) error {
-	in, err := os.Open(src)
+func copyInto(w io.Writer, path string) error {
+	in, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = keepModeOwner(dst, fi)
-	}
-	if err == nil {
-		err = vfs.OS.SyncDir(filepath.Dir(dst))
-	}
-	if err != nil {
-		_ = os.Remove(dst)
-	}
+	_, err = io.Copy(w, in)
 	return err
+}
+
+// copyFile writes the backup dst of src, atomically, with src's mode and
+// owner; an existing dst is not replaced.
+func copyFile(dst, src string, fi fs.FileInfo) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return fmt.Errorf("%s already exists", dst)
+	}
+	return atomicfile.Write(vfs.OS, dst, fi.Mode().Perm(), func(w io.Writer) error { return copyInto(w, src) },
+		func(tmp string) error { return keepModeOwner(tmp, fi) })
 }
 
 // rewriteJournalLines streams the valid events of a belay journal into a
 // new journal (through the journal package) in a scratch directory beside
-// path, and returns the new file, ready to be renamed over path.
-func rewriteJournalLines(path string, rep *FileReport) (string, error) {
+// path, and returns the new journal's path and what removes it.
+func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 	dir, err := os.MkdirTemp(filepath.Dir(path), "."+filepath.Base(path)+".repair-")
 	if err != nil {
-		return "", fmt.Errorf("transcript: %w", err)
+		return "", nil, fmt.Errorf("transcript: %w", err)
 	}
 	j, err := journal.Open(dir, journal.Options{FS: noSync{}})
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("transcript: %w", err)
+		return "", nil, fmt.Errorf("transcript: %w", err)
 	}
-	fail := func(err error) (string, error) {
+	fail := func(err error) (string, func(), error) {
 		_ = j.Close()
 		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("transcript: rewrite journal: %w", err)
+		return "", nil, fmt.Errorf("transcript: rewrite journal: %w", err)
 	}
 	in, err := os.Open(path)
 	if err != nil {
@@ -570,7 +592,7 @@ func rewriteJournalLines(path string, rep *FileReport) (string, error) {
 	defer in.Close()
 	c := belayCodec{}
 	s := &lineScanner{r: bufio.NewReaderSize(in, 1<<20)}
-	var lastSeq uint64
+	var k seqKeeper
 	batch := make([]journal.Event, 0, 256)
 	flush := func() error {
 		if len(batch) == 0 {
@@ -580,7 +602,6 @@ func rewriteJournalLines(path string, rep *FileReport) (string, error) {
 		batch = batch[:0]
 		return err
 	}
-	ids := map[string]bool{}
 	for {
 		line, _, _, tooLong, err := s.next()
 		if errors.Is(err, io.EOF) {
@@ -590,30 +611,34 @@ func rewriteJournalLines(path string, rep *FileReport) (string, error) {
 			return fail(err)
 		}
 		if tooLong || c.checkLine(line) != "" {
+			k.dropped++ // reported by the validating pass
 			continue
 		}
 		seq, _ := lineSeq(line)
-		if seq <= lastSeq {
-			continue
-		}
-		lastSeq = seq
 		var ev journal.Event
 		if err := json.Unmarshal(line, &ev); err != nil {
+			k.dropped++
+			rep.Changes = append(rep.Changes, Change{Kind: ChangeDropLine, Line: s.line, Reason: "undecodable event: " + err.Error()})
 			continue
 		}
-		ev.Seq = 0
-		if ev.ID != "" {
-			if ids[ev.ID] {
-				rep.Changes = append(rep.Changes, Change{Kind: ChangeDropDuplicateID, Line: s.line, Reason: "a second event with idempotency id " + ev.ID})
-				continue
+		fill, keep, why := k.admit(seq, ev.ID, ev.TS)
+		if !keep {
+			// Out-of-order seqs were reported by the validating pass.
+			switch {
+			case ev.ID != "" && strings.HasPrefix(why, "a second event"):
+				rep.Changes = append(rep.Changes, Change{Kind: ChangeDropDuplicateID, Line: s.line, Reason: why})
+			case strings.Contains(why, "jumps past"):
+				rep.Changes = append(rep.Changes, Change{Kind: ChangeDropLine, Line: s.line, Reason: why})
 			}
-			ids[ev.ID] = true
+			continue
 		}
+		batch = append(batch, fill...)
+		ev.Seq = 0
 		if string(ev.Data) == "null" {
 			ev.Data = nil
 		}
 		batch = append(batch, ev)
-		if len(batch) == cap(batch) {
+		if len(batch) >= 256 {
 			if err := flush(); err != nil {
 				return fail(err)
 			}
@@ -625,19 +650,5 @@ func rewriteJournalLines(path string, rep *FileReport) (string, error) {
 	if err := j.Close(); err != nil {
 		return fail(err)
 	}
-	// Make the new journal durable before it replaces the old one.
-	newPath := filepath.Join(dir, journal.FileName)
-	if nf, err := os.OpenFile(newPath, os.O_RDWR, 0); err == nil {
-		err = nf.Sync()
-		_ = nf.Close()
-		if err != nil {
-			return fail(err)
-		}
-	}
-	tmp := atomicfile.TempName(path)
-	if err := os.Rename(newPath, tmp); err != nil {
-		return fail(err)
-	}
-	_ = os.RemoveAll(dir)
-	return tmp, nil
+	return filepath.Join(dir, journal.FileName), func() { _ = os.RemoveAll(dir) }, nil
 }

@@ -44,7 +44,7 @@ func TestRepairFileMissingAndEmpty(t *testing.T) {
 
 func TestRepairFileCleanUntouched(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"pi_clean.jsonl", "claude_clean.jsonl", "openai_clean.json", "openai_clean.jsonl", "anthropic_clean.json", "belay_clean.jsonl"} {
+	for _, name := range []string{"pi_clean.jsonl", "claude_clean.jsonl", "claude_toolcalls_clean.jsonl", "claude_compacted_clean.jsonl", "claude_subagent_clean.jsonl", "openai_clean.json", "openai_clean.jsonl", "anthropic_clean.json", "belay_clean.jsonl"} {
 		for _, lines := range []bool{false, true} {
 			path := copyFixture(t, name, 0o640)
 			old := time.Now().Add(-time.Hour).Truncate(time.Second)
@@ -67,7 +67,7 @@ func TestRepairFileCleanUntouched(t *testing.T) {
 
 func TestRepairFileRepairs(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"pi_broken.jsonl", "claude_broken.jsonl", "openai_broken.json", "openai_broken.jsonl", "anthropic_broken.json", "belay_broken.jsonl", "pi_v1.jsonl"} {
+	for _, name := range []string{"pi_broken.jsonl", "claude_broken.jsonl", "pi_treedamage.jsonl", "claude_treedamage.jsonl", "openai_broken.json", "openai_broken.jsonl", "anthropic_broken.json", "belay_broken.jsonl", "pi_v1.jsonl"} {
 		path := copyFixture(t, name, 0o640)
 		before, _ := os.ReadFile(path)
 		rep, err := RepairFile(path, FileOptions{Now: fixed})
@@ -151,7 +151,9 @@ func TestRepairLinesCRLF(t *testing.T) {
 }
 
 // TestRepairBelayJournal: the rewritten journal opens cleanly through the
-// journal package, with gap-free seqs, and both repair paths agree.
+// journal package, with gap-free seqs that name the same events as before
+// (a placeholder stands in for the dropped one), and both repair paths
+// agree.
 func TestRepairBelayJournal(t *testing.T) {
 	t.Parallel()
 	var outs []string
@@ -168,15 +170,31 @@ func TestRepairBelayJournal(t *testing.T) {
 		for _, c := range rep.Changes {
 			kinds[c.Kind]++
 		}
-		require.Equal(t, map[string]int{ChangeDropLine: 2, ChangeRenumberJournal: 1}, kinds)
+		require.Equal(t, map[string]int{ChangeDropLine: 2, ChangeKeepSeqs: 1}, kinds)
 		j, err := journal.Open(dir, journal.Options{ReadOnly: true})
 		require.NoError(t, err)
 		evs, err := j.Read(0, 0)
 		require.NoError(t, err)
 		require.NoError(t, j.Close())
-		require.Len(t, evs, 24)
+		// Every surviving event keeps its seq; the damaged seq 12 is a
+		// placeholder, so a watcher resuming after seq N sees the same
+		// events as before the repair.
+		require.Len(t, evs, 25)
 		for i, e := range evs {
 			require.Equal(t, uint64(i+1), e.Seq)
+		}
+		require.Equal(t, EventJournalLost, evs[11].Type)
+		orig := map[uint64]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			if seq, ok := lineSeq([]byte(line)); ok && (belayCodec{}).checkLine([]byte(line)) == "" && orig[seq] == "" {
+				typ, _ := getString([]byte(line), "type")
+				orig[seq] = typ
+			}
+		}
+		for _, e := range evs {
+			if e.Type != EventJournalLost {
+				require.Equal(t, orig[e.Seq], e.Type, "seq %d names the same event", e.Seq)
+			}
 		}
 		require.Equal(t, -1, int(j.Recovery().TornAt))
 		out, _ := os.ReadFile(path)

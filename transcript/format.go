@@ -111,10 +111,21 @@ func Detect(head []byte) (Format, error) {
 
 func isRequestObject(t []byte) bool {
 	if !json.Valid(t) {
-		return false
+		return requestPrefix(t)
 	}
 	v, ok := getField(t, "messages")
 	return ok && len(v) > 0 && v[0] == '['
+}
+
+// requestPrefix reports whether t is the start of a request object cut
+// short (a truncated file, or the head of a large one): valid JSON up to
+// its end, with a "messages" array among the fields read so far.
+func requestPrefix(t []byte) bool {
+	if _, ok := truncatedAt(t); !ok {
+		return false
+	}
+	i, ok := fieldStart(t, "messages")
+	return ok && i < len(t) && t[i] == '['
 }
 
 // detectLine votes for the format one JSONL line looks like.

@@ -39,9 +39,13 @@ func FuzzDocument(f *testing.F) {
 			rep := d.Repair()
 			out, err := d.Bytes()
 			require.NoError(t, err)
+			if len(d.Dropped) == 0 && len(d.Relinked) == 0 && len(rep.Changes) == 0 {
+				require.Equal(t, string(data), string(out), "%s: clean input is untouched", format)
+			}
 			d2, err := Parse(out, format)
 			require.NoError(t, err, "%s output must parse:\n%s", format, out)
 			require.Empty(t, d2.Dropped, "%s output must be valid:\n%s", format, out)
+			require.Empty(t, d2.Relinked, "%s output must have no broken link:\n%s", format, out)
 			if format == FormatBelay {
 				continue
 			}
@@ -76,5 +80,39 @@ func FuzzValidJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		require.Equal(t, json.Valid(data), validJSON(data), "%q", data)
+	})
+}
+
+// FuzzRepairFile runs RepairFile on any input in every format, default
+// and lines-only: a file it calls clean is untouched, and a repaired file
+// checks clean when repaired again the same way.
+func FuzzRepairFile(f *testing.F) {
+	seedFixtures(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<16 {
+			return
+		}
+		dir := t.TempDir()
+		for _, format := range Formats {
+			for _, lines := range []bool{false, true} {
+				path := filepath.Join(dir, "t.jsonl")
+				require.NoError(t, os.WriteFile(path, data, 0o600))
+				opts := FileOptions{Format: format, LinesOnly: lines, NoBackup: true}
+				rep, err := RepairFile(path, opts)
+				if err != nil {
+					require.ErrorIs(t, err, ErrRefused)
+					continue
+				}
+				out, err := os.ReadFile(path)
+				require.NoError(t, err)
+				if rep.Status != StatusRepaired {
+					require.Equal(t, string(data), string(out), "%s %s: not repaired means untouched", format, rep.Status)
+					continue
+				}
+				again, err := RepairFile(path, opts)
+				require.NoError(t, err, "%s lines-only=%v: output refused:\n%s", format, lines, out)
+				require.Equal(t, StatusClean, again.Status, "%s lines-only=%v: %v\n%s", format, lines, again.Changes, out)
+			}
+		}
 	})
 }

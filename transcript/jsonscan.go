@@ -96,6 +96,9 @@ func topFields(b []byte, fn func(f field) bool) bool {
 	for i < len(b) && b[i] == '"' {
 		ks := i + 1
 		i = skipString(b, i)
+		if i-1 < ks || b[i-1] != '"' {
+			return false // the key runs to the end of b (a torn line)
+		}
 		key := b[ks : i-1]
 		i = skipSpace(b, i)
 		if i >= len(b) || b[i] != ':' {
@@ -140,6 +143,9 @@ func fieldStart(b []byte, key string) (int, bool) {
 	for i < len(b) && b[i] == '"' {
 		ks := i + 1
 		i = skipString(b, i)
+		if i-1 < ks || b[i-1] != '"' {
+			return 0, false
+		}
 		k := b[ks : i-1]
 		i = skipSpace(b, i)
 		if i >= len(b) || b[i] != ':' {

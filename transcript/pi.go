@@ -29,7 +29,17 @@ func (piCodec) checkHeader(line []byte) error {
 }
 
 func (piCodec) checkLine(line []byte) string {
-	k := keyCheck{top: piLineKeys, sub: piMsgKeys, subOf: "message"}
+	why, _ := piCheck(line)
+	return why
+}
+
+// piCheck is checkLine that also returns where the line's keys are.
+func piCheck(line []byte) (string, *keyCheck) {
+	k := &keyCheck{top: piLineKeys, sub: piMsgKeys, subOf: "message"}
+	return piCheckKeys(line, k), k
+}
+
+func piCheckKeys(line []byte, k *keyCheck) string {
 	if why := k.check(line); why != "" {
 		return why
 	}
@@ -138,7 +148,8 @@ func (piCodec) build(d *Document) error {
 			e.id, _ = getString(e.raw, "id")
 			e.parent, _ = getString(e.raw, "parentId")
 		}
-		path = treePath(body, nil, len(d.Dropped) > 0)
+		body = d.dropDuplicates(body)
+		path = d.linkTree(body, treeSpec{idKey: "id", parentKey: "parentId"})
 	}
 	for _, e := range path {
 		e.path = true
@@ -148,52 +159,6 @@ func (piCodec) build(d *Document) error {
 		d.items = append(d.items, m)
 	}
 	return nil
-}
-
-// treePath walks from the leaf (the last entry that leaf accepts, or the
-// last entry) up through the parents and returns the path root first. With
-// relink (lines were dropped), an entry whose parent is not in the file
-// continues the path at the entry before it in the file: its parent was
-// most likely the dropped line, and the writer re-links it.
-func treePath(body []*entry, leaf func(*entry) bool, relink bool) []*entry {
-	byID := make(map[string]*entry, len(body))
-	pos := make(map[*entry]int, len(body))
-	for i, e := range body {
-		pos[e] = i
-		if e.id != "" {
-			byID[e.id] = e
-		}
-	}
-	var cur *entry
-	for i := len(body) - 1; i >= 0; i-- {
-		if leaf == nil || leaf(body[i]) {
-			cur = body[i]
-			break
-		}
-	}
-	var path []*entry
-	seen := map[*entry]bool{}
-	for cur != nil && !seen[cur] {
-		seen[cur] = true
-		path = append(path, cur)
-		if cur.parent == "" || cur.parent == cur.id {
-			break
-		}
-		next, ok := byID[cur.parent]
-		if !ok && relink {
-			for i := pos[cur] - 1; i >= 0; i-- {
-				if body[i].id != "" && (leaf == nil || leaf(body[i])) {
-					next = body[i]
-					break
-				}
-			}
-		}
-		cur = next
-	}
-	for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
-		path[i], path[j] = path[j], path[i]
-	}
-	return path
 }
 
 func piEntryMessage(e *entry) *Message {
@@ -234,12 +199,7 @@ func piEntryMessage(e *entry) *Message {
 }
 
 func (piCodec) render(d *Document, items []*Message) []outEntry {
-	ids := map[string]bool{}
-	for _, e := range d.entries {
-		if e.id != "" {
-			ids[e.id] = true
-		}
-	}
+	ids := d.idSet()
 	out := make([]outEntry, 0, len(items))
 	for _, m := range items {
 		if m.opaque() || m.unchanged() {

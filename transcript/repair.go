@@ -1,6 +1,7 @@
 package transcript
 
 import (
+	"sort"
 	"strings"
 )
 
@@ -22,7 +23,11 @@ const (
 	ChangeDropDuplicate   = "drop_duplicate"    // a second result for a call that already has one
 	ChangeDropOrphan      = "drop_orphan"       // a result that answers no call of its turn
 	ChangeFillBlankUser   = "fill_blank_user"   // a blank user turn given placeholder text
-	ChangeRenumberJournal = "renumber_journal"  // belay journal: seqs renumbered after dropped lines
+	ChangeMergeMessage    = "merge_message"     // an assistant message merged into the one before it, which repair made adjacent
+	ChangeRelink          = "relink"            // tree formats: an entry whose parent is missing, relinked to its nearest surviving ancestor
+	ChangeKeepSeqs        = "keep_seqs"         // belay journal: dropped lines replaced by journal.lost placeholders
+	ChangeRenameToolID    = "rename_tool_id"    // export: a tool id an earlier turn used, renamed with its results
+	ChangeDropThinking    = "drop_thinking"     // export: a thinking block without a signature left out (anthropic, claude)
 	ChangeDropDuplicateID = "drop_duplicate_id" // belay journal: a second event with the same idempotency id
 )
 
@@ -75,7 +80,7 @@ func RepairMessages(msgs []Message) ([]Message, Report) {
 	for i := range work {
 		items[i] = &work[i]
 	}
-	out, changes := repairItems(items)
+	out, changes := repairItems(items, false)
 	res := make([]Message, len(out))
 	for i, m := range out {
 		res[i] = *m
@@ -85,6 +90,10 @@ func RepairMessages(msgs []Message) ([]Message, Report) {
 
 // index positions of the items as read, for reports.
 type repairer struct {
+	// ext counts, by id, the unanswered calls before the items (streaming
+	// repair of a region of a file): they count as owners of a displaced
+	// result, which is then dropped rather than moved.
+	ext     map[string]int
 	items   []*Message
 	pos     map[*Message]int // index as read
 	changes []Change
@@ -104,16 +113,70 @@ func (r *repairer) note(m *Message, c Change) {
 
 // repairItems repairs a conversation whose opaque items (Role "") stand for
 // document entries that are not messages; they stay next to the item they
-// followed.
-func repairItems(items []*Message) ([]*Message, []Change) {
-	r := &repairer{items: items, pos: make(map[*Message]int, len(items))}
+// followed. With alternate (a format whose turns must alternate), two
+// assistant messages that repair left next to each other are merged.
+func repairItems(items []*Message, alternate bool) ([]*Message, []Change) {
+	return repairItemsExt(items, alternate, nil)
+}
+
+func repairItemsExt(items []*Message, alternate bool, ext map[string]int) ([]*Message, []Change) {
+	r := &repairer{items: items, pos: make(map[*Message]int, len(items)), ext: ext}
 	for i, m := range items {
 		r.pos[m] = i
 	}
 	items = r.dropInvalidCalls(items)
 	items = r.pair(items)
+	if alternate {
+		items = r.mergeAdjacent(items)
+	}
 	r.fillBlankUsers(items)
+	// In file order (a message's changes in the order of the steps).
+	sort.SliceStable(r.changes, func(i, j int) bool { return r.changes[i].Line < r.changes[j].Line })
 	return items, r.changes
+}
+
+// mergeAdjacent merges an assistant message into the assistant message
+// right before it when they were not next to each other as read (repair
+// removed what was between them). Messages that were already adjacent
+// are left as they were.
+func (r *repairer) mergeAdjacent(items []*Message) []*Message {
+	out := items[:0:0]
+	var prev *Message // the last message kept, opaque items skipped
+	for _, m := range items {
+		if m.opaque() {
+			out = append(out, m)
+			continue
+		}
+		if prev != nil && prev.Role == RoleAssistant && m.Role == RoleAssistant && !prev.Errored() && !m.Errored() {
+			pi, okP := r.pos[prev]
+			mi, okM := r.pos[m]
+			if okP && okM && !r.adjacentAsRead(pi, mi) {
+				r.note(m, Change{Kind: ChangeMergeMessage, Reason: "assistant message merged into the one before it: repair removed what was between them, and the format does not allow two assistant messages in a row"})
+				prev.Blocks = append(append([]Block(nil), prev.Blocks...), m.Blocks...)
+				if prev.Meta.StopReason == "" || m.Meta.StopReason != "" {
+					prev.Meta.StopReason = m.Meta.StopReason
+				}
+				continue
+			}
+		}
+		out = append(out, m)
+		prev = m
+	}
+	return out
+}
+
+// adjacentAsRead reports whether items i < j had only opaque items between
+// them as read.
+func (r *repairer) adjacentAsRead(i, j int) bool {
+	if j < i {
+		return false
+	}
+	for k := i + 1; k < j; k++ {
+		if !r.items[k].opaque() {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *repairer) dropInvalidCalls(items []*Message) []*Message {
@@ -310,7 +373,7 @@ func (r *repairer) pair(items []*Message) []*Message {
 				owners = append(owners, c)
 			}
 		}
-		if len(owners) == 1 {
+		if len(owners) == 1 && r.ext[b.CallID] == 0 {
 			c := owners[0]
 			c.result = o.m
 			f := framePos[c]
@@ -319,7 +382,7 @@ func (r *repairer) pair(items []*Message) []*Message {
 			continue
 		}
 		reason := "tool result answers no call of its turn"
-		if len(owners) > 1 {
+		if len(owners)+r.ext[b.CallID] > 1 {
 			reason = "tool result could belong to more than one earlier unanswered call"
 		}
 		r.note(o.m, Change{Kind: ChangeDropOrphan, CallID: b.CallID, Reason: reason})

@@ -68,10 +68,11 @@ func TestGolden(t *testing.T) {
 			rep := d.Repair()
 			out, err := d.Bytes()
 			require.NoError(t, err)
-			golden(t, name+".report.json", indent(t, map[string]any{"format": d.Format, "dropped": d.Dropped, "changes": rep.Changes}))
+			golden(t, name+".report.json", indent(t, map[string]any{"format": d.Format, "dropped": d.Dropped, "relinked": d.Relinked, "changes": rep.Changes}))
 			golden(t, name+".repaired", out)
 			if strings.Contains(name, "_clean") {
 				require.Empty(t, d.Dropped)
+				require.Empty(t, d.Relinked)
 				require.Empty(t, rep.Changes)
 				require.Equal(t, string(data), string(out))
 			}
@@ -79,6 +80,7 @@ func TestGolden(t *testing.T) {
 			d2, err := Parse(out, d.Format)
 			require.NoError(t, err)
 			require.Empty(t, d2.Dropped)
+			require.Empty(t, d2.Relinked)
 			if d.Format != FormatBelay {
 				require.Empty(t, d2.Repair().Changes, "repair is idempotent")
 				out2, err := d2.Bytes()

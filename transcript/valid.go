@@ -272,3 +272,19 @@ func str(line []byte, at int) (string, bool) {
 
 // object reports whether the value at a recorded start is an object.
 func object(line []byte, at int) bool { return at != 0 && line[at-1] == '{' }
+
+// truncatedAt reports whether b is a JSON value cut short: valid up to
+// its end (trailing blanks aside), where a value was still open. It
+// returns the byte the document stops at.
+func truncatedAt(b []byte) (int, bool) {
+	b = bytes.TrimRight(b, " \t\r\n")
+	start := skipSpace(b, 0)
+	if start >= len(b) {
+		return 0, false
+	}
+	i, ok := validValue(b, start, 0, nil, nil)
+	if ok || i < len(b) {
+		return 0, false
+	}
+	return len(b), true
+}

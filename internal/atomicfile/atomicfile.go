@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +17,20 @@ import (
 
 // WriteFile atomically replaces path with data, created with perm.
 func WriteFile(fsys vfs.FS, path string, data []byte, perm fs.FileMode) error {
+	return Write(fsys, path, perm, func(w io.Writer) error {
+		n, err := w.Write(data)
+		if err == nil && n != len(data) {
+			err = fmt.Errorf("short write (%d of %d bytes)", n, len(data))
+		}
+		return err
+	}, nil)
+}
+
+// Write atomically replaces path with what write writes, in a temp file
+// created with perm. before, if not nil, is called with the temp file's
+// name once it is written, synced and closed, before the rename (to give
+// it an owner, say); an error from it leaves path as it was.
+func Write(fsys vfs.FS, path string, perm fs.FileMode, write func(io.Writer) error, before func(tmp string) error) error {
 	dir := filepath.Dir(path)
 	tmp := TempName(path)
 	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
@@ -29,20 +44,24 @@ func WriteFile(fsys vfs.FS, path string, data []byte, perm fs.FileMode) error {
 			_ = fsys.Remove(tmp)
 		}
 	}()
-	n, err := f.Write(data)
-	if err == nil && n != len(data) {
-		err = fmt.Errorf("short write (%d of %d bytes)", n, len(data))
-	}
-	if err != nil {
+	if err := write(f); err != nil {
 		return fmt.Errorf("atomicfile: write %s: %w", tmp, err)
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("atomicfile: sync %s: %w", tmp, err)
 	}
 	if err := f.Close(); err != nil {
+		_ = fsys.Remove(tmp)
+		ok = true
 		return fmt.Errorf("atomicfile: close %s: %w", tmp, err)
 	}
 	ok = true
+	if before != nil {
+		if err := before(tmp); err != nil {
+			_ = fsys.Remove(tmp)
+			return err
+		}
+	}
 	if err := fsys.Rename(tmp, path); err != nil {
 		_ = fsys.Remove(tmp)
 		return fmt.Errorf("atomicfile: rename %s: %w", path, err)

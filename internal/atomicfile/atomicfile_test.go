@@ -2,6 +2,7 @@ package atomicfile
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -55,4 +56,43 @@ func TestWriteFileFailuresKeepTheOldContent(t *testing.T) {
 			require.Len(t, entries, 1, "the temp file is removed")
 		})
 	}
+}
+
+// TestWriteStreamsAndChecksBeforeRename: Write takes its content from a
+// function, and a failing write or before hook leaves the old content and
+// no temp file.
+func TestWriteStreamsAndChecksBeforeRename(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte("old"), 0o600))
+	boom := errors.New("boom")
+	err := Write(vfstest.New(nil), path, 0o600, func(w io.Writer) error {
+		_, _ = w.Write([]byte("partial"))
+		return boom
+	}, nil)
+	require.ErrorIs(t, err, boom)
+	err = Write(vfstest.New(nil), path, 0o600, func(w io.Writer) error {
+		_, err := w.Write([]byte("new"))
+		return err
+	}, func(tmp string) error {
+		got, err := os.ReadFile(tmp)
+		require.NoError(t, err)
+		require.Equal(t, "new", string(got), "the temp file is complete before the hook")
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	got, _ := os.ReadFile(path)
+	require.Equal(t, "old", string(got))
+	entries, _ := os.ReadDir(dir)
+	require.Len(t, entries, 1)
+	var seen string
+	require.NoError(t, Write(vfstest.New(nil), path, 0o600, func(w io.Writer) error {
+		_, err := w.Write([]byte("new"))
+		return err
+	}, func(tmp string) error { seen = tmp; return nil }))
+	got, _ = os.ReadFile(path)
+	require.Equal(t, "new", string(got))
+	require.NotEmpty(t, seen)
+	require.NoFileExists(t, seen)
 }

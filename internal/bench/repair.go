@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -31,29 +32,72 @@ type RepairConfig struct {
 	Progress func(string)
 }
 
+// Targets of the repair benchmark (issue 13).
+const (
+	TargetRepairMBPerSec = 200      // default repair (line and message level)
+	TargetCheckMBPerSec  = 400      // check: the same, writing nothing
+	TargetPeakRSSBytes   = 64 << 20 // during any repair
+	TargetScale          = 11       // time(size) / time(size/10)
+)
+
 // RepairResult is `belay bench repair --json`.
 type RepairResult struct {
-	Format string `json:"format"`
-	// Files are the file-level repairs, smaller file first.
-	Files []RepairFile `json:"files"`
-	// TargetMBPerSec is the throughput goal for file-level repair.
-	TargetMBPerSec float64 `json:"target_mb_per_sec"`
+	TargetMBPerSec      float64 `json:"target_mb_per_sec"`
+	TargetCheckMBPerSec float64 `json:"target_check_mb_per_sec"`
+	TargetPeakRSSBytes  int64   `json:"target_peak_rss_bytes"`
+	TargetScale         float64 `json:"target_scale"`
+	// Formats are the tree formats measured: pi and Claude Code.
+	Formats []RepairFormat `json:"formats"`
 	// Pairing is message-level repair at N and 10N messages.
 	Pairing []PairingRun `json:"pairing"`
 	// PairingScale is time(10N) / time(N): about 10 when linear.
 	PairingScale float64 `json:"pairing_scale"`
 }
 
-// RepairFile is one file-level repair: a generated pi session with an
-// invalid line every 1000 lines, repaired in place (backup, temp file,
-// fsync, rename).
+// RepairFormat is one format at two sizes.
+type RepairFormat struct {
+	Format string `json:"format"`
+	// Files are the generated sessions, the smaller (a tenth) first.
+	Files []RepairFile `json:"files"`
+	// Scale is the default repair's time on the larger file over its time
+	// on the smaller one: about 10 when it scales linearly.
+	Scale float64 `json:"scale"`
+	// RSSGrowth is the default repair's peak RSS on the larger file over
+	// its peak RSS on the smaller one: about 1 when memory is flat.
+	RSSGrowth float64 `json:"rss_growth"`
+}
+
+// RepairFile is one generated session, damaged (torn lines, orphan
+// results, lines lost so that their children's parent links break), and
+// the three ways of repairing it, each on the same damaged bytes.
 type RepairFile struct {
-	Bytes      int64   `json:"bytes"`
-	Lines      int     `json:"lines"`
-	Dropped    int     `json:"dropped_lines"`
-	Seconds    float64 `json:"seconds"`
-	MBPerSec   float64 `json:"mb_per_sec"`
-	ScanOnlyMB float64 `json:"scan_mb_per_sec"`
+	Bytes  int64 `json:"bytes"`
+	Lines  int   `json:"lines"`
+	Torn   int   `json:"torn_lines"`
+	Orphan int   `json:"orphan_results"`
+	Lost   int   `json:"lost_lines"`
+	// LinesOnly is `belay repair --lines-only`, the baseline.
+	LinesOnly RepairRun `json:"lines_only"`
+	// Check is the default repair with --dry-run: everything but writing.
+	Check RepairRun `json:"check"`
+	// Default is `belay repair`: line and message level, backup, temp
+	// file, fsync, rename.
+	Default RepairRun `json:"default"`
+}
+
+// RepairRun is one repair of a file.
+type RepairRun struct {
+	Seconds  float64 `json:"seconds"`
+	MBPerSec float64 `json:"mb_per_sec"`
+	// CPUSeconds is the process's CPU time (all threads, user and system)
+	// during the repair: on a busy machine, MB per CPU second says more
+	// than MB per second.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	Changes    int     `json:"changes"`
+	// Kinds counts the changes by kind.
+	Kinds map[string]int `json:"kinds"`
+	// MessageLevel says whether message-level repair ran.
+	MessageLevel bool `json:"message_level"`
 	// PeakHeapBytes is the largest live heap sampled during the repair.
 	PeakHeapBytes uint64 `json:"peak_heap_bytes"`
 	// PeakRSSBytes is the process's peak resident set during the repair
@@ -85,17 +129,28 @@ func Repair(ctx context.Context, cfg RepairConfig) (*RepairResult, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(root)
-	res := &RepairResult{Format: string(transcript.FormatPi), TargetMBPerSec: 200}
-	for _, size := range []int64{cfg.Size / 10, cfg.Size} {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	res := &RepairResult{TargetMBPerSec: TargetRepairMBPerSec, TargetCheckMBPerSec: TargetCheckMBPerSec,
+		TargetPeakRSSBytes: TargetPeakRSSBytes, TargetScale: TargetScale}
+	for _, f := range []transcript.Format{transcript.FormatPi, transcript.FormatClaude} {
+		rf := RepairFormat{Format: string(f)}
+		for _, size := range []int64{cfg.Size / 10, cfg.Size} {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			cfg.Progress(fmt.Sprintf("repair of a %s %s session", humanBytes(size), f))
+			r, err := repairFile(root, f, size)
+			if err != nil {
+				return nil, err
+			}
+			rf.Files = append(rf.Files, *r)
 		}
-		cfg.Progress(fmt.Sprintf("file-level repair of a %s pi session", humanBytes(size)))
-		r, err := repairOnce(filepath.Join(root, "session-"+strconv.FormatInt(size, 10)+".jsonl"), size)
-		if err != nil {
-			return nil, err
+		if small := rf.Files[0].Default; small.Seconds > 0 {
+			rf.Scale = rf.Files[1].Default.Seconds / small.Seconds
 		}
-		res.Files = append(res.Files, *r)
+		if small := rf.Files[0].Default; small.PeakRSSBytes > 0 {
+			rf.RSSGrowth = float64(rf.Files[1].Default.PeakRSSBytes) / float64(small.PeakRSSBytes)
+		}
+		res.Formats = append(res.Formats, rf)
 	}
 	for _, n := range []int{cfg.Messages, cfg.Messages * 10} {
 		if err := ctx.Err(); err != nil {
@@ -110,90 +165,193 @@ func Repair(ctx context.Context, cfg RepairConfig) (*RepairResult, error) {
 	return res, nil
 }
 
-// genSession writes a pi session of about size bytes with an invalid line
-// every 1000 lines and returns the line and invalid line counts.
-func genSession(path string, size int64) (lines, bad int, err error) {
-	f, err := os.Create(path)
+// damage is what a generated session holds.
+type damage struct{ lines, torn, orphan, lost int }
+
+// genSession writes a session of format f of about size bytes: turns of a
+// user prompt, an assistant reply with two tool calls (Claude Code: one
+// line per call, each result on its own call's line), their results and a
+// final reply. Every 1000 lines or so it tears a line, adds a result that
+// answers no call, and leaves out a line (its child's parent link breaks).
+func genSession(path string, f transcript.Format, size int64) (damage, error) {
+	var dmg damage
+	out, err := os.Create(path)
 	if err != nil {
-		return 0, 0, fmt.Errorf("bench: %w", err)
+		return dmg, fmt.Errorf("bench: %w", err)
 	}
-	w := bufio.NewWriterSize(f, 1<<20)
+	w := bufio.NewWriterSize(out, 1<<20)
 	var n int64
-	write := func(s string) {
-		k, _ := w.WriteString(s)
-		n += int64(k)
-		lines++
+	seq := 0
+	write := func(line string) {
+		seq++
+		switch {
+		case seq%1000 == 500 || seq == 40:
+			dmg.lost++
+			return // lost: never written
+		case seq%1000 == 0 || seq == 80:
+			dmg.torn++
+			line = line[:len(line)/2]
+		}
+		k, _ := w.WriteString(line)
+		_ = w.WriteByte('\n')
+		n += int64(k) + 1
+		dmg.lines++
 	}
-	write(`{"type":"session","version":3,"id":"bench-0000-4000-8000-000000000000","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/bench"}` + "\n")
 	text := strings.Repeat("lorem ipsum dolor sit amet ", 8)
 	parent := "null"
-	for i := 0; n < size; i++ {
-		id := fmt.Sprintf("%08x", i)
-		var line string
-		switch i % 4 {
-		case 0:
-			line = `{"type":"message","id":"` + id + `","parentId":` + parent + `,"timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"user","content":"` + text + `","timestamp":1772359201000}}`
-		case 1:
-			line = `{"type":"message","id":"` + id + `","parentId":` + parent + `,"timestamp":"2026-03-01T10:00:02.000Z","message":{"role":"assistant","content":[{"type":"text","text":"` + text + `"},{"type":"toolCall","id":"call_` + id + `","name":"read","arguments":{"path":"a.go"}}],"model":"m","stopReason":"toolUse","timestamp":1772359202000}}`
-		case 2:
-			line = `{"type":"message","id":"` + id + `","parentId":` + parent + `,"timestamp":"2026-03-01T10:00:03.000Z","message":{"role":"toolResult","toolCallId":"call_` + fmt.Sprintf("%08x", i-1) + `","toolName":"read","content":[{"type":"text","text":"` + text + `"}],"isError":false,"timestamp":1772359203000}}`
-		default:
-			line = `{"type":"message","id":"` + id + `","parentId":` + parent + `,"timestamp":"2026-03-01T10:00:04.000Z","message":{"role":"assistant","content":[{"type":"text","text":"` + text + `"}],"model":"m","stopReason":"stop","timestamp":1772359204000}}`
+	id := func(i int) string {
+		if f == transcript.FormatPi {
+			return fmt.Sprintf("%08x", i)
 		}
-		if lines%1000 == 0 || lines == 3 {
-			line = line[:len(line)/2] // torn
-			bad++
+		return fmt.Sprintf("6a1f0e2d-0000-4000-8000-%012d", i)
+	}
+	next := 0
+	q := func(s string) string { return `"` + s + `"` }
+	if f == transcript.FormatPi {
+		write(`{"type":"session","version":3,"id":"bench-0000-4000-8000-000000000000","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/bench"}`)
+	}
+	for turn := 0; n < size; turn++ {
+		c1, c2 := fmt.Sprintf("call_%d_a", turn), fmt.Sprintf("call_%d_b", turn)
+		if f == transcript.FormatPi {
+			msg := func(body string) {
+				next++
+				write(`{"type":"message","id":"` + id(next) + `","parentId":` + parent + `,"timestamp":"2026-03-01T10:00:01.000Z","message":` + body + `}`)
+				parent = q(id(next))
+			}
+			msg(`{"role":"user","content":"` + text + `","timestamp":1772359201000}`)
+			msg(`{"role":"assistant","content":[{"type":"text","text":"` + text + `"},{"type":"toolCall","id":"` + c1 + `","name":"read","arguments":{"path":"a.go"}},{"type":"toolCall","id":"` + c2 + `","name":"read","arguments":{"path":"b.go"}}],"model":"m","stopReason":"toolUse","timestamp":1772359202000}`)
+			for _, c := range []string{c1, c2} {
+				msg(`{"role":"toolResult","toolCallId":"` + c + `","toolName":"read","content":[{"type":"text","text":"` + text + `"}],"isError":false,"timestamp":1772359203000}`)
+			}
+			if turn%100 == 99 || turn == 3 {
+				dmg.orphan++
+				msg(`{"role":"toolResult","toolCallId":"stray_` + c1 + `","toolName":"read","content":[{"type":"text","text":"stray"}],"isError":false,"timestamp":1772359203000}`)
+			}
+			msg(`{"role":"assistant","content":[{"type":"text","text":"` + text + `"}],"model":"m","stopReason":"stop","timestamp":1772359204000}`)
+			continue
 		}
-		write(line + "\n")
-		parent = `"` + id + `"`
+		env := func(typ, par string) string {
+			next++
+			return `{"parentUuid":` + par + `,"isSidechain":false,"userType":"external","cwd":"/bench","sessionId":"6a1f0e2d-0000-4000-8000-000000000000","version":"2.1.121","gitBranch":"main","type":"` + typ + `","uuid":"` + id(next) + `","timestamp":"2026-03-01T10:00:01.000Z",`
+		}
+		asst := func(par, block, resp string) string {
+			line := env("assistant", par) + `"message":{"id":"` + resp + `","type":"message","role":"assistant","model":"m","content":[` + block + `],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":9}},"requestId":"req_` + resp + `"}`
+			write(line)
+			return q(id(next))
+		}
+		result := func(par, call string) string {
+			write(env("user", par) + `"message":{"role":"user","content":[{"tool_use_id":"` + call + `","type":"tool_result","content":"` + text + `"}]},"toolUseResult":{"stdout":"ok"},"sourceToolAssistantUUID":` + par + `}`)
+			return q(id(next))
+		}
+		write(env("user", parent) + `"message":{"role":"user","content":"` + text + `"}}`)
+		parent = q(id(next))
+		resp := fmt.Sprintf("msg_%d", turn)
+		parent = asst(parent, `{"type":"text","text":"`+text+`"}`, resp)
+		a1 := asst(parent, `{"type":"tool_use","id":"`+c1+`","name":"Read","input":{"file_path":"a.go"}}`, resp)
+		a2 := asst(a1, `{"type":"tool_use","id":"`+c2+`","name":"Read","input":{"file_path":"b.go"}}`, resp)
+		result(a1, c1)
+		parent = result(a2, c2)
+		if turn%100 == 99 || turn == 3 {
+			dmg.orphan++
+			parent = result(parent, "stray_"+c1)
+		}
+		parent = asst(parent, `{"type":"text","text":"`+text+`"}`, resp+"_end")
 	}
 	if err := w.Flush(); err != nil {
-		f.Close()
-		return 0, 0, fmt.Errorf("bench: %w", err)
+		out.Close()
+		return dmg, fmt.Errorf("bench: %w", err)
 	}
-	return lines, bad, f.Close()
+	return dmg, out.Close()
 }
 
-func repairOnce(path string, size int64) (*RepairFile, error) {
-	lines, bad, err := genSession(path, size)
+// repairFile generates a session and repairs it three ways, each from the
+// same damaged bytes.
+func repairFile(dir string, f transcript.Format, size int64) (*RepairFile, error) {
+	orig := filepath.Join(dir, "orig-"+string(f)+"-"+strconv.FormatInt(size, 10)+".jsonl")
+	dmg, err := genSession(orig, f, size)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := os.Stat(path)
+	defer os.Remove(orig)
+	fi, err := os.Stat(orig)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	out := &RepairFile{Bytes: fi.Size(), Lines: lines}
-	// Scan only (dry run): the validating pass.
-	start := time.Now()
-	if _, err := transcript.RepairFile(path, transcript.FileOptions{Format: transcript.FormatPi, LinesOnly: true, DryRun: true}); err != nil {
-		return nil, err
+	out := &RepairFile{Bytes: fi.Size(), Lines: dmg.lines, Torn: dmg.torn, Orphan: dmg.orphan, Lost: dmg.lost}
+	path := filepath.Join(dir, "session.jsonl")
+	for _, run := range []struct {
+		into *RepairRun
+		opts transcript.FileOptions
+	}{
+		{&out.LinesOnly, transcript.FileOptions{Format: f, LinesOnly: true}},
+		{&out.Check, transcript.FileOptions{Format: f, DryRun: true}},
+		{&out.Default, transcript.FileOptions{Format: f}},
+	} {
+		if err := copyPath(path, orig); err != nil {
+			return nil, err
+		}
+		r, err := repairRun(path, fi.Size(), run.opts)
+		if err != nil {
+			return nil, err
+		}
+		*run.into = *r
+		_ = os.Remove(path)
 	}
-	out.ScanOnlyMB = float64(fi.Size()) / 1e6 / time.Since(start).Seconds()
+	if out.Default.Kinds[transcript.ChangeDropLine] != dmg.torn || out.Default.Kinds[transcript.ChangeRelink] < dmg.lost ||
+		out.Default.Kinds[transcript.ChangeDropOrphan] < dmg.orphan {
+		return nil, fmt.Errorf("bench: %s repair found %v, generated %+v", f, out.Default.Kinds, dmg)
+	}
+	return out, nil
+}
 
+func copyPath(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer in.Close()
+	o, err := os.Create(dst)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if _, err := io.Copy(o, in); err != nil {
+		o.Close()
+		return fmt.Errorf("bench: %w", err)
+	}
+	return o.Close()
+}
+
+func repairRun(path string, size int64, opts transcript.FileOptions) (*RepairRun, error) {
 	runtime.GC()
 	debug.FreeOSMemory()
 	resetPeakRSS()
 	stop := samplePeakHeap()
-	start = time.Now()
-	rep, err := transcript.RepairFile(path, transcript.FileOptions{Format: transcript.FormatPi, LinesOnly: true})
+	cpu := cpuSeconds()
+	start := time.Now()
+	rep, err := transcript.RepairFile(path, opts)
 	elapsed := time.Since(start)
-	out.PeakHeapBytes = stop()
-	out.PeakRSSBytes = peakRSS()
+	out := &RepairRun{CPUSeconds: cpuSeconds() - cpu, PeakHeapBytes: stop(), PeakRSSBytes: peakRSS()}
 	if err != nil {
 		return nil, err
 	}
-	if rep.Status != transcript.StatusRepaired {
-		return nil, fmt.Errorf("bench: expected a repair, got %s", rep.Status)
+	want := transcript.StatusRepaired
+	if opts.DryRun {
+		want = transcript.StatusWould
 	}
-	out.Dropped = len(rep.Changes)
-	if out.Dropped != bad {
-		return nil, fmt.Errorf("bench: dropped %d lines, generated %d bad ones", out.Dropped, bad)
+	if rep.Status != want {
+		return nil, fmt.Errorf("bench: expected %s, got %s", want, rep.Status)
 	}
 	out.Seconds = elapsed.Seconds()
-	out.MBPerSec = float64(fi.Size()) / 1e6 / out.Seconds
-	_ = os.Remove(rep.Backup)
-	_ = os.Remove(path)
+	out.MBPerSec = float64(size) / 1e6 / out.Seconds
+	out.Changes = len(rep.Changes)
+	out.MessageLevel = rep.Messages
+	out.Kinds = map[string]int{}
+	for _, c := range rep.Changes {
+		out.Kinds[c.Kind]++
+	}
+	if rep.Backup != "" {
+		_ = os.Remove(rep.Backup)
+	}
 	return out, nil
 }
 

@@ -21,13 +21,19 @@ func newBenchRepairCmd(stdio Stdio) *cobra.Command {
 	var opts benchRepairOptions
 	cmd := &cobra.Command{
 		Use:   "repair",
-		Short: "Measure transcript repair: file-level throughput and memory, message-level scaling",
-		Long: `Generates a pi session of --size (and one a tenth of that) with an invalid
-line every 1000 lines, and repairs each in place as belay repair --lines-only
-does: a validating pass, a backup, a copy without the bad lines to a temp
-file, fsync, rename. Reports MB/s (target: 200) and the peak live heap and
-peak RSS during each repair, which must not grow with the file size. Then
-times message-level repair (tool call/result pairing) of N and 10N
+		Short: "Measure transcript repair: throughput, memory and scaling of each mode",
+		Long: `Generates a pi session and a Claude Code session of --size (and of a tenth
+of that), damaged every 1000 lines or so: a torn line, a lost line (its
+child's parent link breaks) and a tool result that answers no call. Each is
+repaired three ways from the same damaged bytes, in one run:
+  lines_only  belay repair --lines-only (the baseline)
+  check       belay repair --dry-run (everything but writing)
+  default     belay repair: line and message level, backup, temp file,
+              fsync, rename
+and each reports MB/s and the peak live heap and peak RSS. Targets: default
+>= 200 MB/s, check >= 400 MB/s, peak RSS < 64 MB, default time on the large
+file over the small one <= 11 (scale), with RSS flat (rss_growth about 1).
+Then times message-level repair (tool call/result pairing) of N and 10N
 generated messages: pairing_scale is about 10 when it scales linearly.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,10 +59,20 @@ generated messages: pairing_scale is about 10 when it scales linearly.`,
 				return writeJSON(stdio.Out, res)
 			}
 			w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "repair bench: %s sessions, file level (target %.0f MB/s)\n\n", res.Format, res.TargetMBPerSec)
-			fmt.Fprintln(w, "size\tlines\tdropped\ttime\tMB/s\tscan MB/s\tpeak heap\tpeak RSS")
-			for _, f := range res.Files {
-				fmt.Fprintf(w, "%s\t%d\t%d\t%.2f s\t%.0f\t%.0f\t%s\t%s\n", sizeString(f.Bytes), f.Lines, f.Dropped, f.Seconds, f.MBPerSec, f.ScanOnlyMB, sizeString(int64(f.PeakHeapBytes)), sizeString(f.PeakRSSBytes))
+			fmt.Fprintf(w, "repair bench (targets: default >= %.0f MB/s, check >= %.0f MB/s, peak RSS < %s, scale <= %.0f)\n",
+				res.TargetMBPerSec, res.TargetCheckMBPerSec, fmt.Sprintf("%d MiB", res.TargetPeakRSSBytes>>20), res.TargetScale)
+			for _, rf := range res.Formats {
+				fmt.Fprintf(w, "\n%s\tsize\tlines\ttorn/lost/orphans\tmode\ttime\tMB/s\tCPU s\tchanges\tpeak heap\tpeak RSS\n", rf.Format)
+				for _, f := range rf.Files {
+					for _, run := range []struct {
+						name string
+						r    bench.RepairRun
+					}{{"lines-only", f.LinesOnly}, {"check", f.Check}, {"default", f.Default}} {
+						fmt.Fprintf(w, "\t%s\t%d\t%d/%d/%d\t%s\t%.2f s\t%.0f\t%.2f\t%d\t%s\t%s\n", sizeString(f.Bytes), f.Lines, f.Torn, f.Lost, f.Orphan,
+							run.name, run.r.Seconds, run.r.MBPerSec, run.r.CPUSeconds, run.r.Changes, sizeString(int64(run.r.PeakHeapBytes)), sizeString(run.r.PeakRSSBytes))
+					}
+				}
+				fmt.Fprintf(w, "\tscale (default, large/small): %.1f\trss growth: %.2f\n", rf.Scale, rf.RSSGrowth)
 			}
 			fmt.Fprintln(w, "\nmessages\ttime\tns/message\tchanges")
 			for _, p := range res.Pairing {

@@ -133,6 +133,7 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newDemoCmd(stdio),
 		newRepairCmd(stdio),
 		newBenchCmd(stdio),
+		newBrowserCmd(stdio),
 		newVersionCmd(stdio),
 	)
 	return root

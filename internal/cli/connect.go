@@ -34,6 +34,12 @@ func errUnreachable(err error) error {
 	return &exitError{code: ExitUnreachable, err: fmt.Errorf("%w\nTry: belay daemon start (or unset BELAY_NO_AUTOSTART)", err)}
 }
 
+// errOverloaded is exit 6 too: the daemon is alive but refused the request
+// at its connection or watcher limit, so it was not processed.
+func errOverloaded(err error) error {
+	return &exitError{code: ExitUnreachable, err: fmt.Errorf("the belay daemon is overloaded: %w\nTry: the same command again in a few seconds; belay daemon status shows the daemon", err)}
+}
+
 // newClient returns a client for the daemon: over TCP if BELAY_URL is set
 // (with BELAY_TOKEN, or the data directory's token file), else over the
 // data directory's unix socket.
@@ -61,11 +67,18 @@ func connect(ctx context.Context, stdio Stdio, g globalOptions, autostart bool) 
 	c := newClient(stdio, dir)
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err = c.Health(hctx)
+	timedOut := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
 	cancel()
-	if err == nil {
+	switch {
+	case err == nil:
 		return c, nil
-	}
-	if !client.IsUnreachable(err) {
+	case errors.Is(err, client.ErrOverloaded):
+		return nil, errOverloaded(err)
+	case timedOut:
+		// Something answers on the socket but not in time: a hung or
+		// saturated daemon. Starting another one would not help.
+		return nil, &exitError{code: ExitUnreachable, err: fmt.Errorf("the belay daemon of %s did not answer within 5s (hung or overloaded)\nTry: belay doctor", dir)}
+	case !client.IsUnreachable(err):
 		return nil, err
 	}
 	if !autostart || stdio.Getenv("BELAY_NO_AUTOSTART") == "1" || stdio.Getenv("BELAY_URL") != "" {

@@ -18,7 +18,7 @@ import (
 func TestEveryCommandDoctorSuggestsParses(t *testing.T) {
 	t.Parallel()
 	cmds := doctor.Commands("ses_01jfz0000000000000000000aa", "run_01jfz0000000000000000000aa",
-		"dlv_01jfz0000000000000000000aa", "/data/sessions/ses_01jfz0000000000000000000aa/journal.jsonl", 3)
+		"dlv_01jfz0000000000000000000aa", "/data/sessions/ses_01jfz0000000000000000000aa/journal.jsonl", "chatgpt", 3)
 	// belay doctor (the daemon report) names these.
 	dir := t.TempDir()
 	rep, err := daemon.Inspect(context.Background(), dir, nil, false)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -21,6 +20,7 @@ type readResult struct {
 
 func newReadCmd(stdio Stdio) *cobra.Command {
 	var g globalOptions
+	var artifacts bool
 	cmd := &cobra.Command{
 		Use:   "read RUN|SESSION",
 		Short: "Print a run's answer, or a session's transcript (works with the daemon down)",
@@ -42,17 +42,14 @@ func newReadCmd(stdio Stdio) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				evs, err := allEvents(ctx, src, run.Session, run.InputSeq-1)
-				if err != nil && len(evs) == 0 {
+				if artifacts {
+					return printArtifacts(stdio, g, run)
+				}
+				if err := readRun(ctx, stdio, src, run, g.JSON); err != nil {
 					return err
 				}
-				res := readResult{Run: run.ID, Session: run.Session, Status: run.Status, Prompt: promptOf(evs, run.ID), Answer: answer(evs, run.ID)}
 				if g.JSON {
-					return writeJSON(stdio.Out, res)
-				}
-				fmt.Fprint(stdio.Out, res.Answer)
-				if !strings.HasSuffix(res.Answer, "\n") {
-					fmt.Fprintln(stdio.Out)
+					return nil
 				}
 				if !run.Status.Terminal() {
 					fmt.Fprintf(stdio.Err, "belay: run %s is still %s; this is the answer so far\n", run.ID, run.Phase)
@@ -65,28 +62,12 @@ func newReadCmd(stdio Stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			evs, err := allEvents(ctx, src, id, 0)
-			if err != nil && len(evs) == 0 {
-				return err
-			}
-			var out []readResult
-			for _, r := range runs {
-				out = append(out, readResult{Run: r.ID, Session: id, Status: r.Status, Prompt: promptOf(evs, r.ID), Answer: answer(evs, r.ID)})
-			}
-			if g.JSON {
-				if out == nil {
-					out = []readResult{}
-				}
-				return writeJSON(stdio.Out, map[string]any{"session": id, "runs": out})
-			}
-			for _, r := range out {
-				fmt.Fprintf(stdio.Out, "## %s (%s)\n\n> %s\n\n%s\n\n", r.Run, r.Status, strings.ReplaceAll(strings.TrimSpace(r.Prompt), "\n", "\n> "), strings.TrimSpace(r.Answer))
-			}
-			return nil
+			return readSession(ctx, stdio, src, id, runs, g.JSON)
 		},
 	}
 	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
 	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&artifacts, "artifacts", false, "list the files the run downloaded (browser runs), with size and sha256")
 	return cmd
 }
 

@@ -43,11 +43,16 @@ OpenAI Chat Completions and Anthropic Messages (JSON array or JSONL). The
 format is detected unless --format names it.
 
 File level: lines that are not valid JSON, or not valid entries of the
-format, are dropped and reported with their line numbers. A file whose
+format, and lines written twice are dropped and reported with their line
+numbers. In pi and Claude Code sessions an entry whose parent is missing is
+relinked to its nearest surviving ancestor, and reported. A file whose
 header is invalid is refused and never changed.
-Message level: tool calls are paired with their results per turn, missing
+Message level: tool calls are paired with their results per turn (Claude
+Code: across the tree, each result on its own call's line), missing
 results get a synthetic error result, malformed calls, duplicate and orphan
 results are dropped; delivered replies and errored turns are left alone.
+pi and Claude Code sessions are repaired streaming, in memory that does
+not grow with the file; docs/transcripts.md lists every check and change.
 
 Before any change the original is copied to FILE.bak-<UTC time>, then the
 file is replaced atomically with its mode and owner. A file with nothing to
@@ -75,7 +80,7 @@ when any was refused or missing.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Format, "format", "", "the files' format: belay, pi, claude, openai or anthropic (default: detect)")
-	f.BoolVar(&opts.DryRun, "dry-run", false, "report what would change; change nothing")
+	f.BoolVar(&opts.DryRun, "dry-run", false, "check: report what would change; write nothing")
 	f.BoolVar(&opts.JSON, "json", false, "print a JSON report")
 	f.BoolVar(&opts.NoBackup, "no-backup", false, "do not keep FILE.bak-<time>")
 	f.BoolVar(&opts.LinesOnly, "lines-only", false, "file-level repair only (streaming, bounded memory)")

@@ -36,6 +36,9 @@ type sendOptions struct {
 	Timeout        time.Duration
 	Progress       bool
 	Prompt         string
+	Site           string
+	SiteURL        string
+	Attach         []string
 }
 
 // sendResult is `belay send --json`.
@@ -83,12 +86,18 @@ belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
 	f.BoolVar(&opts.Wait, "wait", false, "wait for the run to end after sending")
 	f.StringVar(&opts.File, "file", "", "read the prompt from a file")
 	f.StringVar(&opts.Script, "script", "", "fake provider: a JSON script file (see docs/providers.md)")
+	f.StringVar(&opts.Site, "site", "", "browser provider: the site profile (chatgpt, gemini, grok, claude, ...); implies --provider browser")
+	f.StringVar(&opts.SiteURL, "site-url", "", "browser provider: the site's start URL, if not the profile's")
+	f.StringArrayVar(&opts.Attach, "attach", nil, "browser provider: upload this file with the prompt (repeatable)")
 	f.DurationVar(&opts.Timeout, "timeout", 0, "with --watch/--wait: stop following after this long (exit 5; the run goes on)")
 	f.BoolVar(&opts.Progress, "progress", false, "with --watch: status lines on standard error even when it is not a terminal")
 	return cmd
 }
 
 func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) error {
+	if opts.Site != "" && opts.Provider == "" && opts.Session == "" {
+		opts.Provider = "browser"
+	}
 	switch {
 	case opts.Watch && opts.Wait:
 		return usagef("belay send --watch ...", "give --watch or --wait, not both")
@@ -104,7 +113,12 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 	prompt := opts.Prompt
 	switch {
 	case opts.File != "":
-		b, err := os.ReadFile(opts.File)
+		f, err := os.Open(opts.File)
+		if err != nil {
+			return fmt.Errorf("read prompt: %w", err)
+		}
+		b, err := io.ReadAll(io.LimitReader(f, runtime.MaxInput+1))
+		f.Close()
 		if err != nil {
 			return fmt.Errorf("read prompt: %w", err)
 		}
@@ -113,7 +127,7 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		if !hasArg && isTerminal(stdio.In) {
 			return usagef("belay send --provider fake \"hello\"", "no prompt: give it as an argument, \"-\" for standard input, or --file")
 		}
-		b, err := io.ReadAll(io.LimitReader(stdio.In, api.MaxRunBody))
+		b, err := io.ReadAll(io.LimitReader(stdio.In, runtime.MaxInput+1))
 		if err != nil {
 			return fmt.Errorf("read prompt: %w", err)
 		}
@@ -134,13 +148,36 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		}
 		script = b
 	}
+	// What the daemon could not store is refused here, before any upload.
+	if _, err := runtime.CheckInput(runtime.Input{Prompt: prompt, Script: script}); err != nil {
+		return fmt.Errorf("%w\nTry: send a shorter prompt, or give the agent a path to the long text instead of the text", err)
+	}
 	ctx := cmd.Context()
 	c, err := connect(ctx, stdio, opts.globalOptions, true)
 	if err != nil {
 		return err
 	}
+	var options json.RawMessage
+	if opts.Site != "" || opts.SiteURL != "" || len(opts.Attach) > 0 {
+		o := map[string]any{"site": opts.Site, "site_url": opts.SiteURL}
+		var files []string
+		for _, f := range opts.Attach {
+			abs, err := filepath.Abs(f)
+			if err != nil {
+				return err
+			}
+			if fi, err := os.Stat(abs); err != nil || !fi.Mode().IsRegular() {
+				return usagef("belay send --attach ./context.tar ...", "--attach %s: not a readable file", f)
+			}
+			files = append(files, abs)
+		}
+		if files != nil {
+			o["attachments"] = files
+		}
+		options, _ = json.Marshal(o)
+	}
 	run, err := c.CreateRun(ctx, api.CreateRunRequest{
-		Session: opts.Session, Provider: opts.Provider, Model: opts.Model, Prompt: prompt, Script: script,
+		Session: opts.Session, Provider: opts.Provider, Model: opts.Model, Prompt: prompt, Script: script, Options: options,
 		Policy: runtime.Policy(opts.Policy), Priority: opts.Priority, Deadline: api.Duration(opts.Deadline.d),
 	}, opts.IdempotencyKey)
 	if err != nil {

@@ -20,6 +20,7 @@ type serveOptions struct {
 	Listen    string
 	LogFormat string
 	LogLevel  string
+	MaxConns  int
 }
 
 func newServeCmd(stdio Stdio) *cobra.Command {
@@ -44,6 +45,7 @@ forces the exit.`,
 	f.StringVar(&opts.Listen, "listen", "", "also listen on TCP: tcp:HOST:PORT (requires the bearer token)")
 	f.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.IntVar(&opts.MaxConns, "max-conns", 0, "cap on client connections (default: half the open file limit, at most 16384); streams and long polls get half")
 	return cmd
 }
 
@@ -76,7 +78,7 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 		fmt.Fprintln(stdio.Err, "belay: second signal: exiting now")
 		os.Exit(ExitError)
 	}()
-	err = daemon.Run(ctx, daemon.Options{DataDir: dir, Listen: opts.Listen, Version: Version, Logger: slog.New(h)})
+	err = daemon.Run(ctx, daemon.Options{DataDir: dir, Listen: opts.Listen, Version: Version, Logger: slog.New(h), MaxConns: opts.MaxConns})
 	if errors.Is(err, belay.ErrStoreLocked) {
 		return &exitError{code: ExitError, err: err}
 	}

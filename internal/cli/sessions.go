@@ -145,6 +145,7 @@ func newSessionsDoctorCmd(stdio Stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			addSeedFacts(stdio, g, rep.Browser)
 			if g.JSON {
 				return writeJSON(stdio.Out, rep)
 			}
@@ -169,6 +170,7 @@ func printDoctor(stdio Stdio, rep doctor.Report) {
 	if rep.LastActivityAgeSeconds != nil {
 		fmt.Fprintf(stdio.Out, "last activity %ds ago\n", *rep.LastActivityAgeSeconds)
 	}
+	printBrowserDoctor(stdio, rep.Browser)
 	for _, d := range rep.Diagnostics {
 		fmt.Fprintf(stdio.Out, "%s: %s\n", d.Severity, d.Message)
 	}

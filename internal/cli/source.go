@@ -3,8 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -24,6 +24,9 @@ type source interface {
 	sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error)
 	events(ctx context.Context, session string, after uint64, limit int) ([]belay.Event, error)
 	doctor(ctx context.Context, session string) (doctor.Report, error)
+	// answer writes a run's answer text to w, streamed (G14: it fails if
+	// the answer is not whole).
+	answer(ctx context.Context, run belay.Run, w io.Writer) error
 	close()
 }
 
@@ -83,6 +86,10 @@ func (s onlineSource) doctor(ctx context.Context, session string) (doctor.Report
 	return r, apiError(err)
 }
 
+func (s onlineSource) answer(ctx context.Context, run belay.Run, w io.Writer) error {
+	return apiError(s.c.Answer(ctx, run.ID, w))
+}
+
 func (onlineSource) close() {}
 
 type offlineSource struct {
@@ -118,48 +125,11 @@ func (s offlineSource) doctor(ctx context.Context, session string) (doctor.Repor
 	return doctor.Diagnose(in), nil
 }
 
+func (s offlineSource) answer(ctx context.Context, run belay.Run, w io.Writer) error {
+	return brt.WriteAnswer(ctx, s.st, run, w)
+}
+
 func (s offlineSource) close() { _ = s.st.Close() }
-
-// allEvents reads a session's events after seq after.
-func allEvents(ctx context.Context, src source, session string, after uint64) ([]belay.Event, error) {
-	var out []belay.Event
-	for {
-		evs, err := src.events(ctx, session, after, 1000)
-		out = append(out, evs...)
-		if err != nil || len(evs) == 0 {
-			return out, err
-		}
-		after = evs[len(evs)-1].Seq
-	}
-}
-
-// answer returns a run's answer text: the text of its last attempt (a
-// resumed attempt continues the text before it; a resent one replaces it).
-func answer(evs []belay.Event, run string) string {
-	var b strings.Builder
-	for _, e := range evs {
-		if e.Run != run {
-			continue
-		}
-		switch e.Type {
-		case "run.updated":
-			var d struct {
-				Data struct {
-					Attempt int  `json:"attempt"`
-					Resume  bool `json:"resume"`
-				} `json:"data"`
-			}
-			if json.Unmarshal(e.Data, &d) == nil && d.Data.Attempt > 1 && !d.Data.Resume {
-				b.Reset()
-			}
-		case brt.EventText:
-			var d struct{ Text string }
-			_ = json.Unmarshal(e.Data, &d)
-			b.WriteString(d.Text)
-		}
-	}
-	return b.String()
-}
 
 // promptOf returns the prompt of a run from its run.created event.
 func promptOf(evs []belay.Event, run string) string {

@@ -24,6 +24,9 @@ func apiError(err error) error {
 	if client.IsUnreachable(err) {
 		return errUnreachable(err)
 	}
+	if errors.Is(err, client.ErrOverloaded) {
+		return errOverloaded(err)
+	}
 	return err
 }
 

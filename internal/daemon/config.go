@@ -4,8 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -125,6 +130,9 @@ func LoadConfig(dir string) (*Config, error) {
 		}
 	}
 	cfg.md = md
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("config: %s: %w", path, err)
+	}
 	if fi.Mode().Perm()&0o077 != 0 && (md.IsDefined("providers") || len(cfg.Webhooks) > 0) {
 		return nil, fmt.Errorf("config: %s may hold secrets and is readable by others (mode %v); run: chmod 600 %s", path, fi.Mode().Perm(), path)
 	}
@@ -168,6 +176,62 @@ func CheckConfig(dir string) error {
 	return nil
 }
 
+// validate checks what decoding cannot: no negative durations or counts
+// (retention.every excepted: negative turns pruning off), webhooks that
+// can be signed and sent, hooks that can be run. A mistake is an error at
+// start, never a default or a notifier left out.
+func (c *Config) validate() error {
+	durs := map[string]duration{
+		"watchdog.awaiting_first": c.Watchdog.AwaitingFirst, "watchdog.streaming": c.Watchdog.Streaming,
+		"watchdog.tool_running": c.Watchdog.ToolRunning, "watchdog.after_turn_end": c.Watchdog.AfterTurnEnd,
+		"retry.base": c.Retry.Base, "retry.max": c.Retry.Max, "deadlines.default": c.Deadlines.Default,
+		"retention.keep_complete": c.Retention.KeepComplete, "retention.keep_failed": c.Retention.KeepFailed,
+		"retention.grace": c.Retention.Grace,
+	}
+	for k, d := range c.Deadlines.Per {
+		durs["deadlines.per."+k] = d
+	}
+	for i, h := range c.Hooks {
+		durs[fmt.Sprintf("hooks[%d].timeout", i)] = h.Timeout
+	}
+	for _, k := range slices.Sorted(maps.Keys(durs)) {
+		if durs[k] < 0 {
+			return fmt.Errorf("%s must not be negative", k)
+		}
+	}
+	counts := map[string]int{"limits.global": c.Limits.Global, "retry.max_retries": c.Retry.MaxRetries, "recovery.max_attempts": c.Recovery.MaxAttempts}
+	for k, n := range c.Limits.PerProvider {
+		counts["limits.per_provider."+k] = n
+	}
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		if counts[k] < 0 {
+			return fmt.Errorf("%s must not be negative", k)
+		}
+	}
+	for i, w := range c.Webhooks {
+		u, err := url.Parse(w.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("webhooks[%d]: url is not an http(s) URL", i)
+		}
+		secret := w.Secret
+		if w.SecretEnv != "" {
+			secret = os.Getenv(w.SecretEnv)
+		}
+		if _, err := webhookKey(secret); err != nil {
+			return fmt.Errorf("webhooks[%d]: %w", i, err)
+		}
+	}
+	for i, h := range c.Hooks {
+		if len(h.Command) == 0 || h.Command[0] == "" {
+			return fmt.Errorf("hooks[%d]: command is empty", i)
+		}
+		if slices.ContainsFunc(h.Command, func(a string) bool { return strings.IndexByte(a, 0) >= 0 }) {
+			return fmt.Errorf("hooks[%d]: command must not hold a NUL byte", i)
+		}
+	}
+	return nil
+}
+
 // runtimeOptions applies the config to runtime options.
 func (c *Config) runtimeOptions(o *runtime.Options) {
 	o.Limits = runtime.Limits{Global: c.Limits.Global, PerProvider: c.Limits.PerProvider}
@@ -191,11 +255,38 @@ func (c *Config) runtimeOptions(o *runtime.Options) {
 	o.PruneEvery = time.Duration(c.Retention.Every)
 }
 
-// decode decodes a provider's TOML table strictly.
-func (c *Config) decode(prim any, v any) error {
+// decode decodes the TOML table of provider name strictly. A duration
+// written as a number is an error: TOML integers would be nanoseconds.
+func (c *Config) decode(name string, prim any, v any) error {
 	p, ok := prim.(toml.Primitive)
 	if !ok {
 		return fmt.Errorf("not a table")
 	}
-	return c.md.PrimitiveDecode(p, v)
+	if err := c.md.PrimitiveDecode(p, v); err != nil {
+		return err
+	}
+	for _, key := range durationKeys(reflect.TypeOf(v).Elem()) {
+		if typ := c.md.Type("providers", name, key); typ != "" && typ != "String" {
+			return fmt.Errorf("%s is a TOML %s: write a duration as a string like \"30s\"", key, strings.ToLower(typ))
+		}
+	}
+	return nil
+}
+
+// durationKeys returns the TOML keys of t's time.Duration fields,
+// embedded structs included.
+func durationKeys(t reflect.Type) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		switch {
+		case f.Anonymous && f.Type.Kind() == reflect.Struct:
+			keys = append(keys, durationKeys(f.Type)...)
+		case f.Type == reflect.TypeFor[time.Duration]():
+			if key, _, _ := strings.Cut(f.Tag.Get("toml"), ","); key != "" && key != "-" {
+				keys = append(keys, key)
+			}
+		}
+	}
+	return keys
 }

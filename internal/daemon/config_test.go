@@ -19,7 +19,7 @@ func TestProvidersFromTheEnvironment(t *testing.T) {
 	cfg.getenv = env(nil)
 	reg, err := buildProviders(cfg, dir)
 	require.NoError(t, err)
-	require.Equal(t, []string{"fake"}, reg.Names(), "nothing in the environment: only the built-in fake")
+	require.Equal(t, []string{"browser", "fake"}, reg.Names(), "nothing in the environment: only the built-in ones")
 
 	cfg.getenv = env(map[string]string{
 		"OPENAI_API_KEY": "sk-env-secret-0123456789", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
@@ -27,7 +27,7 @@ func TestProvidersFromTheEnvironment(t *testing.T) {
 	})
 	reg, err = buildProviders(cfg, dir)
 	require.NoError(t, err)
-	require.Equal(t, []string{"anthropic", "fake", "openai"}, reg.Names())
+	require.Equal(t, []string{"anthropic", "browser", "fake", "openai"}, reg.Names())
 
 	cfg.getenv = env(map[string]string{"OPENAI_BASE_URL": "http://127.0.0.1:8080/v1"})
 	reg, err = buildProviders(cfg, dir)

@@ -43,6 +43,9 @@ type Options struct {
 	Logger  *slog.Logger
 	// Ready, if set, is called once the daemon serves.
 	Ready func()
+	// MaxConns caps the client connections (0: from the open file limit);
+	// watchers are capped at half of it.
+	MaxConns int
 }
 
 // ErrLocked wraps the error of a second daemon on the same data directory.
@@ -186,16 +189,22 @@ func Run(ctx context.Context, opts Options) (err error) {
 	notifier.start(ctx)
 	cleanup = append(cleanup, notifier.stop)
 
+	maxConns, maxWatchers, err := connLimits(opts, log)
+	if err != nil {
+		return err
+	}
+	limiter := api.NewConnLimiter(maxConns)
+	metrics.Connections(limiter)
 	srv := api.NewServer(api.Options{
-		Runtime: rt, Version: opts.Version, DataDir: dir, Logger: log, Metrics: metrics,
+		Runtime: rt, Version: opts.Version, DataDir: dir, Logger: log, Metrics: metrics, MaxWatchers: maxWatchers,
 		Export:       exporter(st),
 		DaemonDoctor: func(ctx context.Context) (any, error) { return Inspect(ctx, dir, st, true) },
 	})
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	serve := func(l net.Listener, h http.Handler) {
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return baseCtx }}
+		hs := newHTTPServer(h, limiter, baseCtx)
 		go func() {
-			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := hs.Serve(limiter.Listener(l)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("serve", "addr", l.Addr().String(), "err", err)
 			}
 		}()

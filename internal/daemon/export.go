@@ -23,6 +23,9 @@ func ExportEvents(ctx context.Context, st store.Store, w io.Writer, session, for
 	var evs []belay.Event
 	var after uint64
 	for {
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx) // the client went away
+		}
 		page, err := st.Events(ctx, session, after, 4096)
 		evs = append(evs, page...)
 		if err != nil {

@@ -27,7 +27,7 @@ type fakeConfig struct {
 var providerTypes = map[string]func(name string, d *Config, prim any, dataDir string) (provider.Provider, error){
 	"openai": func(name string, c *Config, prim any, _ string) (provider.Provider, error) {
 		var cfg openai.Config
-		if err := c.decode(prim, &cfg); err != nil {
+		if err := c.decode(name, prim, &cfg); err != nil {
 			return nil, err
 		}
 		cfg.History = sessionHistory(c.store)
@@ -35,7 +35,7 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 	},
 	"anthropic": func(name string, c *Config, prim any, _ string) (provider.Provider, error) {
 		var cfg anthropic.Config
-		if err := c.decode(prim, &cfg); err != nil {
+		if err := c.decode(name, prim, &cfg); err != nil {
 			return nil, err
 		}
 		cfg.History = sessionHistory(c.store)
@@ -46,7 +46,7 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 			Type string `toml:"type"`
 			command.Config
 		}
-		if err := c.decode(prim, &cfg); err != nil {
+		if err := c.decode(name, prim, &cfg); err != nil {
 			return nil, err
 		}
 		if cfg.RunDir == "" {
@@ -56,7 +56,7 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 	},
 	"fake": func(name string, c *Config, prim any, dataDir string) (provider.Provider, error) {
 		var fc fakeConfig
-		if err := c.decode(prim, &fc); err != nil {
+		if err := c.decode(name, prim, &fc); err != nil {
 			return nil, err
 		}
 		opts := fake.Options{Name: name, Resume: fc.Resume == nil || *fc.Resume, Clock: clock.Real, EffectsDir: filepath.Join(dataDir, "fake-effects")}
@@ -72,7 +72,8 @@ var providerTypes = map[string]func(name string, d *Config, prim any, dataDir st
 }
 
 // buildProviders returns the configured providers, plus the built-in fake
-// provider "fake" (resumable) unless the config defines that name.
+// provider "fake" (resumable) and browser provider "browser" unless the
+// config defines those names.
 func buildProviders(c *Config, dataDir string) (provider.Registry, error) {
 	reg := provider.Registry{}
 	names := make([]string, 0, len(c.Providers))
@@ -103,6 +104,9 @@ func buildProviders(c *Config, dataDir string) (provider.Registry, error) {
 	}
 	if _, ok := reg["fake"]; !ok {
 		reg["fake"] = fake.New(fake.Options{Name: "fake", Resume: true, Clock: clock.Real, EffectsDir: filepath.Join(dataDir, "fake-effects")})
+	}
+	if err := addBrowsers(c, reg, dataDir); err != nil {
+		return nil, err
 	}
 	return reg, nil
 }

@@ -85,15 +85,21 @@ func (c *Config) validate(name string) error {
 	if c.AnthropicVersion == "" {
 		c.AnthropicVersion = DefaultVersion
 	}
+	if !httpapi.ValidHeaderValue(c.AnthropicVersion) {
+		return bad("anthropic_version must not hold a line break or control character")
+	}
 	if c.MaxTokens < 0 {
 		return bad("max_tokens must not be negative")
 	}
 	if c.MaxTokens == 0 {
 		c.MaxTokens = DefaultMaxTokens
 	}
-	for k := range c.Headers {
+	for k, v := range c.Headers {
 		if !httpapi.ValidHeaderName(k) {
 			return bad("headers: %q is not a valid header name", k)
+		}
+		if !httpapi.ValidHeaderValue(v) {
+			return bad("headers: the value of %s holds a line break or control character", k)
 		}
 		if strings.EqualFold(k, "x-api-key") || strings.EqualFold(k, "Authorization") {
 			return bad("headers: set the key with api_key_env, api_key_file or api_key, not a %s header", k)

@@ -356,6 +356,10 @@ func (s *stream) apply(e *streamEvent) (bool, error) {
 			return false, nil
 		}
 		delete(s.blocks, e.Index)
+		if b.id == "" || b.name == "" {
+			// Neither can be answered or replayed: the stream is malformed.
+			return false, provider.Errorf(belay.ClassTransient, "%s: %s: a tool_use block without an id or a name", s.p.name, what)
+		}
 		call := &provider.Call{ID: b.id, Name: b.name, Input: prompt.ToolInput(b.json.String()), SideEffect: true}
 		return false, s.emit(provider.Event{Kind: provider.ToolCall, Call: call})
 	case "message_delta":

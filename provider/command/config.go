@@ -3,6 +3,7 @@ package command
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,6 +131,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return c, fmt.Errorf("%w: argv is empty", ErrConfig)
+	}
+	// The kernel takes no NUL byte in an argument, a variable or a path.
+	for _, list := range [][]string{c.Argv, c.ModelArgs, {c.Dir, c.RunDir}, slices.Collect(maps.Values(c.Env))} {
+		if slices.ContainsFunc(list, func(s string) bool { return strings.IndexByte(s, 0) >= 0 }) {
+			return c, fmt.Errorf("%w: argv, model_args, env, dir and run_dir must not hold a NUL byte", ErrConfig)
+		}
+	}
+	for k := range c.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return c, fmt.Errorf("%w: env: %q is not a variable name", ErrConfig, k)
+		}
 	}
 	if c.Prompt == "" {
 		c.Prompt = PromptStdin

@@ -103,6 +103,9 @@ func (c *Config) validate(name string) error {
 		return bad("%v", err)
 	}
 	c.BaseURL = base
+	if !httpapi.ValidHeaderValue(c.Organization) || !httpapi.ValidHeaderValue(c.Project) {
+		return bad("organization and project must not hold a line break or control character")
+	}
 	switch c.API {
 	case "":
 		c.API = APIChat
@@ -110,9 +113,12 @@ func (c *Config) validate(name string) error {
 	default:
 		return bad("api is %q, want \"chat\" or \"responses\"", c.API)
 	}
-	for k := range c.Headers {
+	for k, v := range c.Headers {
 		if !httpapi.ValidHeaderName(k) {
 			return bad("headers: %q is not a valid header name", k)
+		}
+		if !httpapi.ValidHeaderValue(v) {
+			return bad("headers: the value of %s holds a line break or control character", k)
 		}
 		if strings.EqualFold(k, "Authorization") {
 			return bad("headers: set the key with api_key_env, api_key_file or api_key, not an Authorization header")

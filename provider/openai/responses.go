@@ -408,7 +408,11 @@ func (p *Provider) endTurn(st *respState, r *respObj, emit func(provider.Event) 
 }
 
 func (p *Provider) reportCall(st *respState, callID, name, args string, emit func(provider.Event) error) error {
-	if callID == "" || st.reported[callID] {
+	if callID == "" || name == "" {
+		// Neither can be answered or replayed: the response is malformed.
+		return provider.Errorf(belay.ClassTransient, "%s: %s: a function call without a call_id or a name", p.name, respWhat)
+	}
+	if st.reported[callID] {
 		return nil
 	}
 	st.reported[callID] = true

@@ -185,7 +185,7 @@ func TestSnapshotIsUsedOnReopen(t *testing.T) {
 	j, err := ss.acquire()
 	require.NoError(t, err)
 	require.Equal(t, "trusted", j.Recovery().Snapshot)
-	ss.release()
+	ss.release(j)
 	ds, err := s.Deliveries(ctx, belay.DeliveryFilter{Session: sess.ID})
 	require.NoError(t, err)
 	require.Len(t, ds, 25)

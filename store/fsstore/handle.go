@@ -24,18 +24,28 @@ const DefaultMaxOpen = 512
 // until release.
 func (ss *session) acquire() (*journal.Journal, error) {
 	ss.jmu.Lock()
-	if ss.j != nil && ss.refs == 0 && !ss.store.opts.ReadOnly && ss.j.Failed() != nil {
+	if ss.j != nil && !ss.store.opts.ReadOnly && ss.j.Failed() != nil {
 		// A commit failed (a full disk, an I/O error): the journal is
-		// read-only until reopened. Heal it now that nobody uses it: cut
-		// it back to what was acknowledged and open it again. If the cause
-		// is still there, the next write fails the same way and the next
-		// acquire tries again; nothing waits for a restart.
+		// read-only until reopened. Heal it now: cut it back to what was
+		// acknowledged and open it again. Whoever still reads the old one
+		// goes on reading what was acknowledged; it is closed when the
+		// last of them lets go. If the cause is still there, the next
+		// write fails the same way and the next acquire tries again;
+		// nothing waits for a restart.
 		old := ss.j
-		ss.j = nil
-		if err := old.Abandon(); err != nil {
+		if err := old.Rollback(); err != nil {
 			ss.jmu.Unlock()
 			return nil, fmt.Errorf("fsstore: heal session %s: %w", ss.id, err)
 		}
+		if ss.refs > 0 {
+			if ss.retired == nil {
+				ss.retired = map[*journal.Journal]int{}
+			}
+			ss.retired[old] = ss.refs
+		} else {
+			_ = old.Close() // failed: nothing left to commit
+		}
+		ss.j, ss.refs = nil, 0
 	}
 	if ss.j != nil {
 		ss.refs++
@@ -70,15 +80,23 @@ func (ss *session) acquire() (*journal.Journal, error) {
 	return j, nil
 }
 
-// release unpins the journal.
-func (ss *session) release() {
+// release unpins j, which acquire returned.
+func (ss *session) release(j *journal.Journal) {
 	ss.jmu.Lock()
+	defer ss.jmu.Unlock()
+	if j != ss.j {
+		// A journal replaced by a heal: close it after its last reader.
+		if n := ss.retired[j] - 1; n > 0 {
+			ss.retired[j] = n
+		} else {
+			delete(ss.retired, j)
+			_ = j.Close() // failed: nothing left to commit
+		}
+		return
+	}
 	ss.refs--
 	ss.lastUse = time.Now()
-	if ss.j != nil {
-		ss.lastSeq.Store(ss.j.LastSeq())
-	}
-	ss.jmu.Unlock()
+	ss.lastSeq.Store(ss.j.LastSeq())
 }
 
 // closeIdle closes the journal if nothing pins it. It reports whether the

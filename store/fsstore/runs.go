@@ -114,7 +114,7 @@ func (s *Store) RunInput(ctx context.Context, id string) (json.RawMessage, error
 	if err != nil {
 		return nil, ss.wrap(err)
 	}
-	defer ss.release()
+	defer ss.release(j)
 	evs, err := j.Read(seq-1, 1)
 	if err != nil || len(evs) != 1 || evs[0].Type != store.EventRunCreated {
 		return nil, fmt.Errorf("%w: run %s: input at seq %d unreadable: %v", belay.ErrCorruptRecord, id, seq, ss.wrap(err))

@@ -26,10 +26,13 @@ type session struct {
 	dir   string
 	store *Store
 
-	jmu     sync.Mutex // guards j, refs and lastUse
+	jmu     sync.Mutex // guards j, refs, retired and lastUse
 	j       *journal.Journal
 	refs    int
 	lastUse time.Time
+	// retired are journals a heal replaced while they were pinned, with
+	// their pin counts; each is closed when its last pin is released.
+	retired map[*journal.Journal]int
 
 	mu        sync.Mutex // guards st and sinceSnap
 	st        *state
@@ -58,7 +61,7 @@ func (s *Store) openSession(id string) (*session, error) {
 		return nil, err
 	}
 	defer func() {
-		ss.release()
+		ss.release(j)
 		ss.evict()
 	}()
 	if err := ss.fold(j); err != nil {
@@ -191,7 +194,7 @@ func (ss *session) appendRaw(ctx context.Context, d belay.Durability, evs []bela
 	if err != nil {
 		return nil, ss.wrap(err)
 	}
-	defer ss.release()
+	defer ss.release(j)
 	seqs, err := j.Append(ctx, d, evs...)
 	if err != nil {
 		return nil, ss.wrap(err)
@@ -280,7 +283,7 @@ func (ss *session) commitAll(ctx context.Context, evs ...belay.Event) ([]belay.E
 	if err != nil {
 		return evs, ss.wrap(err)
 	}
-	defer ss.release()
+	defer ss.release(j)
 	seqs, err := j.AppendUnique(ctx, journal.Sync, evs...)
 	if err != nil {
 		return evs, ss.wrap(err)
@@ -319,7 +322,7 @@ func (ss *session) snapshotLocked() {
 	if j == nil {
 		return
 	}
-	defer ss.release()
+	defer ss.release(j)
 	raw, err := json.Marshal(ss.st)
 	if err != nil {
 		return

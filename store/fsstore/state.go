@@ -145,15 +145,17 @@ func (st *state) apply(e *belay.Event) error {
 		// fold through any seq before the next state change the same.
 		return nil
 	}
-	st.Session.LastSeq = e.Seq
-	if e.TS.After(st.Session.UpdatedAt) {
-		st.Session.UpdatedAt = e.TS
+	if st.Session.ID == "" && e.Type != store.EventSessionCreated {
+		return corrupt(e, "comes before session.created")
 	}
 	switch e.Type {
 	case store.EventSessionCreated:
 		var p sessionCreated
 		if err := decode(e, &p); err != nil {
 			return err
+		}
+		if st.Session.ID != "" || p.ID == "" {
+			return corrupt(e, "a second session.created, or one without an id")
 		}
 		st.Session = belay.Session{
 			ID: p.ID, Provider: p.Provider, Model: p.Model, Labels: p.Labels, Options: p.Options,
@@ -164,6 +166,9 @@ func (st *state) apply(e *belay.Event) error {
 		var p runCreated
 		if err := decode(e, &p); err != nil {
 			return err
+		}
+		if p.ID == "" || st.runs[p.ID] != nil {
+			return corrupt(e, fmt.Sprintf("run id %q is empty or taken", p.ID))
 		}
 		r := &belay.Run{
 			ID: p.ID, Session: st.Session.ID, IdempotencyKey: p.Key, Status: belay.RunQueued,
@@ -183,6 +188,9 @@ func (st *state) apply(e *belay.Event) error {
 		var p runLeased
 		if err := decode(e, &p); err != nil {
 			return err
+		}
+		if e.Epoch <= r.Epoch {
+			return corrupt(e, fmt.Sprintf("epoch %d does not follow epoch %d of run %s", e.Epoch, r.Epoch, r.ID))
 		}
 		r.Epoch = e.Epoch
 		r.Lease = &belay.Lease{Owner: p.Owner, Epoch: e.Epoch, GrantedAt: e.TS, ExpiresAt: p.ExpiresAt}
@@ -220,6 +228,9 @@ func (st *state) apply(e *belay.Event) error {
 		if err := decode(e, &p); err != nil {
 			return err
 		}
+		if p.Phase != "" && (p.Phase.Status() == "" || p.Phase == belay.PhaseQueued) {
+			return corrupt(e, fmt.Sprintf("run %s cannot move to phase %q", r.ID, p.Phase))
+		}
 		if p.Phase != "" {
 			r.Phase, r.Status = p.Phase, p.Phase.Status()
 		}
@@ -246,6 +257,9 @@ func (st *state) apply(e *belay.Event) error {
 		if err := decode(e, &p); err != nil {
 			return err
 		}
+		if p.ID == "" || st.deliveries[p.ID] != nil {
+			return corrupt(e, fmt.Sprintf("delivery id %q is empty or taken", p.ID))
+		}
 		d := &belay.Delivery{
 			ID: p.ID, Session: st.Session.ID, Type: p.Type, Key: p.Key, Priority: p.Priority,
 			Data: p.Data, Status: belay.DeliveryPending, Seq: e.Seq, CreatedAt: e.TS,
@@ -260,9 +274,12 @@ func (st *state) apply(e *belay.Event) error {
 		if err := decode(e, &p); err != nil {
 			return err
 		}
-		d, err := st.delivery(p.ID)
+		d, err := st.delivery(e, p.ID)
 		if err != nil {
 			return err
+		}
+		if e.Epoch <= d.Epoch {
+			return corrupt(e, fmt.Sprintf("epoch %d does not follow epoch %d of delivery %s", e.Epoch, d.Epoch, d.ID))
 		}
 		d.Status, d.Epoch = belay.DeliveryLeased, e.Epoch
 		delete(st.Expired, d.ID)
@@ -274,26 +291,28 @@ func (st *state) apply(e *belay.Event) error {
 		if err := decode(e, &p); err != nil {
 			return err
 		}
-		d, err := st.delivery(p.ID)
+		d, err := st.delivery(e, p.ID)
 		if err != nil {
 			return err
 		}
-		d.Lease = nil
-		d.Result = p.Result
 		switch p.Kind {
 		case belay.SettleDone:
 			d.Status, d.SettledAt = belay.DeliveryDone, e.TS
 		case belay.SettleError:
 			d.Status, d.SettledAt = belay.DeliveryError, e.TS
-		default:
+		case belay.SettleRelease, belay.SettleRetry:
 			d.Status, d.NotBefore = belay.DeliveryPending, p.NotBefore
+		default:
+			return corrupt(e, fmt.Sprintf("settlement kind %q", p.Kind))
 		}
+		d.Lease = nil
+		d.Result = p.Result
 	case store.EventDeliveryExpired:
 		var p deliveryExpired
 		if err := decode(e, &p); err != nil {
 			return err
 		}
-		d, err := st.delivery(p.ID)
+		d, err := st.delivery(e, p.ID)
 		if err != nil {
 			return err
 		}
@@ -302,6 +321,11 @@ func (st *state) apply(e *belay.Event) error {
 			st.Expired = map[string]uint64{}
 		}
 		st.Expired[d.ID] = e.Epoch
+	}
+	// Only an event that folds changes the state.
+	st.Session.LastSeq = e.Seq
+	if e.TS.After(st.Session.UpdatedAt) {
+		st.Session.UpdatedAt = e.TS
 	}
 	return nil
 }
@@ -313,18 +337,32 @@ func decode(e *belay.Event, v any) error {
 	return nil
 }
 
+// corrupt is the error of an event that does not fit the state.
+func corrupt(e *belay.Event, why string) error {
+	return fmt.Errorf("%w: seq %d (%s): %s", belay.ErrCorruptRecord, e.Seq, e.Type, why)
+}
+
+// run returns the run an event changes; a finished run takes no changes.
 func (st *state) run(e *belay.Event) (*belay.Run, error) {
 	r, ok := st.runs[e.Run]
 	if !ok {
-		return nil, fmt.Errorf("%w: seq %d (%s) names unknown run %q", belay.ErrCorruptRecord, e.Seq, e.Type, e.Run)
+		return nil, corrupt(e, fmt.Sprintf("names unknown run %q", e.Run))
+	}
+	if r.Status.Terminal() {
+		return nil, corrupt(e, fmt.Sprintf("changes run %s, which is %s", r.ID, r.Status))
 	}
 	return r, nil
 }
 
-func (st *state) delivery(id string) (*belay.Delivery, error) {
+// delivery returns the delivery an event changes; a settled one takes no
+// changes.
+func (st *state) delivery(e *belay.Event, id string) (*belay.Delivery, error) {
 	d, ok := st.deliveries[id]
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown delivery %q", belay.ErrCorruptRecord, id)
+		return nil, corrupt(e, fmt.Sprintf("names unknown delivery %q", id))
+	}
+	if d.Status == belay.DeliveryDone || d.Status == belay.DeliveryError {
+		return nil, corrupt(e, fmt.Sprintf("changes delivery %s, which is settled (%s)", d.ID, d.Status))
 	}
 	return d, nil
 }

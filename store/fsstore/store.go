@@ -479,6 +479,9 @@ func (s *Store) Sessions(_ context.Context, f belay.SessionFilter) ([]belay.Sess
 	}
 	var out []belay.Session
 	for _, ss := range all {
+		if f.Before != "" && ss.id >= f.Before {
+			continue
+		}
 		sess := ss.snapshotSession()
 		if f.State != "" && sess.State != f.State || f.Provider != "" && sess.Provider != f.Provider {
 			continue
@@ -537,11 +540,44 @@ func (s *Store) Events(_ context.Context, id string, after uint64, limit int) ([
 	if err != nil {
 		return nil, ss.wrap(err)
 	}
-	defer ss.release()
+	defer ss.release(j)
 	// A quarantined session returns what precedes the damage together with
 	// the error: it is never read as if it simply ended.
 	evs, err := j.Read(after, limit)
 	return evs, ss.wrap(err)
+}
+
+// ScanEvents streams a session's events after seq after (see store.Store).
+func (s *Store) ScanEvents(ctx context.Context, id string, after uint64, fn func(belay.Event) error) error {
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	ss, err := s.session(id)
+	if err != nil {
+		return err
+	}
+	j, err := ss.acquire()
+	if err != nil {
+		return ss.wrap(err)
+	}
+	defer ss.release(j)
+	var ferr error
+	n := 0
+	err = j.Scan(after, func(e belay.Event) bool {
+		if n++; n%64 == 0 && ctx.Err() != nil {
+			ferr = context.Cause(ctx)
+			return false
+		}
+		ferr = fn(e)
+		return ferr == nil
+	})
+	if ferr != nil {
+		return ferr
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return ss.wrap(err)
 }
 
 // WaitEvents blocks until the session has an event after seq after. A
@@ -561,7 +597,7 @@ func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
 		}
 		if err == nil {
 			err = j.Wait(ctx, after)
-			ss.release()
+			ss.release(j)
 			if err == nil || j.Failed() == nil || ctx.Err() != nil {
 				return ss.wrap(err)
 			}

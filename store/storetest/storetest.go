@@ -77,6 +77,7 @@ func Run(t *testing.T, h Harness) {
 		"SessionWithFirstRun":  testSessionWithFirstRun,
 		"Events":               testEvents,
 		"EventsWait":           testEventsWait,
+		"ScanEvents":           testScanEvents,
 		"FencedAppend":         testFencedAppend,
 		"Runs":                 testRuns,
 		"RunLeases":            testRunLeases,
@@ -126,6 +127,13 @@ func testSessions(t *testing.T, h Harness) {
 	list, err = b.s.Sessions(b.ctx, belay.SessionFilter{Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
+	list, err = b.s.Sessions(b.ctx, belay.SessionFilter{Before: c.ID})
+	require.NoError(t, err)
+	require.Len(t, list, 1, "Before is a cursor: older sessions only")
+	require.Equal(t, a.ID, list[0].ID)
+	list, err = b.s.Sessions(b.ctx, belay.SessionFilter{Before: a.ID})
+	require.NoError(t, err)
+	require.Empty(t, list)
 
 	_, err = b.s.Session(b.ctx, "ses_../../etc")
 	require.ErrorIs(t, err, belay.ErrInvalid)
@@ -232,6 +240,40 @@ func testEvents(t *testing.T, h Harness) {
 	got, err := b.s.Session(b.ctx, sess.ID)
 	require.NoError(t, err)
 	require.Equal(t, uint64(4), got.LastSeq)
+}
+
+func testScanEvents(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	for i := range 10 {
+		_, err := b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "note", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+		require.NoError(t, err)
+	}
+	want, err := b.s.Events(b.ctx, sess.ID, 3, 0)
+	require.NoError(t, err)
+	var got []belay.Event
+	require.NoError(t, b.s.ScanEvents(b.ctx, sess.ID, 3, func(e belay.Event) error {
+		e.Data = append(json.RawMessage(nil), e.Data...)
+		got = append(got, e)
+		return nil
+	}))
+	require.Len(t, got, len(want))
+	for i := range got {
+		require.Equal(t, want[i].Seq, got[i].Seq)
+		require.Equal(t, want[i].Type, got[i].Type)
+		require.JSONEq(t, string(want[i].Data), string(got[i].Data))
+	}
+	stop := errors.New("stop")
+	n := 0
+	err = b.s.ScanEvents(b.ctx, sess.ID, 0, func(belay.Event) error { n++; return stop })
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 1, n)
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	err = b.s.ScanEvents(ctx, sess.ID, 0, func(belay.Event) error { return nil })
+	require.ErrorIs(t, err, context.Canceled, "a scan stops when its caller goes away")
+	err = b.s.ScanEvents(b.ctx, ids.New(ids.Session), 0, func(belay.Event) error { return nil })
+	require.ErrorIs(t, err, belay.ErrNotFound)
 }
 
 func testEventsWait(t *testing.T, h Harness) {

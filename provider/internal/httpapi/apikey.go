@@ -30,8 +30,17 @@ const maxKeyFile = 64 << 10
 
 // LoadKey returns the API key and a description of where it came from
 // (never the key itself). With nothing configured and DefaultEnv unset or
-// empty, it returns "" and ErrNoKey.
+// empty, it returns "" and ErrNoKey. A key that cannot be sent in a
+// header (a line break, a control character) is an error.
 func LoadKey(src KeySource) (key, origin string, err error) {
+	key, origin, err = loadKey(src)
+	if err == nil && !ValidHeaderValue(key) {
+		return "", "", fmt.Errorf("the API key from %s holds a line break or control character; a key is one line", origin)
+	}
+	return key, origin, err
+}
+
+func loadKey(src KeySource) (key, origin string, err error) {
 	getenv := src.Getenv
 	if getenv == nil {
 		getenv = os.Getenv

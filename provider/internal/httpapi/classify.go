@@ -175,8 +175,12 @@ func ClassifyType(typ, code, message string) (belay.ErrorClass, bool) {
 // maxErrorBody caps how much of an error response is read.
 const maxErrorBody = 64 << 10
 
-// maxMessage caps the server message kept in an error.
-const maxMessage = 500
+// maxMessage caps the server message kept in an error, maxCode its
+// error code or type and its request id.
+const (
+	maxMessage = 500
+	maxCode    = 100
+)
 
 // FromResponse reads (up to a cap) and closes an error response and
 // returns its *provider.Error, scrubbed. what names the call ("chat
@@ -195,13 +199,13 @@ func FromResponse(resp *http.Response, what string, scrub *Scrubber, now time.Ti
 	}
 	detail := fmt.Sprintf("%s: HTTP %d", what, resp.StatusCode)
 	if k := firstNonEmpty(e.Code, e.Type); k != "" {
-		detail += " " + k
+		detail += " " + scrub.clip(k, maxCode)
 	}
 	if msg != "" {
-		detail += ": " + truncate(msg, maxMessage)
+		detail += ": " + scrub.clip(msg, maxMessage)
 	}
 	if id := firstNonEmpty(resp.Header.Get("x-request-id"), resp.Header.Get("request-id")); id != "" {
-		detail += " (request " + truncate(id, 100) + ")"
+		detail += " (request " + scrub.clip(id, maxCode) + ")"
 	}
 	pe := &provider.Error{Class: class, Message: scrub.String(detail), Status: resp.StatusCode}
 	if class == belay.ClassRateLimited || class == belay.ClassOverloaded || class == belay.ClassTransient {
@@ -219,10 +223,10 @@ func StreamError(what, typ, code, message string, scrub *Scrubber) *provider.Err
 	}
 	detail := what + ": stream error"
 	if k := firstNonEmpty(code, typ); k != "" {
-		detail += " " + k
+		detail += " " + scrub.clip(k, maxCode)
 	}
 	if message != "" {
-		detail += ": " + truncate(message, maxMessage)
+		detail += ": " + scrub.clip(message, maxMessage)
 	}
 	return &provider.Error{Class: class, Message: scrub.String(detail)}
 }
@@ -278,7 +282,7 @@ func NetworkError(ctx context.Context, what string, err error, scrub *Scrubber) 
 	}
 	return &provider.Error{
 		Class:   belay.ClassTransient,
-		Message: scrub.String(what + ": " + truncate(msg, maxMessage)),
+		Message: scrub.String(what + ": " + scrub.clip(msg, maxMessage)),
 		Err:     cause,
 	}
 }

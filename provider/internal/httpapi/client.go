@@ -122,3 +122,14 @@ func ValidHeaderName(s string) bool {
 	}
 	return true
 }
+
+// ValidHeaderValue reports whether s can be sent as an HTTP header field
+// value: no control characters other than tab (RFC 9110 field-value).
+func ValidHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

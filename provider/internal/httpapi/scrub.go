@@ -77,3 +77,9 @@ func scrubPairs(text string) string {
 func isIdentByte(c byte) bool {
 	return c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
+
+// clip scrubs text, then cuts it to at most n bytes (and a "…"). Cutting
+// first could leave the start of a secret that no longer matches.
+func (s *Scrubber) clip(text string, n int) string {
+	return truncate(s.String(text), n)
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/client"
+	"github.com/belayhq/belay/internal/chatsite"
+	"github.com/belayhq/belay/provider/browser"
+)
+
+// browserSetup starts a loopback chat site at speed and writes a daemon
+// config whose browser provider polls fast. It returns the site, the data
+// dir and the belay binary.
+func browserSetup(t *testing.T, speed float64) (*chatsite.Site, string, string) {
+	t.Helper()
+	if _, err := exec.LookPath("chromium"); err != nil {
+		t.Skip("no chromium: apt-get install -y chromium")
+	}
+	site, err := chatsite.Start(chatsite.Options{Speed: speed})
+	require.NoError(t, err)
+	t.Cleanup(func() { site.Close() })
+	dir := t.TempDir()
+	cfg := "[providers.browser]\ntype = \"browser\"\npoll_interval = \"50ms\"\nsettle = \"150ms\"\nprogress_every = \"1s\"\n" +
+		"[retry]\nbase = \"100ms\"\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600))
+	bin := filepath.Join(t.TempDir(), "belay")
+	require.NoError(t, os.Symlink(os.Args[0], bin))
+	t.Cleanup(func() { killBrowsers(dir) })
+	return site, dir, bin
+}
+
+// killBrowsers ends the browsers a failed test left under dir.
+func killBrowsers(dir string) {
+	out, _ := exec.Command("pgrep", "-f", "--", "--user-data-dir="+dir).Output()
+	for _, f := range strings.Fields(string(out)) {
+		var pid int
+		if _, err := fmt.Sscan(f, &pid); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// belayCmd runs the belay binary on dir and returns its stdout.
+func belayCmd(t *testing.T, bin, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "BELAY_HOME="+dir, "BELAY_NO_AUTOSTART=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	require.NoError(t, cmd.Run(), "belay %s: %s", strings.Join(args, " "), errb.String())
+	return out.String()
+}
+
+// runText is the answer text the journal holds for a run.
+func runText(t *testing.T, c *client.Client, session, run string) string {
+	t.Helper()
+	evs, err := c.Events(context.Background(), session, 0, 0, 0)
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, e := range evs.Events {
+		if e.Run == run && e.Type == "run.text" {
+			var d struct{ Text string }
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			b.WriteString(d.Text)
+		}
+	}
+	return b.String()
+}
+
+// TestBrowserSendThroughTheCLI sends with `belay send --site` through a
+// real daemon and reads the answer with `belay read`.
+func TestBrowserSendThroughTheCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	t.Parallel()
+	site, dir, bin := browserSetup(t, 8)
+	daemon := startServe(t, bin, dir)
+	defer func() { _ = daemon.Process.Signal(syscall.SIGTERM); _ = daemon.Wait() }()
+	prompt := "What is a fencing token? [[think=2s stream=2s words=30 artifacts=notes.txt]]"
+	out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", "--wait", "--timeout", "60s", prompt)
+	var res struct {
+		Run, Session, Status string
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, "complete", res.Status, out)
+	want, err := chatsite.AnswerText(prompt)
+	require.NoError(t, err)
+	got := belayCmd(t, bin, dir, "read", res.Run)
+	require.Equal(t, want, strings.TrimRight(got, "\n"))
+	require.Equal(t, 1, site.Count(prompt))
+
+	// The answer's file is in the run's artifact directory.
+	var arts struct {
+		Dir       string
+		Artifacts []browser.Artifact
+	}
+	out = belayCmd(t, bin, dir, "read", "--artifacts", "--json", res.Run)
+	require.NoError(t, json.Unmarshal([]byte(out), &arts), out)
+	require.Len(t, arts.Artifacts, 1, out)
+	a := arts.Artifacts[0]
+	r, err := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")}).Run(context.Background(), res.Run)
+	require.NoError(t, err)
+	content, err := chatsite.File(r.Ref.ID, "notes.txt")
+	require.NoError(t, err)
+	require.Equal(t, browser.PromptHash(string(content)), a.SHA256)
+	onDisk, err := os.ReadFile(filepath.Join(arts.Dir, a.File))
+	require.NoError(t, err)
+	require.Equal(t, content, onDisk)
+	require.Equal(t, filepath.Join(dir, "sessions", res.Session, "artifacts", res.Run), arts.Dir)
+
+	// A follow-up in the session continues the same conversation.
+	follow := "And a follow-up. [[think=1s stream=1s words=12]]"
+	out = belayCmd(t, bin, dir, "send", "--session", res.Session, "--json", "--wait", "--timeout", "60s", follow)
+	var res2 struct{ Run, Status string }
+	require.NoError(t, json.Unmarshal([]byte(out), &res2), out)
+	require.Equal(t, "complete", res2.Status, out)
+	want2, err := chatsite.AnswerText(follow)
+	require.NoError(t, err)
+	require.Equal(t, want2, strings.TrimRight(belayCmd(t, bin, dir, "read", res2.Run), "\n"))
+	r2, err := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")}).Run(context.Background(), res2.Run)
+	require.NoError(t, err)
+	require.Equal(t, r.Ref.ID, r2.Ref.ID, "the follow-up went to another conversation")
+	text, done, err := site.Answer(r.Ref.ID, 1)
+	require.NoError(t, err)
+	require.True(t, done)
+	require.Equal(t, want2, text)
+	require.Equal(t, 1, site.Count(follow))
+
+	// The doctor names the binding, without prompt or answer text.
+	out = belayCmd(t, bin, dir, "sessions", "doctor", "--json", res.Session)
+	require.NotContains(t, out, "follow-up")
+	var rep struct {
+		Browser struct {
+			Site, SendPhase, SeedLock, ConversationURL string
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Equal(t, "loopback", rep.Browser.Site)
+	require.Equal(t, "done", rep.Browser.SendPhase)
+	require.Equal(t, "free", rep.Browser.SeedLock)
+	require.Contains(t, rep.Browser.ConversationURL, "/c/")
+}
+
+// TestBrowserRunSurvivesDaemonKill SIGKILLs the daemon while a long
+// (time-compressed: 30 minutes of site time) answer streams, restarts it,
+// and checks that the run reattached to the same target and conversation,
+// stored the site's answer exactly, and sent the prompt once.
+func TestBrowserRunSurvivesDaemonKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	t.Parallel()
+	site, dir, bin := browserSetup(t, 400)
+	daemon := startServe(t, bin, dir)
+	defer func() { _ = daemon.Process.Kill(); _ = daemon.Wait() }()
+	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// 30 minutes of site time: 20 thinking, 10 streaming 300 words.
+	prompt := "Prove the scheduler fair. [[think=20m pause=1m stream=9m words=300]]"
+	out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", prompt)
+	var res struct{ Run, Session string }
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+
+	// Kill the daemon once the answer streams into the journal.
+	for deadline := time.Now().Add(time.Minute); len(runText(t, c, res.Session, res.Run)) <= 40; time.Sleep(20 * time.Millisecond) {
+		r, err := c.Run(ctx, res.Run)
+		require.NoError(t, err)
+		require.False(t, r.Status.Terminal(), "the run ended before the kill: %s: %+v", r.Status, r.Error)
+		require.True(t, time.Now().Before(deadline), "the answer never streamed")
+	}
+	before, err := c.Run(ctx, res.Run)
+	require.NoError(t, err)
+	require.NoError(t, daemon.Process.Signal(syscall.SIGKILL))
+	_ = daemon.Wait()
+	killedAt := time.Now()
+	daemon = startServe(t, bin, dir)
+
+	r, err := c.WaitRun(ctx, res.Run, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
+	t.Logf("recovered and finished %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+
+	want, err := chatsite.AnswerText(prompt)
+	require.NoError(t, err)
+	require.Equal(t, want, runText(t, c, res.Session, res.Run))
+	require.Equal(t, 1, site.Count(prompt), "the prompt was sent more than once")
+	require.True(t, resumed(t, c, res.Session, res.Run), "the restarted daemon did not resume the run")
+	// The same conversation and target: reattached, not rebound.
+	require.Equal(t, before.Ref.ID, r.Ref.ID)
+	require.Equal(t, before.Ref.Target, r.Ref.Target)
+	cur, err := browser.ParseCursor(r.Ref.Cursor)
+	require.NoError(t, err)
+	require.Zero(t, cur.Rebinds, cur.Evidence)
+	text, done, err := site.Answer(r.Ref.ID, 0)
+	require.NoError(t, err)
+	require.True(t, done)
+	require.Equal(t, want, text)
+}
+
+// TestBrowserConcurrentRuns runs four answers at once in isolated
+// browsers under the default browser cap of 2: no answer crosses into
+// another run, each prompt reaches the site once, and no more than two
+// browsers run at a time.
+func TestBrowserConcurrentRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	t.Parallel()
+	site, dir, bin := browserSetup(t, 8)
+	daemon := startServe(t, bin, dir)
+	defer func() { _ = daemon.Process.Signal(syscall.SIGTERM); _ = daemon.Wait() }()
+	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	stop := make(chan struct{})
+	var most int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if n := browsersUnder(dir); n > most {
+				most = n
+			}
+		}
+	}()
+	type sent struct{ run, session, prompt string }
+	var runs []sent
+	for i := range 4 {
+		prompt := fmt.Sprintf("Question %d from its own run. [[think=1s stream=2s words=%d]]", i, 20+i*7)
+		out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", prompt)
+		var res struct{ Run, Session string }
+		require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+		runs = append(runs, sent{res.Run, res.Session, prompt})
+	}
+	convs := map[string]bool{}
+	for _, s := range runs {
+		r, err := c.WaitRun(ctx, s.run, 2*time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, belay.RunComplete, r.Status, r.Reason)
+		want, err := chatsite.AnswerText(s.prompt)
+		require.NoError(t, err)
+		require.Equal(t, want, runText(t, c, s.session, s.run))
+		require.Equal(t, 1, site.Count(s.prompt))
+		convs[r.Ref.ID] = true
+	}
+	close(stop)
+	wg.Wait()
+	require.Len(t, convs, 4, "runs shared a conversation")
+	require.LessOrEqual(t, most, 2, "more browsers than the cap ran at once")
+	require.Positive(t, most)
+}
+
+// resumed reports whether an attempt of the run resumed it.
+func resumed(t *testing.T, c *client.Client, session, run string) bool {
+	t.Helper()
+	evs, err := c.Events(context.Background(), session, 0, 0, 0)
+	require.NoError(t, err)
+	for _, e := range evs.Events {
+		var d struct {
+			Data struct{ Resume bool } `json:"data"`
+		}
+		if e.Run == run && e.Type == "run.updated" && json.Unmarshal(e.Data, &d) == nil && d.Data.Resume {
+			return true
+		}
+	}
+	return false
+}
+
+// browsersUnder counts the distinct browser profiles running under dir.
+func browsersUnder(dir string) int {
+	out, _ := exec.Command("pgrep", "-a", "-f", "--", "--user-data-dir="+dir).Output()
+	profiles := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, f := range strings.Fields(line) {
+			if p, ok := strings.CutPrefix(f, "--user-data-dir="); ok {
+				profiles[p] = true
+			}
+		}
+	}
+	return len(profiles)
+}

@@ -1,0 +1,53 @@
+package doctor
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+)
+
+// browserSession makes the session a browser provider's, bound to a
+// ChatGPT conversation after a verified send.
+func browserSession(in *Input) {
+	in.Session.Provider = "browser"
+	in.Session.Ref = belay.ConversationRef{
+		Kind: "browser", ID: "68a1b2c3-0000-4000-8000-00000000beef", URL: "https://chatgpt.com/c/68a1b2c3-0000-4000-8000-00000000beef?token=secret",
+		Target: "A1B2C3D4E5F60718293A4B5C6D7E8F90",
+		Cursor: `{"run":"run_1","site":"chatgpt","phase":"sent","baseline":2,"chrome":{"pid":777,"ws":"ws://127.0.0.1:1/x","profile":"/p"},"rebinds":1}`,
+	}
+}
+
+func TestBrowserReport(t *testing.T) {
+	for _, tc := range []struct {
+		class   belay.ErrorClass
+		state   string
+		command string
+	}{
+		{belay.ClassAuth, "login_required", "belay browser login chatgpt"},
+		{belay.ClassChallenge, "challenge_blocking", "belay browser login chatgpt"},
+		{belay.ClassUIDrift, "unknown", "belay browser check chatgpt"},
+	} {
+		in := setup()
+		browserSession(&in)
+		finished(&in, "run_1", belay.RunFailed, tc.class, 0)
+		rep := Diagnose(in)
+		checkReport(t, rep)
+		b := rep.Browser
+		require.NotNil(t, b, tc.class)
+		require.Equal(t, "chatgpt", b.Site)
+		require.Equal(t, "sent", b.SendPhase)
+		require.Equal(t, 777, b.BrowserPID)
+		require.Equal(t, 1, b.Rebinds)
+		require.Equal(t, tc.state, b.PageState)
+		require.NotContains(t, b.ConversationURL, "secret")
+		require.Equal(t, tc.command, rep.Command, tc.class)
+		require.True(t, strings.Contains(rep.Reason, "chatgpt"), rep.Reason)
+	}
+	// Not a browser provider's ref: no browser report.
+	in := setup()
+	in.Session.Ref = belay.ConversationRef{Kind: "browser", URL: "https://chatgpt.com/c/x"}
+	require.Nil(t, Diagnose(in).Browser)
+}

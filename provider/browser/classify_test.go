@@ -1,0 +1,313 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/chatsite"
+	"github.com/belayhq/belay/provider"
+)
+
+// TestPageStates loads each failure story of the chat site in one real
+// browser and checks the classifier's verdict and its error class.
+func TestPageStates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	chromium, err := findChromium("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	br, err := startChrome(ctx, chromium, filepath.Join(b.dir, "p"), true, nil, filepath.Join(b.dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.kill()
+	tb, err := attach(ctx, br, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.close()
+	site, err := b.p.sites.Get("loopback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	site, err = site.WithStartURL(b.site.URL() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode  chatsite.Mode
+		state PageState
+		class belay.ErrorClass
+	}{
+		{chatsite.ModeReady, StateReady, ""},
+		{chatsite.ModeLogin, StateLoginRequired, belay.ClassAuth},
+		{chatsite.ModeExpired, StateLoginRequired, belay.ClassAuth},
+		{chatsite.ModeLoggedOut, StateLoginRequired, belay.ClassAuth},
+		{chatsite.ModeChallenge, StateChallenge, belay.ClassChallenge},
+		{chatsite.ModeRateLimited, StateRateLimited, belay.ClassRateLimited},
+		{chatsite.ModeOutage, StateOutage, belay.ClassTransient},
+		{chatsite.Mode5xxOnce, StateOutage, belay.ClassTransient},
+		{chatsite.ModeModal, StateModal, belay.ClassUIDrift},
+		{chatsite.ModeDrift, StateUnknown, belay.ClassUIDrift},
+	} {
+		if err := b.site.SetMode(tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.navigate(ctx, site.StartURL); err != nil {
+			t.Fatalf("%s: %v", tc.mode, err)
+		}
+		pr, err := tb.probe(ctx, site)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.mode, err)
+		}
+		v := classify(site, pr)
+		if v.State != tc.state {
+			t.Errorf("%s: state %s (%s), want %s", tc.mode, v.State, v.Reason, tc.state)
+		}
+		if got := provider.ClassOf(v.Error("loopback")); got != tc.class {
+			t.Errorf("%s: class %q, want %q", tc.mode, got, tc.class)
+		}
+	}
+	// The second UI version matches its own profile.
+	v2, err := b.p.sites.Get("loopback-v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, _ = v2.WithStartURL(site.StartURL)
+	_ = b.site.SetMode(chatsite.ModeDrift)
+	if err := tb.navigate(ctx, site.StartURL); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := tb.probe(ctx, v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := classify(v2, pr); v.State != StateReady {
+		t.Errorf("drift with the v2 profile: %+v", v)
+	}
+}
+
+// run runs req to its end on the bundle's provider.
+func (b *bundle) run(t *testing.T, req provider.Request) (*recorder, error) {
+	t.Helper()
+	var rec recorder
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := b.p.Run(ctx, req, rec.emit)
+	return &rec, err
+}
+
+func TestRunFailsBeforeTypingWhenNotReady(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	_ = b.site.SetMode(chatsite.ModeChallenge)
+	prompt := "Never typed."
+	_, err := b.run(t, provider.Request{Session: "ses_f", Run: "run_f", Prompt: prompt, Attempt: 1})
+	if provider.ClassOf(err) != belay.ClassChallenge {
+		t.Fatalf("err %v", err)
+	}
+	if n := len(b.site.Prompts()); n != 0 {
+		t.Fatalf("%d sends", n)
+	}
+}
+
+// TestRunRecoversFromSiteTrouble: a 5xx page gets one reload, a modal one
+// dismissal, a silently dropped send one more send (the prompt then
+// reaches the site once).
+func TestRunRecoversFromSiteTrouble(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	for i, prep := range []func(){
+		func() { _ = b.site.SetMode(chatsite.Mode5xxOnce) },
+		func() { _ = b.site.SetMode(chatsite.ModeModal) },
+		func() { _ = b.site.SetMode(chatsite.ModeReady); b.site.DropNext(1) },
+	} {
+		prep()
+		prompt := "Trouble " + string(rune('a'+i)) + " [[think=500ms stream=500ms words=10]]"
+		rec, err := b.run(t, provider.Request{Session: "ses_g", Run: "run_g" + string(rune('a'+i)), Prompt: prompt, Attempt: 1})
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		want, _ := chatsite.AnswerText(prompt)
+		if got := rec.answer(); got != want {
+			t.Fatalf("case %d: answer %q, want %q", i, got, want)
+		}
+		if n := b.site.Count(prompt); n != 1 {
+			t.Fatalf("case %d: sent %d times", i, n)
+		}
+	}
+}
+
+// TestErrorTurnIsTransientThenRetried: an error turn with Retry fails the
+// attempt as transient; the next (resumed) attempt clicks Retry instead of
+// sending again.
+func TestErrorTurnIsTransientThenRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Fail first. [[think=500ms stream=500ms words=10 error=1]]"
+	req := provider.Request{Session: "ses_h", Run: "run_h", Prompt: prompt, Attempt: 1}
+	rec, err := b.run(t, req)
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Class != belay.ClassTransient {
+		t.Fatalf("err %v, want transient", err)
+	}
+	if rec.answer() != "" {
+		t.Fatalf("an error turn streamed %q", rec.answer())
+	}
+	rec2 := resume(t, b, req, rec.ref, 0)
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec2.answer(); got != want {
+		t.Fatalf("answer %q, want %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("sent %d times", n)
+	}
+}
+
+// TestArtifactsAreDownloaded: the answer's file links (a plain file, one
+// slower than 30 s of site time, a blob made in the page, and one that
+// breaks off) land in the artifact directory with their sha256 in the
+// manifest; the broken one is recorded with its error.
+func TestArtifactsAreDownloaded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 20)
+	prompt := "Attach files. [[think=1s stream=1s words=10 artifacts=notes.txt,slow.bin,data.blob.txt,broken.bin]]"
+	rec, err := b.run(t, provider.Request{Session: "ses_i", Run: "run_i", Prompt: prompt, Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ReadManifest(filepath.Join(b.dir, "runs", "ses_i", "run_i", "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Artifacts) != 4 {
+		t.Fatalf("manifest %+v", m)
+	}
+	conv := rec.ref.Ref.ID
+	for _, a := range m.Artifacts {
+		want, ferr := chatsite.File(conv, a.Name)
+		if a.Name == "broken.bin" {
+			if ferr == nil || a.Error == "" || a.File != "" || a.Attempts != 3 {
+				t.Errorf("broken.bin: %+v", a)
+			}
+			continue
+		}
+		if a.Error != "" || a.SHA256 != PromptHash(string(want)) || a.Size != int64(len(want)) {
+			t.Errorf("%s: %+v, want %d bytes", a.Name, a, len(want))
+		}
+	}
+}
+
+// TestModelPicker: the run's model is chosen in the site's picker before
+// the send; a model the picker does not offer fails before anything is
+// sent.
+func TestModelPicker(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Use the deep model. [[think=500ms stream=500ms words=10]]"
+	if _, err := b.run(t, provider.Request{Session: "ses_m", Run: "run_m", Model: "deep", Prompt: prompt, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ps := b.site.Prompts()
+	if len(ps) != 1 || ps[0].Model != "deep" {
+		t.Fatalf("prompts %+v", ps)
+	}
+	_, err := b.run(t, provider.Request{Session: "ses_m", Run: "run_n", Model: "gpt-9", Prompt: "never sent", Attempt: 1})
+	if provider.ClassOf(err) != belay.ClassUIDrift || !strings.Contains(err.Error(), "no option gpt-9") {
+		t.Fatalf("err %v", err)
+	}
+	if n := len(b.site.Prompts()); n != 1 {
+		t.Fatalf("%d sends", n)
+	}
+}
+
+// TestUploads: the run's files are attached in the composer and sent with
+// the prompt once every chip shows done; a failed upload fails the run
+// as transient before anything is sent.
+func TestUploads(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	dir := t.TempDir()
+	var files []string
+	for _, name := range []string{"context.tar", "notes.md", "fail.bin"} {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte("content of "+name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	opts := func(files []string) []byte {
+		b, _ := json.Marshal(map[string]any{"options": map[string]any{"attachments": files}})
+		return b
+	}
+	prompt := "Read the attachments. [[think=500ms stream=500ms words=10]]"
+	if _, err := b.run(t, provider.Request{Session: "ses_u", Run: "run_u", Prompt: prompt, Input: opts(files[:2]), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ps := b.site.Prompts()
+	if len(ps) != 1 || strings.Join(ps[0].Files, ",") != "context.tar,notes.md" {
+		t.Fatalf("prompts %+v", ps)
+	}
+	up := b.site.Uploads()
+	for _, name := range []string{"context.tar", "notes.md"} {
+		if up[name] != PromptHash("content of "+name) {
+			t.Fatalf("upload of %s: %q", name, up[name])
+		}
+	}
+	_, err := b.run(t, provider.Request{Session: "ses_u", Run: "run_v", Prompt: "never sent", Input: opts(files[2:]), Attempt: 1})
+	if provider.ClassOf(err) != belay.ClassTransient || !strings.Contains(err.Error(), "failed upload") {
+		t.Fatalf("err %v", err)
+	}
+	_, err = b.run(t, provider.Request{Session: "ses_u", Run: "run_w", Prompt: "never sent", Input: opts([]string{"relative.txt"}), Attempt: 1})
+	if provider.ClassOf(err) != belay.ClassInvalidRequest {
+		t.Fatalf("relative path: %v", err)
+	}
+	if n := len(b.site.Prompts()); n != 1 {
+		t.Fatalf("%d sends", n)
+	}
+}
+
+// TestLoginImportAndCheck: importing a profile replaces the seed under its
+// lock, marks when, and checks the site with it.
+func TestLoginImportAndCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "Local State"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := b.p.Login(context.Background(), "loopback", LoginOptions{Import: src, URL: b.site.URL() + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict.State != StateReady || !rep.Seed.Exists || rep.Seed.LoggedAt.IsZero() {
+		t.Fatalf("report %+v", rep)
+	}
+	var composer SelectorMatch
+	for _, s := range rep.Selectors {
+		if s.Key == "composer" {
+			composer = s
+		}
+	}
+	if composer.Count != 1 || !composer.Ready {
+		t.Fatalf("composer %+v", composer)
+	}
+	// Drift shows in check as the selectors that stopped matching.
+	_ = b.site.SetMode(chatsite.ModeDrift)
+	rep, err = b.p.Check(context.Background(), "loopback", b.site.URL()+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict.State != StateUnknown || strings.Join(rep.Verdict.Missing, ",") != "composer,send" {
+		t.Fatalf("drift: %+v", rep.Verdict)
+	}
+}

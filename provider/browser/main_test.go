@@ -1,0 +1,118 @@
+package browser
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/belayhq/belay/internal/chatsite"
+	"github.com/belayhq/belay/provider"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// needChromium skips a test when no browser is installed (CI installs
+// Debian's chromium).
+func needChromium(t *testing.T) {
+	t.Helper()
+	if _, err := findChromium(""); err != nil {
+		t.Skip(err)
+	}
+}
+
+type bundle struct {
+	site *chatsite.Site
+	p    *Provider
+	dir  string
+}
+
+// setup starts a loopback chat site at speed and a provider bound to it.
+func setup(t *testing.T, speed float64) *bundle {
+	t.Helper()
+	needChromium(t)
+	site, err := chatsite.Start(chatsite.Options{Speed: speed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { site.Close() })
+	dir := t.TempDir()
+	p, err := New("browser", Config{
+		Site: "loopback", SiteURL: site.URL() + "/", Dir: dir,
+		PollInterval: 50 * time.Millisecond, Settle: 150 * time.Millisecond, ProgressEvery: time.Second,
+		SendTimeout: 5 * time.Second, ReadyTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{site: site, p: p, dir: dir}
+}
+
+// recorder collects a run's events like the runtime journals them.
+type recorder struct {
+	mu     sync.Mutex
+	events []provider.Event
+	text   strings.Builder
+	ref    provider.Event
+	onRef  func(c cursor)
+}
+
+func (r *recorder) emit(ev provider.Event) error {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	switch ev.Kind {
+	case provider.TextDelta:
+		r.text.WriteString(ev.Text)
+	case provider.RefUpdate:
+		r.ref = mergeRef(r.ref, ev)
+	}
+	hook := r.onRef
+	r.mu.Unlock()
+	if ev.Kind == provider.RefUpdate && hook != nil {
+		if c := refCursor(*ev.Ref); c != nil {
+			hook(*c)
+		}
+	}
+	return nil
+}
+
+func mergeRef(old, ev provider.Event) provider.Event {
+	if old.Ref == nil {
+		c := *ev.Ref
+		return provider.Event{Kind: provider.RefUpdate, Ref: &c}
+	}
+	c := *old.Ref
+	if ev.Ref.ID != "" {
+		c.ID = ev.Ref.ID
+	}
+	if ev.Ref.URL != "" {
+		c.URL = ev.Ref.URL
+	}
+	if ev.Ref.Target != "" {
+		c.Target = ev.Ref.Target
+	}
+	if ev.Ref.Cursor != "" {
+		c.Cursor = ev.Ref.Cursor
+	}
+	return provider.Event{Kind: provider.RefUpdate, Ref: &c}
+}
+
+func (r *recorder) answer() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.text.String()
+}
+
+// chromiumCount counts the running browsers whose profile lives under dir.
+func chromiumCount(t *testing.T, dir string) int {
+	out, _ := exec.Command("pgrep", "-f", "--", "--user-data-dir="+dir).Output()
+	return len(strings.Fields(string(out)))
+}
+
+var _ = context.Background

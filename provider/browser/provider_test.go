@@ -1,0 +1,293 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/belayhq/belay/internal/chatsite"
+	"github.com/belayhq/belay/provider"
+)
+
+func TestRunAnswersOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Explain fencing tokens. [[think=2s pause=1s stream=2s words=40]]"
+	var rec recorder
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := b.p.Run(ctx, provider.Request{Session: "ses_a", Run: "run_a", Prompt: prompt, Attempt: 1}, rec.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec.answer(); got != want {
+		t.Fatalf("answer:\n got %q\nwant %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+	c := refCursor(*rec.ref.Ref)
+	if c.Phase != phaseDone || rec.ref.Ref.ID == "" || rec.ref.Ref.Target == "" {
+		t.Fatalf("final ref %+v cursor %+v", rec.ref.Ref, c)
+	}
+	if n := chromiumCount(t, b.dir); n != 0 {
+		t.Fatalf("%d browser processes left", n)
+	}
+}
+
+// detachAt runs a request whose emit detaches (as a stopping daemon
+// does) at the first event for which stop returns true, given the text so
+// far. It returns what the journal would hold: the last ref and the text
+// before that event.
+func detachAt(t *testing.T, b *bundle, req provider.Request, stop func(ev provider.Event, text string) bool) (journaled provider.Event, text string) {
+	t.Helper()
+	var rec recorder
+	emit := func(ev provider.Event) error {
+		if stop(ev, rec.answer()) {
+			return provider.ErrDetach
+		}
+		return rec.emit(ev)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := b.p.Run(ctx, req, emit)
+	if !errors.Is(err, provider.ErrDetach) {
+		t.Fatalf("run ended with %v, want a detach", err)
+	}
+	return rec.ref, rec.answer()
+}
+
+// resume runs req again with Resume from the journaled ref and offset.
+func resume(t *testing.T, b *bundle, req provider.Request, ref provider.Event, offset int) *recorder {
+	t.Helper()
+	req.Resume, req.Ref, req.TextOffset, req.Attempt = true, *ref.Ref, offset, req.Attempt+1
+	var rec recorder
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := b.p.Run(ctx, req, rec.emit); err != nil {
+		t.Fatal(err)
+	}
+	return &rec
+}
+
+func phaseOf(ev provider.Event) string {
+	if ev.Kind != provider.RefUpdate {
+		return ""
+	}
+	if c := refCursor(*ev.Ref); c != nil {
+		return c.Phase
+	}
+	return ""
+}
+
+func TestResumeAfterDetachReadsOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Resume me. [[think=1s pause=500ms stream=4s words=80]]"
+	req := provider.Request{Session: "ses_b", Run: "run_b", Prompt: prompt, Attempt: 1}
+	ref, text := detachAt(t, b, req, func(ev provider.Event, text string) bool { return len(text) > 40 })
+	if n := chromiumCount(t, b.dir); n == 0 {
+		t.Fatal("the browser did not outlive the detach")
+	}
+	rec := resume(t, b, req, ref, len(text))
+	want, _ := chatsite.AnswerText(prompt)
+	if got := text + rec.answer(); got != want {
+		t.Fatalf("answer:\n got %q\nwant %q", got, want)
+	}
+	if rec.ref.Ref.Target != ref.Ref.Target {
+		t.Fatalf("resumed in target %s, not the bound %s", rec.ref.Ref.Target, ref.Ref.Target)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+	if n := chromiumCount(t, b.dir); n != 0 {
+		t.Fatalf("%d browser processes left", n)
+	}
+}
+
+func TestResumeAfterIntentFindsTheSentPrompt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Sent but not settled. [[think=1s stream=1s words=20]]"
+	req := provider.Request{Session: "ses_c", Run: "run_c", Prompt: prompt, Attempt: 1}
+	// The daemon dies after the send, before the settlement is journaled.
+	ref, _ := detachAt(t, b, req, func(ev provider.Event, _ string) bool { return phaseOf(ev) == phaseSent })
+	if phaseOf(ref) != phaseIntent {
+		t.Fatalf("journaled phase %q", phaseOf(ref))
+	}
+	rec := resume(t, b, req, ref, 0)
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec.answer(); got != want {
+		t.Fatalf("answer:\n got %q\nwant %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+}
+
+func TestResumeAfterIntentSendsWhatWasNotSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Intent only. [[think=1s stream=1s words=20]]"
+	req := provider.Request{Session: "ses_d", Run: "run_d", Prompt: prompt, Attempt: 1}
+	// The daemon dies after journaling the intent, before typing.
+	var intent provider.Event
+	detachAt(t, b, req, func(ev provider.Event, _ string) bool {
+		if phaseOf(ev) == phaseIntent {
+			intent = ev
+			return true
+		}
+		return false
+	})
+	// The journal holds the intent (the detach came after its write).
+	rec := resume(t, b, req, intent, 0)
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec.answer(); got != want {
+		t.Fatalf("answer:\n got %q\nwant %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+}
+
+// TestLostTabIsRecoveredByURL: the run's tab is closed, its renderer
+// crashes, or someone points it at another conversation mid-answer; the
+// run reopens its own conversation URL, journals why, and stores the
+// whole answer with the prompt sent once.
+func TestLostTabIsRecoveredByURL(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	for i, hook := range []struct {
+		name string
+		do   func(ws, target string) error
+	}{
+		{"close", func(ws, id string) error { return CloseTarget(context.Background(), ws, id) }},
+		{"crash", func(ws, id string) error { return CrashTarget(context.Background(), ws, id) }},
+		{"navigate", func(ws, id string) error {
+			return NavigateTarget(context.Background(), ws, id, b.site.URL()+"/c/00000000-0000-4000-8000-000000000000")
+		}},
+	} {
+		prompt := fmt.Sprintf("Lose my tab (%s). [[think=1s pause=500ms stream=4s words=80]]", hook.name)
+		req := provider.Request{Session: "ses_e", Run: fmt.Sprintf("run_e%d", i), Prompt: prompt, Attempt: 1}
+		var rec recorder
+		done := false
+		emit := func(ev provider.Event) error {
+			if err := rec.emit(ev); err != nil {
+				return err
+			}
+			if !done && ev.Kind == provider.TextDelta && len(rec.answer()) > 30 {
+				done = true
+				r := rec.ref.Ref
+				if err := hook.do(refCursor(*r).Chrome.WS, r.Target); err != nil {
+					t.Errorf("%s: %v", hook.name, err)
+				}
+			}
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		start := time.Now()
+		err := b.p.Run(ctx, req, emit)
+		cancel()
+		t.Logf("%s: %s", hook.name, time.Since(start).Round(time.Millisecond))
+		if err != nil {
+			t.Fatalf("%s: %v", hook.name, err)
+		}
+		want, _ := chatsite.AnswerText(prompt)
+		if got := rec.answer(); got != want {
+			t.Fatalf("%s: answer:\n got %q\nwant %q", hook.name, got, want)
+		}
+		c := refCursor(*rec.ref.Ref)
+		if c.Rebinds < 1 || !strings.Contains(c.Evidence, "reopened") {
+			t.Fatalf("%s: no rebind recorded: %+v", hook.name, c)
+		}
+		if n := b.site.Count(prompt); n != 1 {
+			t.Fatalf("%s: the site received the prompt %d times", hook.name, n)
+		}
+	}
+}
+
+// TestCancelStopsTheSite: cancelling a run (not detaching) stops the
+// answer on the site too and closes the browser.
+func TestCancelStopsTheSite(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Cancel me. [[think=1s pause=500ms stream=60s words=200]]"
+	var rec recorder
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	emit := func(ev provider.Event) error {
+		if err := rec.emit(ev); err != nil {
+			return err
+		}
+		if ev.Kind == provider.TextDelta && len(rec.answer()) > 30 {
+			cancel()
+		}
+		return nil
+	}
+	err := b.p.Run(ctx, provider.Request{Session: "ses_j", Run: "run_j", Prompt: prompt, Attempt: 1}, emit)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	text, done, err := b.site.Answer(rec.ref.Ref.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := chatsite.AnswerText(prompt)
+	if !done || len(text) >= len(full) {
+		t.Fatalf("the site did not stop: done %v, %d of %d bytes", done, len(text), len(full))
+	}
+	if n := chromiumCount(t, b.dir); n != 0 {
+		t.Fatalf("%d browser processes left", n)
+	}
+}
+
+// TestFourConcurrentRunsDoNotCrossTalk runs four answers at once, each in
+// its own browser and profile: each stores its own answer, in its own
+// conversation, and each prompt reaches the site once.
+func TestFourConcurrentRunsDoNotCrossTalk(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	type result struct {
+		rec    *recorder
+		err    error
+		prompt string
+	}
+	results := make([]result, 4)
+	var wg sync.WaitGroup
+	for i := range results {
+		results[i].prompt = fmt.Sprintf("Concurrent %d. [[think=1s stream=2s words=%d]]", i, 15+10*i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rec recorder
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			err := b.p.Run(ctx, provider.Request{Session: "ses_c4", Run: fmt.Sprintf("run_c4%d", i), Prompt: results[i].prompt, Attempt: 1}, rec.emit)
+			results[i].rec, results[i].err = &rec, err
+		}()
+	}
+	wg.Wait()
+	convs, profiles := map[string]bool{}, map[string]bool{}
+	for i, r := range results {
+		if r.err != nil {
+			t.Fatalf("run %d: %v", i, r.err)
+		}
+		want, _ := chatsite.AnswerText(r.prompt)
+		if got := r.rec.answer(); got != want {
+			t.Fatalf("run %d: answer %q, want %q", i, got, want)
+		}
+		if n := b.site.Count(r.prompt); n != 1 {
+			t.Fatalf("run %d: sent %d times", i, n)
+		}
+		convs[r.rec.ref.Ref.ID] = true
+		profiles[refCursor(*r.rec.ref.Ref).Chrome.Profile] = true
+	}
+	if len(convs) != 4 || len(profiles) != 4 {
+		t.Fatalf("%d conversations, %d profiles for 4 runs", len(convs), len(profiles))
+	}
+}

@@ -1,0 +1,673 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/provider"
+)
+
+// runState is one attempt of a run.
+type runState struct {
+	p      *Provider
+	req    provider.Request
+	emit   func(provider.Event) error
+	site   *Site
+	runDir string
+	settle time.Duration
+	// attachments are uploaded before the intent.
+	attachments []string
+
+	cur     cursor
+	b       *chrome
+	t       *tab
+	url     string // the conversation URL (or the page's before the send)
+	conv    string // the conversation id
+	emitted int    // bytes of answer text the journal holds
+	done    bool
+}
+
+// execute is the attempt: reattach or launch, send at most once, follow.
+func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL string) error {
+	if prev != nil && (prev.Phase == phaseIntent || prev.Phase == phaseSent || prev.Phase == phaseDone) {
+		r.cur = *prev
+		r.url, r.conv = r.req.Ref.URL, r.req.Ref.ID
+		if err := r.reattach(ctx); err != nil {
+			return err
+		}
+		if r.cur.Phase == phaseIntent {
+			found, err := r.findPrompt(ctx)
+			if err != nil {
+				return err
+			}
+			if !found {
+				if err := r.sendPrompt(ctx); err != nil {
+					return err
+				}
+			} else if err := r.settleSend(ctx); err != nil {
+				return err
+			}
+		}
+		return r.follow(ctx)
+	}
+	if prev != nil && prev.Phase == phaseOpen {
+		// The earlier attempt opened a browser and typed nothing.
+		old := prev.Chrome
+		old.kill()
+		_ = removeProfile(old.Profile)
+	}
+	r.cur = cursor{Run: r.req.Run, Site: r.site.Name, SiteURL: siteURL, Phase: phaseOpen}
+	start := r.site.StartURL
+	if follow != nil && follow.Site == r.site.Name && r.req.SessionRef.URL != "" && r.site.Conversation(r.req.SessionRef.URL) != "" {
+		// A follow-up continues the session's conversation.
+		start = r.req.SessionRef.URL
+	}
+	if err := r.launch(ctx, start); err != nil {
+		return err
+	}
+	if err := r.ref(); err != nil {
+		return err
+	}
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
+	// The conversation's turns render after the page loads: the baseline is
+	// taken once they are all there (a follow-up's page shows at least the
+	// turns of the run before).
+	minA, minU := 0, 0
+	if start != r.site.StartURL && follow != nil && (follow.Phase == phaseSent || follow.Phase == phaseDone) {
+		minA, minU = follow.Baseline+1, follow.Users+1
+	}
+	if err := r.settleTurns(ctx, minA, minU); err != nil {
+		return err
+	}
+	if r.req.Model != "" {
+		// Before the intent: choosing a model sends nothing.
+		if err := r.t.selectModel(ctx, r.site, r.req.Model); err != nil {
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: choose model %q: %v; diagnose with: belay browser check %s", r.req.Model, err, r.site.Name), Err: err}
+		}
+	}
+	if len(r.attachments) > 0 {
+		// Also before the intent: an upload sends no message.
+		if err := r.upload(ctx); err != nil {
+			return err
+		}
+	}
+	if err := r.sendPrompt(ctx); err != nil {
+		return err
+	}
+	return r.follow(ctx)
+}
+
+// upload attaches the run's files in the composer and waits until the
+// site shows each one uploaded. A failed upload is transient: nothing was
+// sent, so a retry starts over.
+func (r *runState) upload(ctx context.Context) error {
+	s := r.site.Selectors
+	if s.UploadInput == "" {
+		return provider.Errorf(belay.ClassInvalidRequest, "browser: the %s profile has no upload_input: it cannot attach files", r.site.Name)
+	}
+	if err := r.t.setFiles(ctx, s.UploadInput, r.attachments); err != nil {
+		return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: attach files: %v; diagnose with: belay browser check %s", err, r.site.Name), Err: err}
+	}
+	deadline := time.Now().Add(r.p.cfg.ArtifactTimeout)
+	n := len(r.attachments)
+	stable := 0
+	for {
+		st, err := r.t.chips(ctx, r.site)
+		if err != nil {
+			return r.lost(err, "read the upload chips")
+		}
+		if st.Failed {
+			return provider.Errorf(belay.ClassTransient, "browser: %s shows a failed upload", r.site.Name)
+		}
+		done := st.Chips >= n
+		if s.FileChipDone != "" {
+			done = st.Done >= n
+		}
+		if done {
+			if stable++; stable >= 2 {
+				return nil
+			}
+		} else {
+			stable = 0
+		}
+		if time.Now().After(deadline) {
+			return provider.Errorf(belay.ClassTransient, "browser: the upload did not finish in %s", r.p.cfg.ArtifactTimeout)
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// launch starts a browser on a fresh clone of the site's seed profile and
+// opens url in it.
+func (r *runState) launch(ctx context.Context, url string) error {
+	chromium, err := findChromium(r.p.cfg.Chromium)
+	if err != nil {
+		return &provider.Error{Class: belay.ClassInvalidRequest, Message: "browser: " + err.Error(), Err: err}
+	}
+	if err := os.MkdirAll(r.runDir, 0o700); err != nil {
+		return internal(err, "create run directory")
+	}
+	profile, err := os.MkdirTemp(r.runDir, fmt.Sprintf("profile%d-", max(r.req.Attempt, 1)))
+	if err != nil {
+		return internal(err, "create profile directory")
+	}
+	if err := cloneSeed(r.p.cfg.Dir, r.site.Name, profile); err != nil {
+		_ = removeProfile(profile)
+		return internal(err, "clone the seed profile")
+	}
+	var b *chrome
+	for try := 0; ; try++ {
+		b, err = startChrome(ctx, chromium, profile, !r.p.cfg.Headed, r.p.cfg.Args, filepath.Join(r.runDir, "chrome.log"))
+		if err == nil || ctx.Err() != nil || try == 1 {
+			break
+		}
+		// Chromium sometimes dies while starting on a loaded machine:
+		// nothing was typed, so once more.
+	}
+	if err != nil {
+		_ = removeProfile(profile)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &provider.Error{Class: belay.ClassTransient, Message: "browser: " + err.Error(), Err: err}
+	}
+	r.b = b
+	r.cur.Chrome = *b
+	t, err := attach(ctx, b, "")
+	if err != nil {
+		// A browser that started but does not answer (a loaded machine):
+		// nothing was typed, so a retry is safe.
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &provider.Error{Class: belay.ClassTransient, Message: "browser: attach to the new browser: " + err.Error(), Err: err}
+	}
+	r.t = t
+	if err := t.navigate(ctx, url); err != nil {
+		return &provider.Error{Class: belay.ClassTransient, Message: fmt.Sprintf("browser: open %s: %v", url, err), Err: err}
+	}
+	r.url = url
+	return nil
+}
+
+// ref journals the run's binding and cursor (a Sync write).
+func (r *runState) ref() error {
+	c, err := json.Marshal(r.cur)
+	if err != nil {
+		return internal(err, "encode cursor")
+	}
+	ref := belay.ConversationRef{Kind: RefKind, ID: r.conv, URL: r.url, Cursor: string(c)}
+	if r.t != nil {
+		ref.Target = r.t.id
+	}
+	return r.emit(provider.Event{Kind: provider.RefUpdate, Ref: &ref})
+}
+
+// ready waits for the page to be ready, classifying it before anything
+// is typed: a login page, a challenge or a rate limit fails at once (seen
+// twice), an outage gets one reload, a modal one dismissal.
+func (r *runState) ready(ctx context.Context) error {
+	deadline := time.Now().Add(r.p.cfg.ReadyTimeout)
+	reloaded, dismissed := false, false
+	var last Verdict
+	same := 0
+	for {
+		pr, err := r.t.probe(ctx, r.site)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return r.lost(err, "read the page")
+		}
+		v := classify(r.site, pr)
+		if v.State == last.State {
+			same++
+		} else {
+			same = 0
+		}
+		last = v
+		switch v.State {
+		case StateReady:
+			return nil
+		case StateModal:
+			if !dismissed && r.site.Selectors.ModalDismiss != "" {
+				dismissed = true
+				if _, err := r.t.click(ctx, r.site.Selectors.ModalDismiss); err != nil {
+					return r.lost(err, "dismiss a dialog")
+				}
+			}
+		case StateOutage:
+			if !reloaded {
+				reloaded = true
+				if err := r.t.reload(ctx); err != nil {
+					return &provider.Error{Class: belay.ClassTransient, Message: "browser: reload: " + err.Error(), Err: err}
+				}
+				continue
+			}
+			if same >= 1 {
+				return v.Error(r.site.Name)
+			}
+		case StateLoginRequired, StateChallenge, StateRateLimited:
+			if same >= 1 {
+				return v.Error(r.site.Name)
+			}
+		}
+		if time.Now().After(deadline) {
+			return v.Error(r.site.Name)
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// sendPrompt records the intent, types and sends the prompt, verifies
+// the send and records the settlement. A send that never shows (the site
+// dropped it) is sent once more, and only if the page did not change.
+func (r *runState) sendPrompt(ctx context.Context) error {
+	pr, err := r.t.probe(ctx, r.site)
+	if err != nil {
+		return r.lost(err, "read the page")
+	}
+	if r.cur.Phase != phaseIntent {
+		r.cur.Phase, r.cur.Hash = phaseIntent, PromptHash(r.req.Prompt)
+		r.cur.Baseline, r.cur.Users = pr.Assistant, pr.Users
+		// The intent is durable before a key is typed.
+		if err := r.ref(); err != nil {
+			return err
+		}
+	}
+	for try := 0; ; try++ {
+		if err := r.t.typePrompt(ctx, r.site, r.req.Prompt); err != nil {
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: type the prompt: %v; diagnose with: belay browser check %s", err, r.site.Name), Err: err}
+		}
+		if err := r.t.submit(ctx, r.site, 10*time.Second); err != nil {
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: send: %v; diagnose with: belay browser check %s", err, r.site.Name), Err: err}
+		}
+		ok, changed, err := r.verifySend(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return r.settleSend(ctx)
+		}
+		if changed || try >= 1 {
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: the prompt never showed in the conversation after sending (page at %s); it may have been sent: check the site", r.url)}
+		}
+	}
+}
+
+// settleTurns waits until the page shows at least minA assistant and
+// minU user turns, the same counts on two reads in a row.
+func (r *runState) settleTurns(ctx context.Context, minA, minU int) error {
+	deadline := time.Now().Add(r.p.cfg.ReadyTimeout)
+	lastA, lastU := -1, -1
+	for {
+		pr, err := r.t.probe(ctx, r.site)
+		if err != nil {
+			return r.lost(err, "read the page")
+		}
+		if pr.Assistant >= minA && pr.Users >= minU && pr.Assistant == lastA && pr.Users == lastU {
+			return nil
+		}
+		lastA, lastU = pr.Assistant, pr.Users
+		if time.Now().After(deadline) {
+			return provider.Errorf(belay.ClassTargetLost, "browser: the conversation at %s shows %d answers and %d messages, fewer than the %d and %d it had", pr.URL, pr.Assistant, pr.Users, minA, minU)
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// verifySend waits until the prompt shows as a user turn past the
+// baseline and the URL is a conversation URL that reads the same twice.
+// It reports whether the send showed, and, if not, whether the page
+// changed at all (a new turn or another URL).
+func (r *runState) verifySend(ctx context.Context) (ok, changed bool, err error) {
+	deadline := time.Now().Add(r.p.cfg.SendTimeout)
+	startURL := r.url
+	var lastURL string
+	for {
+		pr, err := r.t.probe(ctx, r.site)
+		if err != nil {
+			return false, false, r.lost(err, "read the page")
+		}
+		users, err := r.t.userTurns(ctx, r.site, r.cur.Users)
+		if err != nil {
+			return false, false, r.lost(err, "read the page")
+		}
+		seen := false
+		for _, u := range users {
+			if samePrompt(u, r.req.Prompt) {
+				seen = true
+			}
+		}
+		conv := r.site.Conversation(pr.URL)
+		if seen && conv != "" && pr.URL == lastURL {
+			r.url, r.conv = pr.URL, conv
+			return true, true, nil
+		}
+		lastURL = pr.URL
+		if time.Now().After(deadline) {
+			if seen {
+				// A site without conversation URLs: bound to the page.
+				r.url = pr.URL
+				return true, true, nil
+			}
+			return false, len(users) > 0 || pr.Assistant > r.cur.Baseline || pr.URL != startURL, nil
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return false, false, err
+		}
+	}
+}
+
+// settleSend records that the prompt was sent: from here on it is never
+// sent again.
+func (r *runState) settleSend(ctx context.Context) error {
+	r.cur.Phase = phaseSent
+	return r.ref()
+}
+
+// findPrompt looks for the prompt in the conversation after an intent
+// without a settlement. It waits a little so that a send in flight shows.
+func (r *runState) findPrompt(ctx context.Context) (bool, error) {
+	// The page showed this many turns before the send: until it shows
+	// them again, it cannot say whether the prompt is there.
+	if err := r.settleTurns(ctx, r.cur.Baseline, r.cur.Users); err != nil {
+		return false, err
+	}
+	deadline := time.Now().Add(min(r.p.cfg.SendTimeout, 5*time.Second))
+	for {
+		pr, err := r.t.probe(ctx, r.site)
+		if err != nil {
+			return false, r.lost(err, "read the page")
+		}
+		users, err := r.t.userTurns(ctx, r.site, r.cur.Users)
+		if err != nil {
+			return false, r.lost(err, "read the page")
+		}
+		for _, u := range users {
+			if samePrompt(u, r.req.Prompt) {
+				if conv := r.site.Conversation(pr.URL); conv != "" {
+					r.url, r.conv = pr.URL, conv
+				}
+				return true, nil
+			}
+		}
+		if len(users) > 0 {
+			// Something else was sent after the baseline: belay cannot
+			// tell what happened to its prompt.
+			return false, provider.Errorf(belay.ClassTargetLost, "browser: the conversation has another message after the baseline; not sending again")
+		}
+		if time.Now().After(deadline) {
+			if r.conv == "" && r.site.Conversation(pr.URL) == "" && pr.URL != r.site.StartURL {
+				return false, provider.Errorf(belay.ClassTargetLost, "browser: the prompt may have been sent but its conversation is unknown (page at %s); not sending again", pr.URL)
+			}
+			return false, nil
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return false, err
+		}
+	}
+}
+
+// reattach binds the attempt to the run's stored target: the same
+// browser and target if they live, else the stored conversation URL in a
+// new tab or a fresh browser.
+func (r *runState) reattach(ctx context.Context) error {
+	old := r.cur.Chrome
+	if old.alive() {
+		r.b = &old
+		if r.req.Ref.Target != "" && old.hasTarget(ctx, r.req.Ref.Target) {
+			t, err := attach(ctx, &old, r.req.Ref.Target)
+			if err == nil {
+				r.t = t
+				// Reattached to the same target: the binding is reported
+				// again (progress for the watchdog).
+				return r.ref()
+			}
+		}
+	}
+	why := "the browser of the run is gone"
+	if old.alive() {
+		why = fmt.Sprintf("target %s is gone", r.req.Ref.Target)
+	}
+	return r.rebind(ctx, why)
+}
+
+// rebind opens the stored conversation URL in a new tab of the run's
+// browser, or in a fresh browser if it is gone, and journals the new
+// binding with the reason.
+func (r *runState) rebind(ctx context.Context, why string) error {
+	if r.t != nil {
+		r.t.close()
+		r.t = nil
+	}
+	url := r.url
+	if r.conv == "" || r.site.Conversation(url) == "" {
+		if r.cur.Phase == phaseSent || r.cur.Phase == phaseDone {
+			return provider.Errorf(belay.ClassTargetLost, "browser: %s and the run has no conversation URL to reopen", why)
+		}
+	}
+	if url == "" {
+		url = r.site.StartURL
+	}
+	if r.b != nil && r.b.alive() {
+		t, err := attachNew(ctx, r.b)
+		if err == nil {
+			r.t = t
+		}
+	}
+	if r.t == nil {
+		if r.b != nil {
+			r.b.kill()
+			_ = removeProfile(r.b.Profile)
+		}
+		if err := r.launch(ctx, url); err != nil {
+			return err
+		}
+	} else if err := r.t.navigate(ctx, url); err != nil {
+		return &provider.Error{Class: belay.ClassTransient, Message: fmt.Sprintf("browser: reopen %s: %v", url, err), Err: err}
+	}
+	r.url = url
+	r.cur.Chrome = *r.b
+	r.cur.Rebinds++
+	r.cur.Evidence = fmt.Sprintf("%s; reopened %s in target %s", why, url, r.t.id)
+	if err := r.ref(); err != nil {
+		return err
+	}
+	return r.ready(ctx)
+}
+
+// follow reads the answer turn past the baseline until it is complete,
+// emitting its text as it grows.
+func (r *runState) follow(ctx context.Context) error {
+	var (
+		lastText   string
+		lastChange = time.Now()
+		barPolls   int
+		lastBeat   = time.Now()
+		failures   int
+	)
+	for {
+		ts, err := r.t.turn(ctx, r.site, r.cur.Baseline)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if failures++; failures > 3 {
+				return r.lost(err, "read the answer")
+			}
+			if err := r.rebind(ctx, fmt.Sprintf("reading target %s failed: %v", r.t.id, err)); err != nil {
+				return err
+			}
+			continue
+		}
+		failures = 0
+		if r.conv != "" && r.site.Conversation(ts.URL) != r.conv {
+			if err := r.rebind(ctx, fmt.Sprintf("the tab left the conversation for %s", ts.URL)); err != nil {
+				return err
+			}
+			continue
+		}
+		if ts.Error {
+			if r.req.Attempt > 1 && r.cur.Retries < 1 && r.site.Selectors.Retry != "" {
+				// A later attempt regenerates the answer once; the prompt
+				// is not sent again.
+				r.cur.Retries++
+				if err := r.ref(); err != nil {
+					return err
+				}
+				if _, err := r.t.click(ctx, r.site.Selectors.Retry); err != nil {
+					return r.lost(err, "click Retry")
+				}
+				barPolls, lastText = 0, ""
+				if err := r.waitRetried(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			return provider.Errorf(belay.ClassTransient, "browser: %s answered with an error turn (it offers Retry)", r.site.Name)
+		}
+		text := ts.Text
+		if r.placeholder(text) {
+			text = ""
+		}
+		if text != lastText {
+			lastText, lastChange, barPolls = text, time.Now(), 0
+		}
+		if err := r.stream(text); err != nil {
+			return err
+		}
+		working := ts.Stop || ts.Thinking
+		if ts.Exists && ts.ActionBar && !working && text != "" {
+			barPolls++
+		} else {
+			barPolls = 0
+		}
+		if barPolls >= r.site.Completion.StablePolls && time.Since(lastChange) >= r.settle {
+			return r.complete(ctx, text, ts)
+		}
+		if time.Since(lastBeat) >= r.p.cfg.ProgressEvery && (working || !ts.Exists) {
+			lastBeat = time.Now()
+			r.cur.Beat++
+			if err := r.ref(); err != nil {
+				return err
+			}
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// waitRetried waits for the error turn to give way to a new answer after
+// Retry was clicked.
+func (r *runState) waitRetried(ctx context.Context) error {
+	deadline := time.Now().Add(r.p.cfg.SendTimeout)
+	for {
+		ts, err := r.t.turn(ctx, r.site, r.cur.Baseline)
+		if err != nil {
+			return r.lost(err, "read the answer")
+		}
+		if !ts.Error {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return provider.Errorf(belay.ClassTransient, "browser: %s still shows an error turn after Retry", r.site.Name)
+		}
+		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
+			return err
+		}
+	}
+}
+
+// placeholder reports whether text is a placeholder, not an answer.
+func (r *runState) placeholder(text string) bool {
+	n := strings.ToLower(normalize(text))
+	if n == "" {
+		return true
+	}
+	for _, p := range r.site.Signals.PlaceholderTxt {
+		if n == strings.ToLower(normalize(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// stream emits the part of text past what the journal holds. Text that
+// no longer extends what was emitted (the page re-rendered it) waits.
+func (r *runState) stream(text string) error {
+	if len(text) <= r.emitted || !utf8.RuneStart(text[r.emitted]) {
+		return nil
+	}
+	delta := text[r.emitted:]
+	if err := r.emit(provider.Event{Kind: provider.TextDelta, Text: delta}); err != nil {
+		return err
+	}
+	r.emitted = len(text)
+	return nil
+}
+
+// complete finishes the run with the turn's final text.
+func (r *runState) complete(ctx context.Context, text string, ts turnState) error {
+	if err := r.stream(text); err != nil {
+		return err
+	}
+	if len(ts.Artifacts) > 0 {
+		if err := r.artifacts(ctx, ts.Artifacts); err != nil {
+			return err
+		}
+	}
+	if err := r.emit(provider.Event{Kind: provider.TurnEnd, StopReason: "end_turn"}); err != nil {
+		return err
+	}
+	r.cur.Phase = phaseDone
+	r.done = true
+	return r.ref()
+}
+
+// finish closes the attempt: on a detach the browser goes on for a later
+// resume; otherwise it is closed and its profile deleted.
+func (r *runState) finish(ctx context.Context, err error) {
+	detach := provider.Detached(ctx) || errors.Is(err, provider.ErrDetach)
+	if !detach && !r.done && ctx.Err() != nil && r.t != nil && r.cur.Phase == phaseSent && r.site.Selectors.Stop != "" {
+		// Cancelled: stop the answer on the site too.
+		_, _ = r.t.click(context.Background(), r.site.Selectors.Stop)
+	}
+	if r.t != nil {
+		r.t.close()
+	}
+	if detach || r.b == nil {
+		return
+	}
+	r.b.kill()
+	_ = removeProfile(r.b.Profile)
+}
+
+// lost is a failure to talk to the bound target.
+func (r *runState) lost(err error, what string) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, provider.ErrDetach) {
+		return err
+	}
+	return &provider.Error{Class: belay.ClassTargetLost, Message: fmt.Sprintf("browser: %s: %v", what, err), Err: err}
+}
+
+func internal(err error, what string) error {
+	return &provider.Error{Class: belay.ClassInternal, Message: "browser: " + what + ": " + err.Error(), Err: err}
+}

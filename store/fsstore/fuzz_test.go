@@ -1,0 +1,285 @@
+package fsstore
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/journal"
+)
+
+// foldSeed returns the journal lines of a session that went through every
+// state change the store journals.
+func foldSeed(tb testing.TB) []byte {
+	ctx := context.Background()
+	dir := tb.TempDir()
+	clk := clock.NewFake(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	s, err := Open(ctx, dir, Options{Clock: clk})
+	must := func(err error) {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	must(err)
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake", Model: "m", Labels: map[string]string{"a": "b"}, IdempotencyKey: "sk"})
+	must(err)
+	r1, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID, IdempotencyKey: "k1", Provider: "fake", Input: json.RawMessage(`{"prompt":"p"}`)})
+	must(err)
+	r2, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID, Provider: "fake", Priority: 2, Deadline: clk.Now().Add(time.Hour)})
+	must(err)
+	r1, err = s.AcquireRunLease(ctx, r1.ID, "w1", time.Minute, 0)
+	must(err)
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "delta", Run: r1.ID, Epoch: r1.Epoch, Data: json.RawMessage(`{"text":"hi"}`)})
+	must(err)
+	_, err = s.RenewRunLease(ctx, r1.ID, r1.Epoch, time.Minute)
+	must(err)
+	_, err = s.UpdateRun(ctx, r1.ID, r1.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Attempt: 1,
+		Ref: &belay.ConversationRef{Kind: "x", ID: "resp_1", Cursor: "3"}})
+	must(err)
+	_, err = s.ReleaseRunLease(ctx, r1.ID, r1.Epoch)
+	must(err)
+	r1, err = s.AcquireRunLease(ctx, r1.ID, "w2", time.Minute, 0)
+	must(err)
+	_, err = s.UpdateRun(ctx, r1.ID, r1.Epoch, belay.RunUpdate{Phase: belay.PhaseFailed, Reason: "r",
+		Error: &belay.RunError{Class: belay.ClassTransient, Message: "m"}})
+	must(err)
+	_, err = s.CancelQueuedRun(ctx, r2.ID, "no")
+	must(err)
+	d1, _, err := s.PostDelivery(ctx, belay.DeliveryInput{Session: sess.ID, Type: "ui.click", Key: "c1", Data: json.RawMessage(`[1]`)})
+	must(err)
+	_, _, err = s.PostDelivery(ctx, belay.DeliveryInput{Session: sess.ID, Type: "ui.click", Priority: 1})
+	must(err)
+	ds, err := s.LeaseDeliveries(ctx, sess.ID, "c", time.Minute, 2)
+	must(err)
+	_, err = s.SettleDelivery(ctx, ds[0].ID, belay.Settlement{Kind: belay.SettleRetry, Epoch: ds[0].Epoch, Delay: time.Second})
+	must(err)
+	_, err = s.SettleDelivery(ctx, ds[1].ID, belay.Settlement{Kind: belay.SettleRelease, Epoch: ds[1].Epoch})
+	must(err)
+	clk.Advance(2 * time.Second)
+	ds, err = s.LeaseDeliveries(ctx, sess.ID, "c", time.Minute, 2)
+	must(err)
+	for _, d := range ds {
+		if d.ID == d1.ID {
+			_, err = s.SettleDelivery(ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: d.Epoch, Result: "ok"})
+			must(err)
+		}
+	}
+	clk.Advance(2 * time.Minute)
+	_, _, err = s.ExpireDeliveryLeases(ctx)
+	must(err)
+	must(s.Close())
+	raw, err := os.ReadFile(filepath.Join(dir, SessionsName, sess.ID, journal.FileName))
+	must(err)
+	return raw
+}
+
+// parseFoldInput reads one event a line; seqs are assigned in order, so
+// that the fold sees what a journal would give it. Lines that are not
+// events are skipped.
+func parseFoldInput(in []byte) []belay.Event {
+	var evs []belay.Event
+	sc := bufio.NewScanner(bytes.NewReader(in))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var e belay.Event
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		e.Seq = uint64(len(evs) + 1)
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// fold applies events until the first that does not fold, as openSession
+// does, and returns how many folded.
+func fold(st *state, evs []belay.Event) (int, error) {
+	for i := range evs {
+		if err := st.apply(&evs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(evs), nil
+}
+
+// checkState checks the invariants every folded state keeps.
+func checkState(st *state) error {
+	if len(st.Runs) != len(st.runs) || len(st.Deliveries) != len(st.deliveries) {
+		return fmt.Errorf("%d runs but %d by id, %d deliveries but %d by id", len(st.Runs), len(st.runs), len(st.Deliveries), len(st.deliveries))
+	}
+	for _, r := range st.Runs {
+		switch {
+		case r.ID == "" || st.runs[r.ID] != r:
+			return fmt.Errorf("run %q is not the run of its id", r.ID)
+		case r.Session != st.Session.ID:
+			return fmt.Errorf("run %s belongs to session %q, not %q", r.ID, r.Session, st.Session.ID)
+		case !r.Status.Valid() || r.Phase.Status() != r.Status:
+			return fmt.Errorf("run %s is %q in phase %q", r.ID, r.Status, r.Phase)
+		case r.Status.Terminal() && r.Lease != nil:
+			return fmt.Errorf("run %s is %s but leased", r.ID, r.Status)
+		case r.Lease != nil && r.Lease.Epoch != r.Epoch:
+			return fmt.Errorf("run %s has epoch %d but a lease of epoch %d", r.ID, r.Epoch, r.Lease.Epoch)
+		}
+	}
+	for k, id := range st.RunKeys {
+		if st.runs[id] == nil {
+			return fmt.Errorf("run key %q names unknown run %q", k, id)
+		}
+	}
+	for _, d := range st.Deliveries {
+		switch {
+		case d.ID == "" || st.deliveries[d.ID] != d:
+			return fmt.Errorf("delivery %q is not the delivery of its id", d.ID)
+		case d.Session != st.Session.ID:
+			return fmt.Errorf("delivery %s belongs to session %q", d.ID, d.Session)
+		case (d.Status == belay.DeliveryLeased) != (d.Lease != nil):
+			return fmt.Errorf("delivery %s is %s with lease %v", d.ID, d.Status, d.Lease)
+		}
+		switch d.Status {
+		case belay.DeliveryPending, belay.DeliveryLeased, belay.DeliveryDone, belay.DeliveryError:
+		default:
+			return fmt.Errorf("delivery %s has status %q", d.ID, d.Status)
+		}
+	}
+	for k, id := range st.DeliveryKeys {
+		if st.deliveries[id] == nil {
+			return fmt.Errorf("delivery key %q names unknown delivery %q", k, id)
+		}
+	}
+	return nil
+}
+
+// FuzzFold folds arbitrary event sequences into a session's state. The
+// fold must never panic; an event it refuses is an ErrCorruptRecord; every
+// state it reaches keeps the invariants (so an event that would break one
+// must be refused); a finished run or settled delivery never changes and
+// epochs never go back; and folding a snapshot of any prefix, decoded
+// again, then the rest gives the same state as folding everything (the
+// snapshot path of openSession).
+func FuzzFold(f *testing.F) {
+	seed := foldSeed(f)
+	f.Add(seed, uint8(5))
+	lines := bytes.SplitAfter(seed, []byte("\n"))
+	f.Add(bytes.Join(lines[1:], nil), uint8(0))                                                    // no session.created
+	f.Add(bytes.Join(append([][]byte{lines[0]}, lines...), nil), uint8(1))                         // two
+	f.Add(bytes.Join(append(append([][]byte{}, lines[:3]...), lines[1]), nil), uint8(2))           // a run created twice
+	f.Add(bytes.Join(append(append([][]byte{}, lines...), lines[len(lines)-6]), nil), uint8(0xff)) // a late change
+	for _, extra := range []string{
+		`{"type":"run.updated","run":"run_x","epoch":1,"data":{"phase":"bogus"}}`,
+		`{"type":"run.updated","run":"run_x","epoch":1,"data":{"phase":"queued"}}`,
+		`{"type":"run.leased","run":"run_x","epoch":1,"data":{"owner":"o","expiresAt":"2026-01-01T00:00:00Z"}}`,
+		`{"type":"delivery.settled","data":{"id":"dlv_x","kind":"maybe"}}`,
+		`{"type":"delivery.posted","data":{"id":"","type":"t"}}`,
+		`{"type":"run.created","data":{"id":""}}`,
+		`{"type":"session.created","data":{"id":""}}`,
+		`{"type":"delivery.leased","data":{"id":"dlv_x","owner":"o"}}`,
+		`{"type":"delivery.returned","data":{}}`,
+	} {
+		f.Add([]byte(`{"type":"session.created","data":{"id":"ses_x","provider":"fake"}}`+"\n"+
+			`{"type":"run.created","run":"run_x","data":{"id":"run_x","provider":"fake"}}`+"\n"+
+			`{"type":"run.leased","run":"run_x","epoch":1,"data":{"owner":"o","expiresAt":"2026-01-01T00:00:00Z"}}`+"\n"+
+			`{"type":"delivery.posted","data":{"id":"dlv_x","type":"t"}}`+"\n"+extra+"\n"), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, cut uint8) {
+		evs := parseFoldInput(in)
+		st := newState()
+		n := 0
+		for ; n < len(evs); n++ {
+			var prev *state
+			if before, err := json.Marshal(st); err == nil {
+				if prev, err = decodeState(before); err != nil {
+					t.Fatalf("state does not decode: %v", err)
+				}
+			}
+			err := st.apply(&evs[n])
+			if err != nil {
+				if !errors.Is(err, belay.ErrCorruptRecord) {
+					t.Fatalf("seq %d: error is not ErrCorruptRecord: %v", n+1, err)
+				}
+				break
+			}
+			if err := checkState(st); err != nil {
+				t.Fatalf("after seq %d (%s %s): %v", n+1, evs[n].Type, evs[n].Data, err)
+			}
+			if err := checkChange(prev, st); prev != nil && err != nil {
+				t.Fatalf("seq %d (%s %s): %v", n+1, evs[n].Type, evs[n].Data, err)
+			}
+		}
+		folded := evs[:n]
+		k := 0
+		if len(folded) > 0 {
+			k = int(cut) % (len(folded) + 1)
+		}
+		head := newState()
+		if _, err := fold(head, folded[:k]); err != nil {
+			t.Fatalf("prefix of a good fold failed: %v", err)
+		}
+		raw, err := json.Marshal(head)
+		if err != nil {
+			return // a time out of JSON's range: no snapshot is written
+		}
+		resumed, err := decodeState(raw)
+		if err != nil {
+			t.Fatalf("snapshot of the state does not decode: %v", err)
+		}
+		if _, err := fold(resumed, folded[k:]); err != nil {
+			t.Fatalf("fold after a snapshot at %d of %d failed: %v", k, len(folded), err)
+		}
+		want, _ := json.Marshal(st)
+		got, _ := json.Marshal(resumed)
+		if !bytes.Equal(want, got) {
+			t.Fatalf("fold through a snapshot at %d differs:\n%s\n%s", k, got, want)
+		}
+	})
+}
+
+// checkChange checks what one folded event may change: a finished run or
+// settled delivery stays as it was, and epochs never go back.
+func checkChange(prev, st *state) error {
+	for id, p := range prev.runs {
+		r := st.runs[id]
+		if r == nil {
+			return fmt.Errorf("run %s vanished", id)
+		}
+		if r.Epoch < p.Epoch {
+			return fmt.Errorf("run %s went from epoch %d to %d", id, p.Epoch, r.Epoch)
+		}
+		if p.Status.Terminal() {
+			a, _ := json.Marshal(p)
+			b, _ := json.Marshal(r)
+			if !bytes.Equal(a, b) {
+				return fmt.Errorf("run %s changed after it ended:\n%s\n%s", id, a, b)
+			}
+		}
+	}
+	for id, p := range prev.deliveries {
+		d := st.deliveries[id]
+		if d == nil {
+			return fmt.Errorf("delivery %s vanished", id)
+		}
+		if d.Epoch < p.Epoch {
+			return fmt.Errorf("delivery %s went from epoch %d to %d", id, p.Epoch, d.Epoch)
+		}
+		if p.Status == belay.DeliveryDone || p.Status == belay.DeliveryError {
+			a, _ := json.Marshal(p)
+			b, _ := json.Marshal(d)
+			if !bytes.Equal(a, b) {
+				return fmt.Errorf("delivery %s changed after it was settled:\n%s\n%s", id, a, b)
+			}
+		}
+	}
+	if prev.Session.ID != "" && st.Session.ID != prev.Session.ID {
+		return fmt.Errorf("session %s became %s", prev.Session.ID, st.Session.ID)
+	}
+	return nil
+}

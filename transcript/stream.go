@@ -1,0 +1,646 @@
+package transcript
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"os"
+	"sort"
+)
+
+// This file is the default repair of pi (v2+) and Claude Code sessions,
+// line and message level, in memory that does not grow with the lines'
+// sizes or the file's: a few bytes per line (a parent link and flags) and
+// what is damaged. It reads the file three times, each a sequential
+// stream:
+//
+//  1. scan: validate every line, find each entry's parent (through a
+//     window of recent ids; parents further back are looked up in one more
+//     pass when there are any), drop invalid and repeated lines;
+//  2. walk the tree from the leaf, relink broken parent links, then read
+//     the path again, turn by turn (a turn frame at a time), and check
+//     each frame with message-level repair on a light reading of its
+//     messages; frames that need a change are remembered by byte span;
+//  3. repair the damaged frames together (RepairMessages on a document
+//     made of their lines, so that a displaced result can still go back to
+//     its call in an earlier frame) and write the file anew: unchanged
+//     lines copied, damaged spans replaced, relinked parents patched.
+//
+// The result is the same as repairing the whole document in memory (a
+// differential fuzz test holds the two to it); files it cannot stream
+// (pi v1, a child written before its parent, a result line far from its
+// call) are repaired in memory.
+
+// errNoStream makes RepairFile repair a file in memory.
+var errNoStream = errors.New("transcript: file cannot be repaired by streaming")
+
+// windowSize is how many recent ids the scan keeps to find parents.
+var windowSize = 1 << 16 // a var for tests
+
+// Line flags of the scan.
+const (
+	fBad    uint8 = 1 << iota // dropped: not valid, or written twice
+	fBlank                    // blank line
+	fHeader                   // the pi header
+	fEntry                    // a valid entry
+	fID                       // the entry has an id
+	fConv                     // claude: user, assistant, system or attachment
+	fSide                     // claude: isSidechain
+	fResult                   // claude: a user line holding only tool results
+)
+
+const (
+	noParent      = -1 // null, or the entry's own id
+	missingParent = -2 // named but not in the file
+	farParent     = -3 // not among the recent ids: looked up in another pass
+)
+
+type bitset []uint64
+
+func (b bitset) get(i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
+func (b bitset) set(i int)      { b[i>>6] |= 1 << (i & 63) }
+
+type salvage struct {
+	parent     uint64
+	parentNull bool
+	parentIdx  int32
+	line       int
+}
+
+type farRef struct {
+	line   int32
+	ph     uint64
+	parent string
+}
+
+type winSlot struct {
+	id   uint64
+	line int32
+	sum  uint64
+}
+
+// streamRepair is one streaming repair (or check) of a file.
+type streamRepair struct {
+	f      *os.File
+	size   int64
+	format Format
+	idKey  string
+	parK   string
+	seed   maphash.Seed
+
+	n      int
+	parent []int32
+	flags  []uint8
+	path   bitset
+	resCh  bitset // claude: a path line whose path child is a result line
+
+	header  []byte
+	anyMain bool
+	dropped []Change // drop_line, in line order
+	dups    []Change // drop_duplicate, in line order
+	lost    map[uint64]*salvage
+	far     []farRef
+	win     []winSlot
+	winIdx  map[uint64]int32
+	winPos  int
+	bloom   []uint64 // every id, once the window has dropped some
+
+	// broken links: line -> parent named; its rank on the path (-1 off it)
+	broken    map[int]string
+	brokenVia map[int]int
+	rank      map[int]int
+	targets   map[int]string // lines whose id a relink reason names
+
+	regions []*region
+	items   int // items read so far (message index of reports)
+	opens   []*openCall
+	openBy  map[string][]*openCall
+
+	term          string            // terminator for new lines (the first line's)
+	droppedParent map[string]string // dropped path entries: id -> parent
+	nextParent    map[int]string    // line after a region -> its parent
+}
+
+// region is a run of frames that need a change, by line and byte span.
+type region struct {
+	first, last int // lines, 0-based, inclusive
+	off, end    int64
+	itemBase    int             // message index of its first item
+	next        int             // the path line after it (-1: none)
+	fwd         *region         // merged into this one
+	orphans     map[string]bool // ids of results in it that answer no call of their frame
+	ext         map[string]int  // unanswered calls before it, for those ids
+}
+
+func (r *region) root() *region {
+	for r.fwd != nil {
+		r = r.fwd
+	}
+	return r
+}
+
+// openCall is a call that has no result in its frame: a result displaced
+// to a later frame may still belong to it.
+type openCall struct {
+	id    string
+	reg   *region
+	alive bool
+}
+
+func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
+	s := &streamRepair{f: f, size: size, format: format, seed: maphash.MakeSeed(),
+		openBy: map[string][]*openCall{},
+		term:   "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
+		lost: map[uint64]*salvage{}, winIdx: map[uint64]int32{},
+		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
+	for i := range s.win {
+		s.win[i].line = -1
+	}
+	s.idKey, s.parK = "id", "parentId"
+	if format == FormatClaude {
+		s.idKey, s.parK = "uuid", "parentUuid"
+	}
+	return s
+}
+
+// idHash hashes a JSON string value (raw, with quotes).
+func (s *streamRepair) idHash(v []byte) uint64 {
+	inner := v[1 : len(v)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		if str, ok := jsonString(v); ok {
+			return maphash.String(s.seed, str)
+		}
+	}
+	return maphash.Bytes(s.seed, inner)
+}
+
+// value returns the raw value at a recorded key start (0: absent).
+func value(line []byte, at int) []byte {
+	if at == 0 {
+		return nil
+	}
+	return line[at-1 : skipValue(line, at-1)]
+}
+
+// scanLine is what the scan learns of one line, in parallel.
+type scanLine struct {
+	why    string // why the line is dropped ("" if valid)
+	fl     uint8
+	h, ph  uint64 // hashes of its id and its parent's
+	hasPar bool
+	parAt  [2]int // its parent's value (raw) in the line
+	sum    uint64 // hash of the whole line
+}
+
+// extract validates a line and reads its id, parent and flags.
+func (s *streamRepair) extract(line []byte, r *scanLine) {
+	*r = scanLine{}
+	if len(bytes.TrimSpace(line)) == 0 {
+		r.fl = fBlank
+		return
+	}
+	var k keyCheck
+	if s.format == FormatPi {
+		k = keyCheck{top: piLineKeys, sub: piMsgKeys, subOf: "message"}
+		r.why = piCheckKeys(line, &k)
+	} else {
+		k = keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
+		r.why = claudeCheckKeys(line, &k)
+	}
+	if r.why != "" {
+		return
+	}
+	fl := fEntry
+	var typ []byte
+	var idAt, parAt int
+	typ, idAt, parAt = value(line, k.topAt[0]), k.topAt[1], k.topAt[2]
+	if s.format == FormatClaude {
+		switch string(typ) {
+		case `"user"`, `"assistant"`, `"system"`, `"attachment"`:
+			fl |= fConv
+		}
+		if string(value(line, k.topAt[5])) == "true" {
+			fl |= fSide
+		}
+		if string(typ) == `"user"` && resultBlocksOnly(value(line, k.subAt[2])) {
+			fl |= fResult
+		}
+	}
+	if id := value(line, idAt); len(id) >= 2 && id[0] == '"' && string(id) != `""` {
+		fl |= fID
+		r.h = s.idHash(id)
+		r.sum = maphash.Bytes(s.seed, line)
+	}
+	if parAt != 0 {
+		if par := value(line, parAt); len(par) >= 2 && par[0] == '"' && string(par) != `""` {
+			r.ph, r.hasPar = s.idHash(par), true
+			r.parAt = [2]int{parAt - 1, parAt - 1 + len(par)}
+		}
+	}
+	r.fl = fl
+}
+
+// scan is the first pass.
+func (s *streamRepair) scan() error {
+	first := true
+	err := s.eachChunk(func(c *lineChunk) {
+		c.scan = c.scan[:0]
+		for i := range c.recs {
+			c.scan = append(c.scan, scanLine{})
+			if !c.recs[i].tooLong {
+				s.extract(c.line(i), &c.scan[i])
+			}
+		}
+	}, func(c *lineChunk) error {
+		for i, rec := range c.recs {
+			idx := c.first + i
+			line := c.line(i)
+			if idx == 0 && !rec.tooLong && rec.fend-rec.off-int64(len(line)) == 2 {
+				s.term = "\r\n"
+			}
+			s.flags = append(s.flags, 0)
+			s.parent = append(s.parent, noParent)
+			if rec.tooLong {
+				if first && s.format == FormatPi {
+					return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, idx+1, MaxLineSize)
+				}
+				first = false
+				s.drop(idx, fmt.Sprintf("line longer than %d bytes", MaxLineSize), nil)
+				continue
+			}
+			r := &c.scan[i]
+			if r.fl == fBlank {
+				s.flags[idx] = fBlank
+				continue
+			}
+			if first && s.format == FormatPi {
+				first = false
+				if err := (piCodec{}).checkHeader(line); err != nil {
+					return fmt.Errorf("%w: line %d: %v; the file was not changed", ErrInvalidHeader, idx+1, err)
+				}
+				if v, _ := getField(line, "version"); string(v) != "2" && string(v) != "3" {
+					return errNoStream // v1 (no tree), or a version read otherwise
+				}
+				s.flags[idx] = fHeader
+				s.header = append([]byte(nil), line...)
+				continue
+			}
+			first = false
+			if r.why != "" {
+				s.drop(idx, r.why, line)
+				continue
+			}
+			s.entry(idx, line, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.n = len(s.flags)
+	if s.format == FormatPi && s.header == nil && s.n > 0 {
+		for _, fl := range s.flags {
+			if fl&fBlank == 0 {
+				return fmt.Errorf("%w: no header line; the file was not changed", ErrInvalidHeader)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *streamRepair) drop(idx int, why string, line []byte) {
+	s.flags[idx] |= fBad
+	s.dropped = append(s.dropped, Change{Kind: ChangeDropLine, Line: idx + 1, Reason: why})
+	if line == nil {
+		return
+	}
+	var id, par []byte
+	okID, okPar := false, false
+	topFields(line, func(f field) bool {
+		if f.end >= len(line) {
+			return false
+		}
+		v := line[f.start:f.end]
+		switch string(f.key) {
+		case s.idKey:
+			if len(v) >= 2 && v[0] == '"' {
+				id, okID = v, true
+			}
+		case s.parK:
+			if string(v) == "null" || len(v) >= 2 && v[0] == '"' {
+				par, okPar = v, true
+			}
+		}
+		return true
+	})
+	if !okID || !okPar || string(id) == `""` {
+		return
+	}
+	h := s.idHash(id)
+	if _, taken := s.lost[h]; taken {
+		return
+	}
+	sv := &salvage{line: idx + 1, parentIdx: noParent}
+	if string(par) == "null" {
+		sv.parentNull = true
+	} else {
+		sv.parent = s.idHash(par)
+		sv.parentIdx = s.lookup(sv.parent, idx, par)
+	}
+	s.lost[h] = sv
+}
+
+// lookup finds the line of an id among the recent ones, or records a far
+// reference for the line idx (-1 for a salvaged parent).
+func (s *streamRepair) lookup(h uint64, idx int, raw []byte) int32 {
+	if slot, ok := s.winIdx[h]; ok {
+		return s.win[slot].line
+	}
+	str, _ := jsonString(raw)
+	s.far = append(s.far, farRef{line: int32(idx), ph: h, parent: str})
+	return farParent
+}
+
+func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
+	fl := r.fl
+	if fl&fID != 0 && fl&fConv != 0 && fl&fSide == 0 {
+		s.anyMain = true
+	}
+	s.flags[idx] = fl
+	if r.hasPar && (fl&fID == 0 || r.ph != r.h) {
+		s.parent[idx] = s.lookup(r.ph, idx, line[r.parAt[0]:r.parAt[1]])
+	}
+	if fl&fID == 0 {
+		return
+	}
+	h := r.h
+	if slot, ok := s.winIdx[h]; ok {
+		if s.win[slot].sum == r.sum {
+			s.flags[idx] |= fBad
+			s.parent[idx] = noParent
+			if n := len(s.far); n > 0 && s.far[n-1].line == int32(idx) {
+				s.far = s.far[:n-1]
+			}
+			s.dups = append(s.dups, Change{Kind: ChangeDropDuplicate, Line: idx + 1,
+				Reason: fmt.Sprintf("line %d repeats line %d (the same entry written twice)", idx+1, s.win[slot].line+1)})
+		}
+		return
+	}
+	old := s.win[s.winPos]
+	if old.line >= 0 && s.bloom == nil {
+		s.bloom = make([]uint64, bloomBits/64)
+		for _, w := range s.win {
+			s.bloomAdd(w.id)
+		}
+	}
+	if s.bloom != nil {
+		s.bloomAdd(h)
+	}
+	if old.line >= 0 && s.winIdx[old.id] == int32(s.winPos) {
+		delete(s.winIdx, old.id)
+	}
+	s.win[s.winPos] = winSlot{id: h, line: int32(idx), sum: r.sum}
+	s.winIdx[h] = int32(s.winPos)
+	s.winPos = (s.winPos + 1) % len(s.win)
+}
+
+// bloomBits is the size of the filter of ids kept once the window no
+// longer holds them all (2 MiB: for 400,000 ids, one false "maybe" in
+// about 2,000 lookups, which costs one more pass, never a wrong answer).
+const bloomBits = 1 << 24
+
+func bloomPos(h uint64) [3]uint64 {
+	h2 := h*0x9e3779b97f4a7c15 | 1
+	return [3]uint64{h % bloomBits, (h + h2) % bloomBits, (h + 2*h2) % bloomBits}
+}
+
+func (s *streamRepair) bloomAdd(h uint64) {
+	for _, p := range bloomPos(h) {
+		s.bloom[p/64] |= 1 << (p % 64)
+	}
+}
+
+func (s *streamRepair) bloomHas(h uint64) bool {
+	for _, p := range bloomPos(h) {
+		if s.bloom[p/64]&(1<<(p%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveFar looks up the parents that were not among the recent ids in
+// one more pass over the file.
+func (s *streamRepair) resolveFar() error {
+	if len(s.far) == 0 {
+		s.win, s.winIdx, s.bloom = nil, nil, nil
+		return nil
+	}
+	// A parent the ids seen say is not in the file is missing; one still
+	// in the window was written after its child; only the others need
+	// another pass.
+	want := make(map[uint64]int32, len(s.far))
+	search := false
+	for _, r := range s.far {
+		switch slot, ok := s.winIdx[r.ph]; {
+		case ok:
+			want[r.ph] = s.win[slot].line
+		case s.bloom == nil || !s.bloomHas(r.ph):
+			want[r.ph] = missingParent
+		default:
+			want[r.ph] = farParent
+			search = true
+		}
+	}
+	s.win, s.winIdx, s.bloom = nil, nil, nil
+	if search {
+		if err := s.searchIDs(want); err != nil {
+			return err
+		}
+	}
+	for _, r := range s.far {
+		at := want[r.ph]
+		if r.line >= 0 && s.flags[r.line]&fBad == 0 {
+			s.parent[r.line] = at
+			if at == missingParent {
+				s.broken[int(r.line)] = r.parent
+			}
+		}
+	}
+	for _, sv := range s.lost {
+		if sv.parentIdx == farParent {
+			sv.parentIdx = want[sv.parent]
+		}
+	}
+	return nil
+}
+
+// searchIDs finds, in one more pass, the first line of each id wanted
+// (marked farParent); ids not found are missing.
+func (s *streamRepair) searchIDs(want map[uint64]int32) error {
+	ls := s.lines()
+	for idx := 0; ; idx++ {
+		line, _, _, tooLong, err := ls.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("transcript: %w", err)
+		}
+		if tooLong || s.flags[idx]&(fID|fBad) != fID {
+			continue
+		}
+		v, ok := getField(line, s.idKey)
+		if !ok {
+			continue
+		}
+		h := s.idHash(v)
+		if at, ok := want[h]; ok && at == farParent {
+			want[h] = int32(idx)
+		}
+	}
+	for h, at := range want {
+		if at == farParent {
+			want[h] = missingParent
+		}
+	}
+	return nil
+}
+
+// link relinks the broken links and walks the path from the leaf.
+func (s *streamRepair) link() error {
+	var kids []uint8 // children per line, up to 2
+	if len(s.broken) > 0 && s.format == FormatClaude {
+		kids = make([]uint8, s.n)
+		for i := 0; i < s.n; i++ {
+			if p := s.parent[i]; p >= 0 && s.flags[i]&fBad == 0 && kids[p] < 2 {
+				kids[p]++
+			}
+		}
+	}
+	for i := 0; i < s.n; i++ {
+		p, ok := s.broken[i]
+		if !ok {
+			continue
+		}
+		target := int32(missingParent)
+		h := maphash.String(s.seed, p)
+		via := 0
+		for hops := 0; hops <= len(s.lost); hops++ {
+			sv, ok := s.lost[h]
+			if !ok {
+				break
+			}
+			if via == 0 {
+				via = sv.line
+			}
+			if sv.parentNull {
+				target = noParent
+				break
+			}
+			if sv.parentIdx >= 0 {
+				target = sv.parentIdx
+				break
+			}
+			h = sv.parent
+		}
+		if target == missingParent {
+			via = 0
+			target = noParent
+			for j := i - 1; j >= 0; j-- {
+				fl := s.flags[j]
+				if fl&(fID|fBad) != fID {
+					continue
+				}
+				if s.format == FormatClaude && (fl&fConv == 0 || fl&fSide != s.flags[i]&fSide ||
+					fl&fResult != 0 && s.parent[j] >= 0 && s.broken[j] == "" && kids[s.parent[j]] > 1) {
+					continue
+				}
+				target = int32(j)
+				break
+			}
+		}
+		s.parent[i] = target
+		if via > 0 {
+			s.brokenVia[i] = via
+		}
+		if target >= 0 {
+			s.targets[int(target)] = ""
+		}
+	}
+	leaf := -1
+	for i := s.n - 1; i >= 0; i-- {
+		fl := s.flags[i]
+		if fl&(fEntry|fBad) != fEntry {
+			continue
+		}
+		if s.format == FormatClaude && (fl&fID == 0 || fl&fConv == 0 || s.anyMain && fl&fSide != 0) {
+			continue
+		}
+		leaf = i
+		break
+	}
+	s.path = make(bitset, (s.n+63)/64)
+	s.resCh = make(bitset, (s.n+63)/64)
+	var walk []int32
+	for cur := leaf; cur >= 0 && !s.path.get(cur); {
+		s.path.set(cur)
+		walk = append(walk, int32(cur))
+		p := int(s.parent[cur])
+		if p < 0 {
+			break
+		}
+		if p >= cur {
+			return errNoStream // a child written before its parent
+		}
+		cur = p
+	}
+	for k, line := range walk {
+		if _, ok := s.broken[int(line)]; ok {
+			s.rank[int(line)] = len(walk) - 1 - k
+		}
+		if s.flags[line]&fResult != 0 && s.parent[line] >= 0 {
+			s.resCh.set(int(s.parent[line]))
+		}
+	}
+	return nil
+}
+
+// anyEntry reports whether any line is a valid entry.
+func (s *streamRepair) anyEntry() bool {
+	for _, fl := range s.flags {
+		if fl&(fEntry|fBad) == fEntry {
+			return true
+		}
+	}
+	return false
+}
+
+// relinkChanges reports the broken links, in line order.
+func (s *streamRepair) relinkChanges() []Change {
+	lines := make([]int, 0, len(s.broken))
+	for l := range s.broken {
+		lines = append(lines, l)
+	}
+	sort.Ints(lines)
+	var out []Change
+	for _, l := range lines {
+		p := s.broken[l]
+		why := fmt.Sprintf("parent %q is not in the file (a lost or torn line)", p)
+		if v, ok := s.brokenVia[l]; ok {
+			why = fmt.Sprintf("parent %q is gone with the dropped line %d", p, v)
+		}
+		target := "made a root: no earlier entry can be its ancestor"
+		if t := s.parent[l]; t >= 0 {
+			target = fmt.Sprintf("relinked to %q, its nearest surviving ancestor", s.targets[int(t)])
+		}
+		lostWhat := "a reader walking parents from here stops at it"
+		if r, ok := s.rank[l]; ok {
+			lostWhat = fmt.Sprintf("a reader walking parents from the leaf stops here and loses the %d entries before it", r)
+		}
+		out = append(out, Change{Kind: ChangeRelink, Line: l + 1, Reason: why + "; " + lostWhat + "; " + target})
+	}
+	return out
+}

@@ -1,0 +1,298 @@
+package transcript
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sameRepair repairs data by streaming and in memory and requires the
+// same changes and bytes; it returns false when the streaming repair left
+// the file to the in-memory one.
+func sameRepair(t *testing.T, data []byte, f Format) bool {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	in, err := os.Open(path)
+	require.NoError(t, err)
+	defer in.Close()
+	s, sChanges, sErr := analyzeStream(in, int64(len(data)), f)
+	if errors.Is(sErr, errNoStream) {
+		return false
+	}
+	d, mErr := Parse(data, f)
+	require.Equal(t, mErr != nil, sErr != nil, "stream: %v\nmemory: %v\n%s", sErr, mErr, data)
+	if mErr != nil {
+		return true
+	}
+	var mChanges []Change
+	mChanges = append(mChanges, d.Dropped...)
+	mChanges = append(mChanges, d.Relinked...)
+	mChanges = append(mChanges, d.Repair().Changes...)
+	if len(mChanges) == 0 {
+		require.Empty(t, sChanges)
+		require.Empty(t, s.regions, "clean: nothing to repair")
+		return true
+	}
+	dry, err := s.regionChanges()
+	require.NoError(t, err)
+	mOut, err := d.Bytes()
+	require.NoError(t, err)
+	s2, _, err := analyzeStream(in, int64(len(data)), f)
+	require.NoError(t, err)
+	var sOut bytes.Buffer
+	written, err := s2.write(&sOut)
+	require.NoError(t, err)
+	require.Equal(t, changeList(mChanges), changeList(append(sChanges, written...)), "changes:\n%s", data)
+	require.Equal(t, changeList(written), changeList(dry), "a dry run reports what a repair does")
+	require.Equal(t, string(mOut), sOut.String(), "output:\n%s", data)
+	return true
+}
+
+func changeList(cs []Change) string {
+	var b strings.Builder
+	for _, c := range cs {
+		msg := -1
+		if c.Message != nil {
+			msg = *c.Message
+		}
+		fmt.Fprintf(&b, "%s line=%d msg=%d call=%s tool=%s: %s\n", c.Kind, c.Line, msg, c.CallID, c.Tool, c.Reason)
+	}
+	return b.String()
+}
+
+// TestStreamMatchesMemory: streaming repair gives the report and bytes the
+// in-memory repair gives, on every tree fixture.
+func TestStreamMatchesMemory(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/*.jsonl")
+	require.NoError(t, err)
+	n := 0
+	for _, path := range files {
+		name := filepath.Base(path)
+		if !strings.HasPrefix(name, "pi_") && !strings.HasPrefix(name, "claude_") {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		f := Format(strings.SplitN(name, "_", 2)[0])
+		if sameRepair(t, data, f) {
+			n++
+		} else {
+			require.Contains(t, []string{"pi_v1.jsonl"}, name, "left to the in-memory repair")
+		}
+	}
+	require.GreaterOrEqual(t, n, 7)
+}
+
+// randomTree writes a random pi or Claude Code session with damage: torn
+// and repeated lines, missing and duplicated results, orphans, results out
+// of place, calls without input, errored turns, blank user turns, broken
+// parent links, branches, parallel calls whose results hang on their own
+// call's line.
+func randomTree(r *rand.Rand, f Format) []byte {
+	var b bytes.Buffer
+	id := 0
+	newID := func() string {
+		id++
+		if f == FormatPi {
+			return fmt.Sprintf("%08x", id)
+		}
+		return fmt.Sprintf("00000000-0000-4000-8000-%012d", id)
+	}
+	type ent struct{ id, line string }
+	var all []ent
+	leaf := ""
+	pv := func(p string) string {
+		if p == "" {
+			return "null"
+		}
+		return `"` + p + `"`
+	}
+	emit := func(parent string, body func(id, parent string) string) string {
+		me := newID()
+		line := body(me, parent)
+		all = append(all, ent{me, line})
+		switch k := r.IntN(40); {
+		case k == 0:
+			b.WriteString(line[:r.IntN(len(line))] + "\n") // torn
+		case k == 1:
+			b.WriteString(line + "\n" + line + "\n") // written twice
+		case k == 2:
+			// never written: children break
+		default:
+			b.WriteString(line + "\n")
+		}
+		return me
+	}
+	if f == FormatPi {
+		b.WriteString(`{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/"}` + "\n")
+	}
+	callID := func() string { return "c" + fmt.Sprint(r.IntN(4)) }
+	user := func(text string) func(string, string) string {
+		return func(me, p string) string {
+			if f == FormatPi {
+				return `{"type":"message","id":"` + me + `","parentId":` + pv(p) + `,"message":{"role":"user","content":"` + text + `"}}`
+			}
+			return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"type":"user","message":{"role":"user","content":"` + text + `"},"uuid":"` + me + `"}`
+		}
+	}
+	call := func(ids []string, stop, resp string) func(string, string) string {
+		return func(me, p string) string {
+			var blocks []string
+			if r.IntN(3) == 0 {
+				blocks = append(blocks, `{"type":"text","text":"ok"}`)
+			}
+			for _, c := range ids {
+				in := `,"input":{}`
+				if f == FormatPi {
+					in = `,"arguments":{"x":1}`
+				}
+				if r.IntN(12) == 0 {
+					in = ""
+				}
+				typ := "toolCall"
+				if f == FormatClaude {
+					typ = "tool_use"
+				}
+				blocks = append(blocks, `{"type":"`+typ+`","id":"`+c+`","name":"t"`+in+`}`)
+			}
+			if len(blocks) == 0 {
+				blocks = append(blocks, `{"type":"text","text":"reply"}`)
+			}
+			content := "[" + strings.Join(blocks, ",") + "]"
+			if f == FormatPi {
+				return `{"type":"message","id":"` + me + `","parentId":` + pv(p) + `,"message":{"role":"assistant","content":` + content + `,"stopReason":"` + stop + `"}}`
+			}
+			sr := "null"
+			if stop != "" {
+				sr = `"` + stop + `"`
+			}
+			return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"type":"assistant","message":{"id":"` + resp + `","role":"assistant","content":` + content + `,"stop_reason":` + sr + `},"uuid":"` + me + `"}`
+		}
+	}
+	result := func(c string) func(string, string) string {
+		return func(me, p string) string {
+			if f == FormatPi {
+				return `{"type":"message","id":"` + me + `","parentId":` + pv(p) + `,"message":{"role":"toolResult","toolCallId":"` + c + `","toolName":"t","content":[{"type":"text","text":"r"}],"isError":false}}`
+			}
+			return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + c + `","content":"r"}]},"uuid":"` + me + `"}`
+		}
+	}
+	other := func(me, p string) string {
+		if f == FormatPi {
+			return `{"type":"label","id":"` + me + `","parentId":` + pv(p) + `,"targetId":"x","label":"l"}`
+		}
+		return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"type":"system","subtype":"turn_duration","uuid":"` + me + `"}`
+	}
+	for i, n := 0, 3+r.IntN(25); i < n; i++ {
+		switch r.IntN(9) {
+		case 0, 1:
+			text := "hi"
+			if r.IntN(5) == 0 {
+				text = "  "
+			}
+			leaf = emit(leaf, user(text))
+		case 2, 3, 4:
+			var ids []string
+			for k := r.IntN(4); k > 0; k-- {
+				ids = append(ids, callID())
+			}
+			stop := ""
+			if r.IntN(8) == 0 {
+				stop = "error"
+			}
+			resp := fmt.Sprintf("msg_%d", r.IntN(3))
+			if f == FormatClaude && len(ids) > 1 && r.IntN(2) == 0 {
+				// Parallel calls, one line each, results on their own call's line.
+				var parts []string
+				for _, c := range ids {
+					leaf = emit(leaf, call([]string{c}, stop, resp))
+					parts = append(parts, leaf)
+				}
+				for k, c := range ids {
+					if r.IntN(6) == 0 {
+						continue
+					}
+					me := emit(parts[k], result(c))
+					if k == len(ids)-1 {
+						leaf = me
+					}
+				}
+				continue
+			}
+			leaf = emit(leaf, call(ids, stop, resp))
+		case 5, 6:
+			leaf = emit(leaf, result(callID()))
+		case 7:
+			leaf = emit(leaf, other)
+		default:
+			// Branch: continue from an earlier entry.
+			if len(all) > 0 {
+				leaf = all[r.IntN(len(all))].id
+			}
+		}
+	}
+	return b.Bytes()
+}
+
+// TestStreamMatchesMemoryRandom holds streaming repair to the in-memory
+// repair on random damaged sessions, and checks what repair guarantees.
+func TestStreamMatchesMemoryRandom(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 4))
+	streamed := 0
+	for i := 0; i < 600; i++ {
+		f := []Format{FormatPi, FormatClaude}[i%2]
+		data := randomTree(r, f)
+		if sameRepair(t, data, f) {
+			streamed++
+		}
+	}
+	require.Greater(t, streamed, 480)
+}
+
+// FuzzStream holds streaming repair to the in-memory one on any input.
+func FuzzStream(f *testing.F) {
+	seedFixtures(f)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 20; i++ {
+		f.Add(randomTree(r, []Format{FormatPi, FormatClaude}[i%2]))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, format := range []Format{FormatPi, FormatClaude} {
+			sameRepair(t, data, format)
+		}
+	})
+}
+
+// TestStreamSmallWindow runs the differential test with a window of 4
+// ids, so that parents are found through the filter of all ids and the
+// extra pass, as in files larger than the window. (Not parallel: it sets
+// the window.)
+func TestStreamSmallWindow(t *testing.T) {
+	defer func(n int) { windowSize = n }(windowSize)
+	windowSize = 4
+	r := rand.New(rand.NewPCG(9, 10))
+	for i := 0; i < 200; i++ {
+		f := []Format{FormatPi, FormatClaude}[i%2]
+		sameRepair(t, randomTree(r, f), f)
+	}
+	files, err := filepath.Glob("testdata/*.jsonl")
+	require.NoError(t, err)
+	for _, path := range files {
+		name := filepath.Base(path)
+		if strings.HasPrefix(name, "pi_") || strings.HasPrefix(name, "claude_") {
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			sameRepair(t, data, Format(strings.SplitN(name, "_", 2)[0]))
+		}
+	}
+}

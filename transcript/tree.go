@@ -1,0 +1,227 @@
+package transcript
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// This file holds what the tree formats (pi v2+, Claude Code) share: the
+// conversation path from the leaf to the root, duplicated entries, broken
+// parent links and how they are relinked.
+
+// treeSpec tells the tree code about one format.
+type treeSpec struct {
+	idKey, parentKey string
+	// leaf accepts the entries that can be the leaf (nil: any entry).
+	leaf func(*entry) bool
+	// near accepts an entry as the ancestor an entry with a broken link
+	// is relinked to when its real ancestor is unknown (nil: any entry
+	// with an id); kids counts the entries naming each id as parent.
+	near func(child, cand *entry, kids map[string]int) bool
+}
+
+// dropDuplicates drops entries that repeat an earlier entry byte for byte
+// (the same line written twice); their id stays in the file through the
+// first copy.
+func (d *Document) dropDuplicates(body []*entry) []*entry {
+	if d.region != nil {
+		return body // the scan dropped them
+	}
+	first := make(map[string]*entry, len(body))
+	drop := map[*entry]bool{}
+	for _, e := range body {
+		if e.id == "" {
+			continue
+		}
+		f, ok := first[e.id]
+		if !ok {
+			first[e.id] = e
+			continue
+		}
+		if bytes.Equal(f.raw, e.raw) {
+			drop[e] = true
+			d.Dropped = append(d.Dropped, Change{Kind: ChangeDropDuplicate, Line: e.line,
+				Reason: fmt.Sprintf("line %d repeats line %d (the same entry written twice)", e.line, f.line)})
+		}
+	}
+	if len(drop) == 0 {
+		return body
+	}
+	kept := body[:0:0]
+	for _, e := range body {
+		if !drop[e] {
+			kept = append(kept, e)
+		}
+	}
+	entries := d.entries[:0:0]
+	for _, e := range d.entries {
+		if !drop[e] {
+			entries = append(entries, e)
+		}
+	}
+	d.entries = entries
+	return kept
+}
+
+// salvaged is what could be read from the start of a dropped (torn) line.
+type salvaged struct {
+	parent string
+	line   int
+}
+
+// salvage reads the id and parent of the dropped lines that still hold
+// them complete (a torn line usually keeps its first fields).
+func (d *Document) salvage(spec treeSpec) map[string]salvaged {
+	out := map[string]salvaged{}
+	for _, dl := range d.droppedRaw {
+		var id, parent string
+		okID, okParent := false, false
+		topFields(dl.raw, func(f field) bool {
+			if f.end >= len(dl.raw) {
+				return false // the value runs to the tear: not whole
+			}
+			v := dl.raw[f.start:f.end]
+			switch string(f.key) {
+			case spec.idKey:
+				id, okID = jsonString(v)
+			case spec.parentKey:
+				if string(v) == "null" {
+					parent, okParent = "", true
+				} else {
+					parent, okParent = jsonString(v)
+				}
+			}
+			return true
+		})
+		if okID && okParent && id != "" {
+			if _, taken := out[id]; !taken {
+				out[id] = salvaged{parent: parent, line: dl.line}
+			}
+		}
+	}
+	return out
+}
+
+// linkTree finds every entry whose parent is not in the file, decides the
+// ancestor it is relinked to, and returns the conversation path (root
+// first) from the leaf, walking the links as repaired.
+func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
+	if r := d.region; r != nil {
+		// The scan walked the whole file: take its path and links.
+		var path []*entry
+		for _, e := range body {
+			e.link = e.parent
+			if p, ok := r.relink[e.line]; ok {
+				e.link, e.broken = p, true
+			}
+			if r.path[e.line] {
+				path = append(path, e)
+			}
+		}
+		return path
+	}
+	byID := make(map[string]*entry, len(body))
+	pos := make(map[*entry]int, len(body))
+	for i, e := range body {
+		pos[e] = i
+		if e.id != "" {
+			if _, ok := byID[e.id]; !ok {
+				byID[e.id] = e
+			}
+		}
+	}
+	var lost map[string]salvaged
+	var broken []*entry
+	var kids map[string]int
+	for i, e := range body {
+		e.link = e.parent
+		if e.parent == "" || e.parent == e.id || byID[e.parent] != nil {
+			continue
+		}
+		if lost == nil {
+			lost = d.salvage(spec)
+			kids = map[string]int{}
+			for _, c := range body {
+				if c.parent != "" && c.parent != c.id && byID[c.parent] != nil {
+					kids[c.parent]++
+				}
+			}
+		}
+		e.broken = true
+		broken = append(broken, e)
+		// The nearest surviving ancestor: through the dropped lines that
+		// still name their parent, else the nearest entry before it in
+		// the file that can be its ancestor.
+		p, seen := e.parent, 0
+		for seen <= len(lost) {
+			s, ok := lost[p]
+			if !ok {
+				break
+			}
+			e.via = append(e.via, s.line)
+			p, seen = s.parent, seen+1
+			if p == "" || byID[p] != nil {
+				break
+			}
+		}
+		switch {
+		case len(e.via) > 0 && (p == "" || byID[p] != nil):
+			e.link = p
+		default:
+			e.via = nil
+			e.link = ""
+			for j := i - 1; j >= 0; j-- {
+				c := body[j]
+				if c.id != "" && c.id != e.id && (spec.near == nil || spec.near(e, c, kids)) {
+					e.link = c.id
+					break
+				}
+			}
+		}
+	}
+	// The path, walking the repaired links.
+	var cur *entry
+	for i := len(body) - 1; i >= 0; i-- {
+		if spec.leaf == nil || spec.leaf(body[i]) {
+			cur = body[i]
+			break
+		}
+	}
+	var path []*entry
+	seen := map[*entry]bool{}
+	for cur != nil && !seen[cur] {
+		seen[cur] = true
+		path = append(path, cur)
+		if cur.link == "" || cur.link == cur.id {
+			break
+		}
+		cur = byID[cur.link]
+	}
+	for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
+		path[i], path[j] = path[j], path[i]
+	}
+	at := make(map[*entry]int, len(path))
+	for i, e := range path {
+		at[e] = i
+	}
+	for _, e := range broken {
+		var why string
+		switch {
+		case len(e.via) > 0:
+			why = fmt.Sprintf("parent %q is gone with the dropped line %d", e.parent, e.via[0])
+		default:
+			why = fmt.Sprintf("parent %q is not in the file (a lost or torn line)", e.parent)
+		}
+		target := "made a root: no earlier entry can be its ancestor"
+		if e.link != "" {
+			target = fmt.Sprintf("relinked to %q, its nearest surviving ancestor", e.link)
+		}
+		lostWhat := "a reader walking parents from here stops at it"
+		if i, ok := at[e]; ok {
+			lostWhat = fmt.Sprintf("a reader walking parents from the leaf stops here and loses the %d entries before it", i)
+		}
+		d.Relinked = append(d.Relinked, Change{Kind: ChangeRelink, Line: e.line,
+			Reason: why + "; " + lostWhat + "; " + target})
+	}
+	return path
+}
