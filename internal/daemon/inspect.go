@@ -83,6 +83,11 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 		}
 	}
 	rep.Config = fileState(filepath.Join(dir, ConfigName), 0o600)
+	configErr := CheckConfig(dir)
+	if configErr != nil {
+		rep.Config.OK = false
+		rep.Problems = append(rep.Problems, configErr.Error())
+	}
 	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		rep.Problems = append(rep.Problems, "the data directory is open to others: chmod 700 "+dir)
 	}
@@ -117,6 +122,9 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 		}
 	}
 	switch {
+	case configErr != nil && !running:
+		// No daemon can start until the config is fixed: the problem says how.
+		rep.NextAction = "resolve_manually"
 	case len(rep.Quarantined) > 0:
 		rep.NextAction, rep.Command = "repair_journal", "belay sessions doctor "+rep.Quarantined[0].Session
 	case !running && rep.Lock != nil && rep.Lock.Stale:

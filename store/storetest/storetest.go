@@ -578,6 +578,10 @@ func testDeliveryLeaseExpiry(t *testing.T, h Harness) {
 	require.Len(t, expired, 1)
 	require.Equal(t, d.ID, expired[0].ID)
 	require.Equal(t, Start.Add(2*time.Minute), next)
+	// Once the expiry returned it to the inbox, a late ack still says
+	// why: the lease expired.
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: l1[0].Epoch})
+	require.ErrorIs(t, err, belay.ErrLeaseExpired)
 	got, err := b.s.Delivery(b.ctx, d.ID)
 	require.NoError(t, err)
 	require.Equal(t, belay.DeliveryPending, got.Status)
