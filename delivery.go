@@ -20,6 +20,11 @@ const (
 // Settled reports whether the delivery is finished.
 func (s DeliveryStatus) Settled() bool { return s == DeliveryDone || s == DeliveryError }
 
+// Valid reports whether s is a known status.
+func (s DeliveryStatus) Valid() bool {
+	return s == DeliveryPending || s == DeliveryLeased || s.Settled()
+}
+
 // Delivery is an inbox item a consumer must handle and settle.
 type Delivery struct {
 	ID      string `json:"id"`

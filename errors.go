@@ -65,6 +65,9 @@ const (
 	ClassCancelled        ErrorClass = "cancelled"
 	ClassTimeout          ErrorClass = "timeout"
 	ClassInternal         ErrorClass = "internal"
+	// ClassQuota: the account is out of quota or its billing is not set
+	// up (OpenAI insufficient_quota). Not retryable: a person must act.
+	ClassQuota ErrorClass = "quota"
 )
 
 // Retryable reports whether failures of this class are retried with backoff.

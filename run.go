@@ -85,10 +85,17 @@ type Lease struct {
 // Expired reports whether the lease has expired at now.
 func (l *Lease) Expired(now time.Time) bool { return l == nil || !now.Before(l.ExpiresAt) }
 
-// RunError is why a run failed, in one of the error classes.
+// RunError is why a run failed, in one of the error classes. Message is
+// the provider's message with secrets scrubbed.
 type RunError struct {
 	Class   ErrorClass `json:"class"`
 	Message string     `json:"message"`
+	// Status is the provider's HTTP status, when the failure was an HTTP
+	// answer.
+	Status int `json:"status,omitempty"`
+	// RetryAfterSeconds is the delay the provider asked for before a new
+	// try (Retry-After), when it gave one.
+	RetryAfterSeconds float64 `json:"retryAfterSeconds,omitempty"`
 }
 
 // Run is one turn or job inside a session.

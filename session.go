@@ -18,6 +18,11 @@ const (
 	SessionQuarantined SessionState = "quarantined"
 )
 
+// Valid reports whether s is a known state.
+func (s SessionState) Valid() bool {
+	return s == SessionIdle || s == SessionActive || s == SessionQuarantined
+}
+
 // ConversationRef points at the provider-side conversation a session is
 // bound to: a conversation or response id, a URL, a browser target, and the
 // cursor to resume from. Providers fill in what they have.

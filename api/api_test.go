@@ -104,7 +104,7 @@ func TestRunLifecycleOverHTTP(t *testing.T) {
 
 	code, raw = b.do("GET", "/v1/sessions/"+run.Session+"/doctor", "", nil)
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, string(raw), `"nextAction":"ack_delivery"`)
+	require.Contains(t, string(raw), `"nextAction":"read_result"`, "belay's own completion notice is not the next action")
 	code, raw = b.do("GET", "/metrics", "", nil)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, string(raw), `belay_runs{status="complete"} 1`)

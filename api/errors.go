@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/runtime"
 )
 
@@ -28,6 +29,7 @@ const (
 	CodeOverloaded       = "overloaded"
 	CodeMethod           = "method_not_allowed"
 	CodeTimeout          = "timeout"
+	CodeSideEffects      = "side_effects_settled"
 	CodeDiskFull         = "disk_full"
 	CodeInternal         = "internal"
 )
@@ -40,6 +42,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusConflict, CodeLeaseExpired
 	case errors.As(err, &stale), errors.Is(err, belay.ErrStaleEpoch):
 		return http.StatusConflict, CodeStaleEpoch
+	case errors.Is(err, runtime.ErrSideEffects):
+		return http.StatusConflict, CodeSideEffects
 	case errors.Is(err, runtime.ErrConversationBusy):
 		return http.StatusConflict, CodeConversationBusy
 	case errors.Is(err, belay.ErrTooLarge):
@@ -75,6 +79,10 @@ func writeError(w http.ResponseWriter, err error) {
 	status, code := statusOf(err)
 	var details map[string]any
 	var stale *belay.StaleEpochError
+	var field *provider.FieldError
+	var unknown *provider.UnknownError
+	var conflict *runtime.IdempotencyConflictError
+	var effects *runtime.SideEffectsError
 	var large *belay.TooLargeError
 	var full *belay.DiskFullError
 	switch {
@@ -84,6 +92,14 @@ func writeError(w http.ResponseWriter, err error) {
 		details = map[string]any{"size": large.Size, "limit": large.Limit}
 	case errors.As(err, &full) && full.Free >= 0:
 		details = map[string]any{"freeBytes": full.Free}
+	case errors.As(err, &field):
+		details = map[string]any{"field": field.Field}
+	case errors.As(err, &unknown):
+		details = map[string]any{"provider": unknown.Name, "known": unknown.Known}
+	case errors.As(err, &conflict):
+		details = map[string]any{"run": conflict.Run, "differs": conflict.What}
+	case errors.As(err, &effects):
+		details = map[string]any{"run": effects.Run, "tools": effects.Tools}
 	}
 	writeErrorCode(w, status, code, err.Error(), details)
 }

@@ -217,6 +217,8 @@ func ListRuns(ctx context.Context, st store.Store, q RunQuery) ([]belay.Run, str
 	if err != nil {
 		return nil, "", err
 	}
+	// A store may apply only part of the filter: apply all of it.
+	runs = slices.DeleteFunc(runs, func(r belay.Run) bool { return !q.RunFilter.Match(&r) })
 	page, next := pageOf(runs, q.Sort, after, q.Limit)
 	return page, next, nil
 }

@@ -114,6 +114,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/wait", s.waitRun)
 	mux.HandleFunc("GET /v1/runs/{id}/answer", s.answer)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.cancelRun)
+	mux.HandleFunc("POST /v1/runs/{id}/retry", s.retryRun)
 	mux.HandleFunc("POST /v1/inbox/lease", s.lease)
 	mux.HandleFunc("POST /v1/inbox/{id}/settle", s.settle)
 	mux.HandleFunc("POST /v1/prune", s.prune)
@@ -260,6 +261,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, MaxBody, &req) {
 		return
 	}
+	if _, err := s.rt.Provider(req.Provider); err != nil {
+		writeError(w, err) // every run of the session would fail
+		return
+	}
 	sess, err := s.st.CreateSession(r.Context(), belay.SessionInput{
 		Provider: req.Provider, Model: req.Model, Labels: req.Labels, Options: req.Options, IdempotencyKey: key,
 	})
@@ -272,6 +277,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if st := belay.SessionState(q.Get("state")); st != "" && !st.Valid() {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "state must be idle, active or quarantined", map[string]any{"field": "state"})
+		return
+	}
 	limit, cursor, ok := pageParams(w, r)
 	if !ok {
 		return
@@ -323,11 +332,16 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	status := belay.RunStatus(r.URL.Query().Get("status"))
+	if status != "" && !status.Valid() {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "status must be queued, running, complete, failed, cancelled or stranded", map[string]any{"field": "status"})
+		return
+	}
 	limit, cursor, ok := pageParams(w, r)
 	if !ok {
 		return
 	}
-	runs, err := s.st.Runs(r.Context(), belay.RunFilter{Session: id, Status: belay.RunStatus(r.URL.Query().Get("status"))})
+	runs, err := s.st.Runs(r.Context(), belay.RunFilter{Session: id, Status: status})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -539,11 +553,16 @@ func (s *Server) listInbox(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	status := belay.DeliveryStatus(r.URL.Query().Get("status"))
+	if status != "" && !status.Valid() {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "status must be pending, leased, done or error", map[string]any{"field": "status"})
+		return
+	}
 	limit, cursor, ok := pageParams(w, r)
 	if !ok {
 		return
 	}
-	ds, err := s.st.Deliveries(r.Context(), belay.DeliveryFilter{Session: id, Status: belay.DeliveryStatus(r.URL.Query().Get("status"))})
+	ds, err := s.st.Deliveries(r.Context(), belay.DeliveryFilter{Session: id, Status: status})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -649,3 +668,30 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 }
 
 var _ store.Store // the API reads through the runtime's store
+
+// retryRun creates a new run with the input of a finished one (belay runs
+// retry), refused when side effects settled unless allowed.
+func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	var req RetryRequest
+	if r.ContentLength != 0 && !decode(w, r, MaxBody, &req) {
+		return
+	}
+	if req.Policy != "" && !req.Policy.Valid() {
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "policy must be enqueue, reject, interrupt or replace", map[string]any{"field": "policy"})
+		return
+	}
+	run, tools, err := s.rt.Retry(r.Context(), runtime.RetryRequest{Run: id, AllowSideEffects: req.AllowSideEffects, IdempotencyKey: key, Policy: req.Policy})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, RetryResponse{Run: s.withActivity(run), MayRepeat: tools})
+}

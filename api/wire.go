@@ -167,3 +167,19 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	*d = Duration(ns)
 	return nil
 }
+
+// RetryRequest is the body of POST /v1/runs/{id}/retry (optional). The
+// Idempotency-Key header defaults to "retry-" + the run id.
+type RetryRequest struct {
+	// AllowSideEffects retries even though side-effecting tool calls of
+	// the run settled; they may run again.
+	AllowSideEffects bool           `json:"allowSideEffects,omitempty"`
+	Policy           runtime.Policy `json:"policy,omitempty"`
+}
+
+// RetryResponse is the new run of a retry, with the side-effecting tools
+// of the original run that may run again.
+type RetryResponse struct {
+	Run
+	MayRepeat []string `json:"mayRepeat,omitempty"`
+}

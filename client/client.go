@@ -15,17 +15,20 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
 	"github.com/belayhq/belay/doctor"
+	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store"
 )
 
 // Client talks to one daemon.
 type Client struct {
 	base  string // "http://belay" for a socket, or the TCP base URL
+	addr  string // the socket path or base URL, for messages
 	token string
 	hc    *http.Client
 }
@@ -46,7 +49,9 @@ func New(opts Options) *Client {
 		ReadBufferSize:        64 << 10,
 	}
 	base := strings.TrimRight(opts.BaseURL, "/")
+	addr := base
 	if opts.Socket != "" {
+		addr = opts.Socket
 		sock := opts.Socket
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -54,7 +59,7 @@ func New(opts Options) *Client {
 		}
 		base = "http://belay"
 	}
-	return &Client{base: base, token: opts.Token, hc: &http.Client{Transport: tr}}
+	return &Client{base: base, addr: addr, token: opts.Token, hc: &http.Client{Transport: tr}}
 }
 
 // Error is an error response of the API.
@@ -106,6 +111,8 @@ func (e *Error) Is(target error) bool {
 		return target == belay.ErrDiskFull
 	case api.CodeUnavailable:
 		return target == belay.ErrStoreClosed
+	case api.CodeSideEffects:
+		return target == runtime.ErrSideEffects
 	case api.CodeOverloaded:
 		return target == ErrOverloaded
 	case api.CodeTooLarge:
@@ -115,12 +122,47 @@ func (e *Error) Is(target error) bool {
 }
 
 // UnreachableError says the daemon did not answer.
-type UnreachableError struct{ Err error }
+type UnreachableError struct {
+	// Addr is the socket path or base URL tried.
+	Addr string
+	Err  error
+}
 
+// Error says where and why in words, not as a raw network error.
 func (e *UnreachableError) Error() string {
-	return "the belay daemon is not reachable: " + e.Err.Error()
+	msg := "the belay daemon is not reachable"
+	if e.Addr != "" {
+		msg += " at " + e.Addr
+	}
+	return msg + " (" + why(e.Err) + ")"
 }
 func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// why describes a failure to reach the daemon.
+func why(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return "no socket there: no daemon is running"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused: no daemon is listening"
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return "permission denied: the socket belongs to another user"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "the connection broke: the daemon stopped or restarted"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "it did not answer in time"
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return "unknown host " + dns.Name
+	}
+	return "cannot connect"
+}
+
+func (c *Client) unreachable(err error) error {
+	return &UnreachableError{Addr: c.addr, Err: err}
+}
 
 // IsUnreachable reports whether err means no daemon answered.
 func IsUnreachable(err error) bool {
@@ -182,7 +224,7 @@ func (c *Client) once(ctx context.Context, method, path string, hdr http.Header,
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		return &UnreachableError{Err: err}
+		return c.unreachable(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
@@ -471,4 +513,11 @@ func (c *Client) DeleteSession(ctx context.Context, id string, force bool) error
 func (c *Client) Prune(ctx context.Context, dryRun bool) (store.PruneReport, error) {
 	var r store.PruneReport
 	return r, c.do(ctx, http.MethodPost, "/v1/prune", nil, api.PruneRequest{DryRun: dryRun}, &r)
+}
+
+// RetryRun creates a new run with the input of a finished run; key
+// defaults to "retry-" + id on the daemon.
+func (c *Client) RetryRun(ctx context.Context, id string, req api.RetryRequest, key string) (api.RetryResponse, error) {
+	var r api.RetryResponse
+	return r, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/retry", keyHeader(key), req, &r)
 }

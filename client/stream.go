@@ -26,6 +26,12 @@ var ErrStop = errors.New("client: stop following")
 // the connection broke: it returns the error, or io.EOF), ctx is done, or
 // fn returns an error.
 func (c *Client) Stream(ctx context.Context, session string, after uint64, fn func(belay.Event) error) error {
+	return c.streamEvents(ctx, session, after, nil, fn)
+}
+
+// streamEvents is Stream that calls opened (if not nil) once the daemon has
+// answered with the stream.
+func (c *Client) streamEvents(ctx context.Context, session string, after uint64, opened func(), fn func(belay.Event) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/sessions/"+url.PathEscape(session)+"/events", nil)
 	if err != nil {
 		return err
@@ -40,11 +46,14 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64, fn fu
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		return &UnreachableError{Err: err}
+		return c.unreachable(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		return decodeError(resp)
+	}
+	if opened != nil {
+		opened()
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	var typ, data string
@@ -60,7 +69,7 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64, fn fu
 			if err == io.EOF {
 				return io.EOF
 			}
-			return &UnreachableError{Err: err}
+			return c.unreachable(err)
 		}
 		line = strings.TrimRight(line, "\r\n")
 		switch {
@@ -128,6 +137,10 @@ type FollowOptions struct {
 	OnDisconnect func(err error, lastSeq uint64)
 	// MaxBackoff caps the wait between reconnects (default 2s).
 	MaxBackoff time.Duration
+	// MaxOutage, if positive, bounds how long Follow keeps reconnecting
+	// while no daemon answers: once the daemon has been unreachable that
+	// long without a stream opening, Follow returns an *UnreachableError.
+	MaxOutage time.Duration
 }
 
 // Follow is Stream that reconnects, with backoff, whenever the connection
@@ -139,8 +152,9 @@ func (c *Client) Follow(ctx context.Context, session string, after uint64, opts 
 		opts.MaxBackoff = 2 * time.Second
 	}
 	backoff := 50 * time.Millisecond
+	var downSince time.Time // when the current outage began
 	for {
-		err := c.Stream(ctx, session, after, func(ev belay.Event) error {
+		err := c.streamEvents(ctx, session, after, func() { downSince = time.Time{} }, func(ev belay.Event) error {
 			if ev.Seq <= after {
 				return nil // never deliver an event twice
 			}
@@ -159,6 +173,14 @@ func (c *Client) Follow(ctx context.Context, session string, after uint64, opts 
 		case err == io.EOF || IsUnreachable(err) || errors.Is(err, belay.ErrStoreClosed) || errors.Is(err, ErrOverloaded):
 			// An overloaded daemon did not take the stream: try again after
 			// the backoff, as after a disconnect.
+			if downSince.IsZero() {
+				downSince = time.Now()
+			} else if opts.MaxOutage > 0 && time.Since(downSince) >= opts.MaxOutage {
+				if IsUnreachable(err) {
+					return err
+				}
+				return c.unreachable(err)
+			}
 			if opts.OnDisconnect != nil {
 				opts.OnDisconnect(err, after)
 			}

@@ -86,11 +86,11 @@ func browserCommand(b *BrowserReport, action Action, reason string) (string, str
 	}
 	switch {
 	case action == ActionReauth:
-		return "belay browser login " + b.Site, reason + fmt.Sprintf(" Log in to %s once in the window it opens; the next run copies that profile.", b.Site)
+		return cmdBrowserLogin(b.Site), reason + fmt.Sprintf(" Log in to %s once in the window it opens; the next run copies that profile.", b.Site)
 	case action == ActionSolveChallenge:
-		return "belay browser login " + b.Site, reason + fmt.Sprintf(" Solve the %s challenge in the window it opens.", b.Site)
+		return cmdBrowserLogin(b.Site), reason + fmt.Sprintf(" Solve the %s challenge in the window it opens.", b.Site)
 	case b.PageState == "unknown" && (action == ActionResend || action == ActionResolveManually):
-		return "belay browser check " + b.Site, reason + fmt.Sprintf(" The page did not match the %s site profile: check it, fix the profile, then resend.", b.Site)
+		return cmdBrowserCheck(b.Site), reason + fmt.Sprintf(" The page did not match the %s site profile: check it, fix the profile, then resend.", b.Site)
 	}
 	return "", reason
 }

@@ -27,10 +27,27 @@ func cmdWatch(run string) string { return command("belay", "watch", run) }
 func cmdWait(run string) string  { return command("belay", "wait", run) }
 func cmdRead(run string) string  { return command("belay", "read", run) }
 
-// cmdResend re-sends a run's journaled input as a new run. The idempotency
-// key is derived from the run, so running the command twice sends once (G3).
-func cmdResend(session, run string) string {
-	return command("belay", "send", "--session", session, "--resend", run, "--idempotency-key", "resend-"+run)
+// cmdRetry sends a run's journaled input again as a new run in its
+// session. Its idempotency key defaults to retry-RUN, so running the
+// command twice sends once (G3).
+func cmdRetry(run string) string {
+	return command("belay", "runs", "retry", run)
+}
+
+func cmdSessionsDoctor(session string) string {
+	return command("belay", "sessions", "doctor", session)
+}
+
+func cmdSessionsDelete(session string) string {
+	return command("belay", "sessions", "delete", session)
+}
+
+func cmdBrowserLogin(site string) string {
+	return command("belay", "browser", "login", site)
+}
+
+func cmdBrowserCheck(site string) string {
+	return command("belay", "browser", "check", site)
 }
 
 func cmdInboxPoll(session string) string {
@@ -51,4 +68,18 @@ func cmdRepair(path, session string) string {
 		return command("belay", "repair", path)
 	}
 	return command("belay", "repair", "--session", session)
+}
+
+// Commands returns every form of command a report can name, built by the
+// same functions the rules use, with the given identifiers. The command
+// line's tests parse each one with its real parser, so a report never
+// suggests a command or flag that does not exist.
+func Commands(session, run, delivery, journal, site string, epoch uint64) []string {
+	return []string{
+		cmdDaemonStart, cmdDaemonStatus, cmdDaemonStop, cmdPrune,
+		cmdSessionsDoctor(session), cmdSessionsDelete(session),
+		cmdWatch(run), cmdWait(run), cmdRead(run), cmdRetry(run),
+		cmdInboxPoll(session), cmdInboxAck(delivery, epoch),
+		cmdRepair(journal, session), cmdRepair("", session), cmdBrowserLogin(site), cmdBrowserCheck(site),
+	}
 }

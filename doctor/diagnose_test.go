@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"encoding/json"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ type diagnoseCase struct {
 	reason  []string // substrings of the reason
 }
 
-var resendCmd = "belay send --session " + sesID + " --resend " + runA + " --idempotency-key resend-" + runA
+var resendCmd = "belay runs retry " + runA
 
 // diagnoseCases covers every action and every rule, and the order between
 // rules that could both match.
@@ -301,6 +302,17 @@ var diagnoseCases = []diagnoseCase{
 		d.Type, d.To, d.AfterRun = "mcp.wake", "mcp:tag:mcp", runB
 		queued(in, runB)
 	}, action: ActionWait, rule: "queued"},
+	{name: "complete with its own unacked completion notice", mod: func(in *Input) {
+		finished(in, runA, belay.RunComplete, "", time.Hour)
+		delivery(in, dlvA, belay.DeliveryPending, 4).Type = "run.completed"
+	}, action: ActionReadResult, rule: "run_complete", command: "belay read " + runA},
+	{name: "cancelled with a failed notice of an older run", mod: func(in *Input) {
+		finished(in, runA, belay.RunFailed, belay.ClassTimeout, 2*time.Hour)
+		delivery(in, dlvA, belay.DeliveryPending, 4).Type = "run.failed"
+		finished(in, runB, belay.RunCancelled, "", time.Hour)
+	}, action: ActionNone, rule: "run_cancelled"},
+	{name: "failed quota", mod: func(in *Input) { finished(in, runA, belay.RunFailed, belay.ClassQuota, time.Hour) },
+		action: ActionResolveManually, rule: "failed_quota", command: resendCmd, reason: []string{"quota or billing"}},
 	{name: "settled deliveries do not count", mod: func(in *Input) {
 		finished(in, runA, belay.RunComplete, "", time.Hour)
 		delivery(in, dlvA, belay.DeliveryDone, 4)
@@ -351,6 +363,8 @@ func checkReport(t *testing.T, rep Report) {
 	require.Equal(t, rep.NextAction == ActionNone, rep.Command == "", "command %q for %s", rep.Command, rep.NextAction)
 	if rep.Command != "" {
 		require.True(t, strings.HasPrefix(rep.Command, "belay "), rep.Command)
+		require.Contains(t, Commands("SES", "RUN", "DLV", "FILE", "SITE", 7), commandShape(rep.Command),
+			"every command a report names is one of Commands (which the CLI's tests parse)")
 	}
 	for _, d := range rep.Diagnostics {
 		require.True(t, d.Severity.Valid(), "%+v", d)
@@ -544,4 +558,20 @@ func TestWakeUpDiagnostics(t *testing.T) {
 	rep = Diagnose(in)
 	require.Contains(t, codes(rep), "wake_missed")
 	require.Equal(t, ActionReadResult, rep.NextAction)
+}
+
+var (
+	idShape     = regexp.MustCompile(`\b(ses|run|dlv)_[0-9a-z]{26}\b`)
+	epochShape  = regexp.MustCompile(`--epoch [0-9]+`)
+	repairShape = regexp.MustCompile(`^belay repair [^-].*$`)
+	siteShape   = regexp.MustCompile(`^belay browser (login|check) \S+$`)
+)
+
+// commandShape replaces the identifiers of a report's command by the
+// placeholders TestDiagnose passes to Commands.
+func commandShape(cmd string) string {
+	cmd = idShape.ReplaceAllStringFunc(cmd, func(id string) string { return strings.ToUpper(id[:3]) })
+	cmd = epochShape.ReplaceAllString(cmd, "--epoch 7")
+	cmd = siteShape.ReplaceAllString(cmd, "belay browser $1 SITE")
+	return repairShape.ReplaceAllString(cmd, "belay repair FILE")
 }

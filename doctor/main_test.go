@@ -102,7 +102,7 @@ func setFacts(in *Input, id string, f RunFacts) {
 
 func delivery(in *Input, id string, s belay.DeliveryStatus, seq uint64) *belay.Delivery {
 	d := belay.Delivery{
-		ID: id, Session: sesID, Type: "run.completed", Status: s, Seq: seq, Epoch: 3,
+		ID: id, Session: sesID, Type: "ui.comment", Status: s, Seq: seq, Epoch: 3,
 		CreatedAt: ago(time.Minute), Data: []byte(`{"run":"` + runA + `"}`),
 	}
 	switch s {

@@ -41,6 +41,7 @@ var rules = [...]rule{
 	{"run_stranded", ruleStranded},
 	{"failed_auth", ruleFailedAuth},
 	{"failed_challenge", ruleFailedChallenge},
+	{"failed_quota", ruleFailedQuota},
 	{"failed_after_side_effect", ruleFailedAfterSideEffect},
 	{"failed_backoff", ruleFailedBackoff},
 	{"failed_resendable", ruleFailedResendable},
@@ -102,7 +103,7 @@ func ruleJournalLost(d *diagnosis) (decision, bool) {
 	if j.Empty {
 		what = "empty"
 	}
-	return decide(ActionResolveManually, command("belay", "sessions", "delete", d.sid), "The session's journal %s is %s, so its history is gone and nothing can run in it. Restore the file from a backup and restart the daemon, or delete the session.", scrubText(j.Path), what)
+	return decide(ActionResolveManually, cmdSessionsDelete(d.sid), "The session's journal %s is %s, so its history is gone and nothing can run in it. Restore the file from a backup and restart the daemon, or delete the session.", scrubText(j.Path), what)
 }
 
 // ruleWriteFailing: the last write failed (a full disk, an I/O error) and
@@ -113,7 +114,7 @@ func ruleWriteFailing(d *diagnosis) (decision, bool) {
 	if j.Quarantined || (!j.DiskFull && j.WriteError == "") {
 		return decision{}, false
 	}
-	again := command("belay", "sessions", "doctor", d.sid)
+	again := cmdSessionsDoctor(d.sid)
 	if j.DiskFull {
 		free := "an unknown number of"
 		if j.FreeBytes >= 0 {
@@ -244,7 +245,7 @@ func ruleFailedAuth(d *diagnosis) (decision, bool) {
 	if r == nil || failedClass(r) != belay.ClassAuth {
 		return decision{}, false
 	}
-	return decide(ActionReauth, cmdResend(d.sid, token(r.ID)), "Run %s failed because provider %s refused its credentials; re-authenticate, then resend.", token(r.ID), token(r.Provider))
+	return decide(ActionReauth, cmdRetry(token(r.ID)), "Run %s failed because provider %s refused its credentials; re-authenticate, then resend.", token(r.ID), token(r.Provider))
 }
 
 func ruleFailedChallenge(d *diagnosis) (decision, bool) {
@@ -252,7 +253,15 @@ func ruleFailedChallenge(d *diagnosis) (decision, bool) {
 	if r == nil || failedClass(r) != belay.ClassChallenge {
 		return decision{}, false
 	}
-	return decide(ActionSolveChallenge, cmdResend(d.sid, token(r.ID)), "Run %s failed on a challenge from provider %s; solve it in the provider's window, then resend.", token(r.ID), token(r.Provider))
+	return decide(ActionSolveChallenge, cmdRetry(token(r.ID)), "Run %s failed on a challenge from provider %s; solve it in the provider's window, then resend.", token(r.ID), token(r.Provider))
+}
+
+func ruleFailedQuota(d *diagnosis) (decision, bool) {
+	r := d.failed()
+	if r == nil || failedClass(r) != belay.ClassQuota {
+		return decision{}, false
+	}
+	return decide(ActionResolveManually, cmdRetry(token(r.ID)), "Run %s failed because provider %s refused it for quota or billing (the credentials are fine); add credit or raise the limit with the provider, then retry.", token(r.ID), token(r.Provider))
 }
 
 func ruleFailedAfterSideEffect(d *diagnosis) (decision, bool) {
@@ -292,7 +301,7 @@ func ruleFailedBackoff(d *diagnosis) (decision, bool) {
 	if !d.now.Before(at) {
 		return decision{}, false
 	}
-	dec, _ := decide(ActionRetryLater, cmdResend(d.sid, token(r.ID)), "Run %s failed with %s; the provider needs %s more before a resend can succeed.", token(r.ID), errorClass(r), age(at.Sub(d.now)))
+	dec, _ := decide(ActionRetryLater, cmdRetry(token(r.ID)), "Run %s failed with %s; the provider needs %s more before a resend can succeed.", token(r.ID), errorClass(r), age(at.Sub(d.now)))
 	dec.retryAt = at
 	return dec, true
 }
@@ -304,7 +313,7 @@ func ruleFailedResendable(d *diagnosis) (decision, bool) {
 	}
 	switch c := failedClass(r); {
 	case c.Retryable(), c == belay.ClassTimeout, c == belay.ClassInternal:
-		return decide(ActionResend, cmdResend(d.sid, token(r.ID)), "Run %s failed with %s and no side-effecting tool call settled in it, so resending it is safe.", token(r.ID), errorClass(r))
+		return decide(ActionResend, cmdRetry(token(r.ID)), "Run %s failed with %s and no side-effecting tool call settled in it, so resending it is safe.", token(r.ID), errorClass(r))
 	}
 	return decision{}, false
 }
@@ -317,14 +326,26 @@ func ruleFailedOther(d *diagnosis) (decision, bool) {
 	return decide(ActionResolveManually, cmdRead(token(r.ID)), "Run %s failed with %s, which a resend would repeat; read the error, change the request or the setup, then send again.", token(r.ID), errorClass(r))
 }
 
+// outcomeTypes are the deliveries the runtime posts itself when a run
+// ends (runtime.DeliveryRun*): notifications for a consumer that wants
+// them, not work for the person reading the doctor. They never decide the
+// next action: the outcome rules do.
+var outcomeTypes = map[string]bool{"run.completed": true, "run.failed": true, "run.stranded": true}
+
 func ruleUnsettled(d *diagnosis) (decision, bool) {
-	if len(d.unsettled) == 0 {
+	var work []belay.Delivery
+	for _, dl := range d.unsettled {
+		if !outcomeTypes[dl.Type] {
+			work = append(work, dl)
+		}
+	}
+	if len(work) == 0 {
 		return decision{}, false
 	}
-	n := len(d.unsettled)
+	n := len(work)
 	var leased, waiting *belay.Delivery
-	for i := range d.unsettled {
-		dl := &d.unsettled[i]
+	for i := range work {
+		dl := &work[i]
 		switch {
 		case dl.Status == belay.DeliveryLeased && !dl.Lease.Expired(d.now):
 			if leased == nil {

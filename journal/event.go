@@ -63,3 +63,7 @@ func validate(e *Event) error {
 	}
 	return nil
 }
+
+// Validate checks the caller-settable fields of an event (type, id, run) as
+// Append does, for stores that keep events elsewhere than in a journal.
+func Validate(e *Event) error { return validate(e) }

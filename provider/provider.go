@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -173,6 +175,8 @@ type Error struct {
 	Message string
 	// RetryAfter is the server's requested delay, if it gave one.
 	RetryAfter time.Duration
+	// Status is the HTTP status of the server's answer, if there was one.
+	Status int
 	// Err is the underlying error, if any. It must not hold secrets.
 	Err error
 }
@@ -221,11 +225,53 @@ func RetryAfterOf(err error) time.Duration {
 // Registry looks providers up by name.
 type Registry map[string]Provider
 
-// Get returns the named provider.
+// Get returns the named provider, or an *UnknownError.
 func (r Registry) Get(name string) (Provider, error) {
 	p, ok := r[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown provider %q", belay.ErrInvalid, name)
+		return nil, &UnknownError{Name: name, Known: r.Names()}
 	}
 	return p, nil
 }
+
+// Names returns the registered names, sorted.
+func (r Registry) Names() []string {
+	out := make([]string, 0, len(r))
+	for n := range r {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// UnknownError is a provider name that is not registered. It is a
+// belay.ErrInvalid.
+type UnknownError struct {
+	Name  string
+	Known []string
+}
+
+func (e *UnknownError) Error() string {
+	return fmt.Sprintf("unknown provider %q (configured: %s)", e.Name, strings.Join(e.Known, ", "))
+}
+
+// Is makes errors.Is(err, belay.ErrInvalid) hold.
+func (e *UnknownError) Is(target error) bool { return target == belay.ErrInvalid }
+
+// Validator is a Provider that can check a request before its run is
+// created, so that a model, script or option it would refuse is refused
+// at the door (a usage error, HTTP 400) instead of failing the run later.
+// The request holds no conversation history and no Run id.
+type Validator interface {
+	Validate(req Request) error
+}
+
+// FieldError is a request field a Validator refused: "model", "script"
+// or "options".
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }

@@ -75,9 +75,16 @@ func DoctorInput(ctx context.Context, st store.Store, session string) (doctor.In
 		if run.Status == belay.RunComplete || run.Status == belay.RunCancelled || run.Status == belay.RunQueued {
 			continue
 		}
-		names, err := settledSideEffects(ctx, st, run)
-		if err == nil && len(names) > 0 {
-			in.Facts[run.ID] = doctor.RunFacts{SideEffects: names}
+		f := doctor.RunFacts{}
+		if names, err := settledSideEffects(ctx, st, run); err == nil {
+			f.SideEffects = names
+		}
+		if e := run.Error; e != nil && e.RetryAfterSeconds > 0 && !run.EndedAt.IsZero() {
+			// The provider's Retry-After, not the default backoff.
+			f.RetryAt = run.EndedAt.Add(time.Duration(e.RetryAfterSeconds * float64(time.Second)))
+		}
+		if len(f.SideEffects) > 0 || !f.RetryAt.IsZero() {
+			in.Facts[run.ID] = f
 		}
 	}
 	if ji, ok := st.(store.JournalInspector); ok {

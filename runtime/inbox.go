@@ -2,11 +2,13 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/store"
 )
 
 // inbox arms the delivery lease timer and wakes consumers waiting for
@@ -115,8 +117,12 @@ func (r *Runtime) Lease(ctx context.Context, session, owner string, ttl time.Dur
 // session, waiting up to wait for one (an item waiting for a run becomes
 // deliverable when the run ends).
 func (r *Runtime) LeaseTo(ctx context.Context, to, owner string, ttl time.Duration, max int, wait time.Duration) ([]belay.Delivery, error) {
+	al, ok := r.store.(store.AddressedLeaser)
+	if !ok {
+		return nil, fmt.Errorf("%w: this store does not keep addressed inbox items (MCP wake-ups)", belay.ErrInvalid)
+	}
 	return r.lease(ctx, func() ([]belay.Delivery, error) {
-		return r.store.LeaseDeliveriesTo(ctx, to, owner, ttl, max)
+		return al.LeaseDeliveriesTo(ctx, to, owner, ttl, max)
 	}, wait)
 }
 

@@ -35,6 +35,9 @@ type runner struct {
 	id   string
 	mode startMode
 	done chan struct{}
+	// since is when the runner started: the run's activity until its
+	// first attempt arms a watchdog.
+	since time.Time
 
 	mu            sync.Mutex
 	stalled       error                   // the store refused a write: retry later (stall.go)
@@ -70,7 +73,7 @@ func (rn *runner) canResume() bool {
 // startLocked starts a runner for an admitted or reclaimed run. r.mu is
 // held.
 func (r *Runtime) startLocked(id string, mode startMode) {
-	rn := &runner{r: r, id: id, mode: mode, done: make(chan struct{})}
+	rn := &runner{r: r, id: id, mode: mode, done: make(chan struct{}), since: r.clk.Now()}
 	r.runners[id] = rn
 	r.wg.Add(1)
 	go func() {
@@ -105,6 +108,8 @@ func (rn *runner) activity() Activity {
 	a := Activity{Run: rn.id, Phase: rn.phase, Attempt: rn.attempt}
 	if rn.wd != nil {
 		a.LastProgress, a.Tier = rn.wd.lastActivity()
+	} else {
+		a.LastProgress, a.Tier = rn.since, TierAwaitingFirst
 	}
 	return a
 }
@@ -315,6 +320,11 @@ func (rn *runner) attemptOnce(in Input, resume bool) error {
 func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCauseFunc) error {
 	if ev.Kind.Progress() && !rn.started && ev.Kind != provider.TurnEnd {
 		rn.started = true
+		// The in-memory activity first, then the store: whoever sees the
+		// stored phase sees the activity that goes with it.
+		if ev.Kind == provider.TextDelta || ev.Kind == provider.ThinkingDelta {
+			wd.progress(TierStreaming)
+		}
 		if err := rn.update(belay.RunUpdate{Phase: belay.PhaseStreaming}); err != nil {
 			return err
 		}
@@ -489,11 +499,11 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return false, false
 	}
 	if !class.Retryable() {
-		rn.end(belay.PhaseFailed, &belay.RunError{Class: class, Message: err.Error()}, "not retryable")
+		rn.end(belay.PhaseFailed, runError(class, err), "not retryable")
 		return false, false
 	}
 	if rn.retries >= rn.r.opts.Retry.MaxRetries {
-		rn.end(belay.PhaseFailed, &belay.RunError{Class: class, Message: err.Error()},
+		rn.end(belay.PhaseFailed, runError(class, err),
 			fmt.Sprintf("%d retries exhausted", rn.r.opts.Retry.MaxRetries))
 		return false, false
 	}
@@ -511,6 +521,18 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return rn.outcome(err)
 	}
 	return resume, true
+}
+
+// runError is the RunError of a failed attempt: for a provider's error,
+// its (scrubbed) message, HTTP status and Retry-After.
+func runError(class belay.ErrorClass, err error) *belay.RunError {
+	re := &belay.RunError{Class: class, Message: err.Error()}
+	var pe *provider.Error
+	if errors.As(err, &pe) {
+		re.Message, re.Status = pe.Message, pe.Status
+		re.RetryAfterSeconds = pe.RetryAfter.Seconds()
+	}
+	return re
 }
 
 // recoverFrom handles a stall or a tripped detector within the recovery
@@ -601,6 +623,7 @@ func (rn *runner) end(phase belay.RunPhase, runErr *belay.RunError, reason strin
 	u := belay.RunUpdate{Phase: phase, Error: runErr, Reason: reason}
 	// The delivery is posted in the same durable write as the end.
 	u.Deliver = outcomeDelivery(rn.run, phase, runErr, reason, rn.r.clk.Now())
+	rn.setPhase(phase)
 	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
 	if err != nil {
 		// Not finished: a lost lease means another worker owns the run;
@@ -648,6 +671,11 @@ func (rn *runner) storeErr(err error) *storeError {
 }
 
 func (rn *runner) update(u belay.RunUpdate) error {
+	if u.Phase != "" {
+		// In memory before the store (see emit): Activity never reports
+		// a phase older than the stored one.
+		rn.setPhase(u.Phase)
+	}
 	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
 	if err != nil {
 		if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
@@ -656,9 +684,6 @@ func (rn *runner) update(u belay.RunUpdate) error {
 		return rn.storeErr(err)
 	}
 	rn.run = run
-	if u.Phase != "" {
-		rn.setPhase(u.Phase)
-	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -252,7 +253,8 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 	}
 	sessionID := req.Session
 	if sessionID == "" {
-		if _, err := r.opts.Providers.Get(req.Provider); err != nil {
+		// A request refused at the door leaves no session behind.
+		if err := r.validate(req.Provider, provider.Request{Model: req.Model, Prompt: req.Prompt, Input: input}); err != nil {
 			return belay.Run{}, err
 		}
 		in := belay.SessionInput{Provider: req.Provider, Model: req.Model, Labels: req.Labels}
@@ -276,7 +278,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 	if model == "" && prov == sess.Provider {
 		model = sess.Model
 	}
-	if _, err := r.opts.Providers.Get(prov); err != nil {
+	if err := r.validate(prov, provider.Request{Session: sessionID, Model: model, Prompt: req.Prompt, Input: input, Options: sess.Options}); err != nil {
 		return belay.Run{}, err
 	}
 	if req.Policy == PolicyReject {
@@ -304,6 +306,11 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 	if err != nil {
 		return belay.Run{}, err
 	}
+	if !created {
+		if err := r.sameSubmit(ctx, run, req.IdempotencyKey, prov, model, input); err != nil {
+			return belay.Run{}, err
+		}
+	}
 	if !created && run.Status != belay.RunQueued {
 		return run, nil // an idempotent repeat of a submit that went ahead
 	}
@@ -315,6 +322,88 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 		return belay.Run{}, err
 	}
 	return r.store.Run(ctx, run.ID)
+}
+
+// validate looks the provider up and lets it check the request, so that a
+// model, script or option it would refuse is refused at the door rather
+// than failing the run later.
+func (r *Runtime) validate(prov string, req provider.Request) error {
+	p, err := r.opts.Providers.Get(prov)
+	if err != nil {
+		return err
+	}
+	if v, ok := p.(provider.Validator); ok {
+		if err := v.Validate(req); err != nil {
+			return fmt.Errorf("%w: %w", belay.ErrInvalid, err)
+		}
+	}
+	return nil
+}
+
+// Provider returns the named provider; an unknown name is an
+// *provider.UnknownError that lists the configured ones.
+func (r *Runtime) Provider(name string) (provider.Provider, error) {
+	return r.opts.Providers.Get(name)
+}
+
+// IdempotencyConflictError is a submit that reuses an idempotency key
+// with a different input: it is refused rather than answered with the
+// run the key made (G3 returns the original result only for the same
+// request). It is a belay.ErrExists.
+type IdempotencyConflictError struct {
+	Key, Run, What string
+}
+
+func (e *IdempotencyConflictError) Error() string {
+	return fmt.Sprintf("idempotency key %q was used for run %s with a different %s; use a new key for a new request", e.Key, e.Run, e.What)
+}
+
+// Is makes errors.Is(err, belay.ErrExists) hold.
+func (e *IdempotencyConflictError) Is(target error) bool { return target == belay.ErrExists }
+
+// sameSubmit checks that the run an idempotency key already made was made
+// by the same request.
+func (r *Runtime) sameSubmit(ctx context.Context, run belay.Run, key, prov, model string, input json.RawMessage) error {
+	what := ""
+	switch {
+	case run.Provider != prov:
+		what = "provider"
+	case run.Model != model:
+		what = "model"
+	default:
+		old, err := r.store.RunInput(ctx, run.ID)
+		if err != nil {
+			return err
+		}
+		var a, b Input
+		if json.Unmarshal(old, &a) != nil || json.Unmarshal(input, &b) != nil {
+			return fmt.Errorf("%w: run %s has an unreadable input", belay.ErrInvalid, run.ID)
+		}
+		switch {
+		case a.Prompt != b.Prompt:
+			what = "prompt"
+		case !sameJSON(a.Script, b.Script):
+			what = "script"
+		case !sameJSON(a.Options, b.Options):
+			what = "options"
+		}
+	}
+	if what == "" {
+		return nil
+	}
+	return &IdempotencyConflictError{Key: key, Run: run.ID, What: what}
+}
+
+// sameJSON compares two JSON values by their compact form.
+func sameJSON(a, b json.RawMessage) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return bytes.Equal(a, b)
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
 func stripeOf(session string) int {

@@ -773,7 +773,8 @@ func TestDoctor(t *testing.T) {
 	b.waitDelivery(run.Session)
 	rep, err = b.rt.Doctor(ctx, run.Session)
 	require.NoError(t, err)
-	require.Equal(t, "ack_delivery", string(rep.NextAction), "the completion is in the inbox")
+	require.Equal(t, "read_result", string(rep.NextAction), "belay's own completion notice is not the next action")
+	require.Equal(t, "belay read "+run.ID, rep.Command)
 
 	stranded := b.submit(SubmitRequest{Provider: "agent", Prompt: "secret prompt text"})
 	b.waitStatus(stranded.ID, belay.RunStranded)

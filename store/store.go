@@ -82,9 +82,6 @@ type Store interface {
 	// addressed to no one, and, if it waits for a run (AfterRun), that run
 	// has ended. Each grant increments the item's epoch.
 	LeaseDeliveries(ctx context.Context, session, owner string, ttl time.Duration, max int) ([]belay.Delivery, error)
-	// LeaseDeliveriesTo is LeaseDeliveries for the items addressed to to
-	// (Delivery.To), in every session; LeaseDeliveries never takes them.
-	LeaseDeliveriesTo(ctx context.Context, to, owner string, ttl time.Duration, max int) ([]belay.Delivery, error)
 	// SettleDelivery acks, releases or retries a leased item, naming the
 	// epoch of its lease; a stale or expired lease is refused.
 	SettleDelivery(ctx context.Context, id string, s belay.Settlement) (belay.Delivery, error)
@@ -163,6 +160,14 @@ type PrunedSession struct {
 	Age        time.Duration `json:"age"`
 	Rule       string        `json:"rule"`
 	Bytes      int64         `json:"bytes"`
+}
+
+// AddressedLeaser is implemented by stores that keep addressed and held
+// inbox items (Delivery.To, Delivery.AfterRun; MCP wake-ups): it is
+// LeaseDeliveries for the items addressed to to, in every session, which
+// LeaseDeliveries never takes. A store without it refuses such items.
+type AddressedLeaser interface {
+	LeaseDeliveriesTo(ctx context.Context, to, owner string, ttl time.Duration, max int) ([]belay.Delivery, error)
 }
 
 // RunLister is implemented by stores that select a page of runs across

@@ -19,7 +19,9 @@ import (
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
 	brt "github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
+	"github.com/belayhq/belay/store/pgstore"
 )
 
 // RunsConfig configures the runs benchmark.
@@ -35,7 +37,11 @@ type RunsConfig struct {
 	// measurement (0 skips it).
 	IdleSessions int
 	// Sync is the store's sync mode (fsstore.SyncFile or SyncFilesystem).
-	Sync     string
+	Sync string
+	// Store is "" or "file:" (the embedded store in a scratch directory)
+	// or a postgres:// URL (pgstore; migrated if needed, its sessions
+	// left in the database).
+	Store    string
 	Progress func(string)
 }
 
@@ -45,6 +51,8 @@ type RunsResult struct {
 	Sessions    int     `json:"sessions"`
 	Submitters  int     `json:"submitters"`
 	Sync        string  `json:"sync"`
+	Store       string  `json:"store"`
+	Nodes       int     `json:"nodes"`
 	RunsPerSec  float64 `json:"runs_per_sec"`
 	P50Millis   float64 `json:"submit_to_complete_p50_ms"`
 	P99Millis   float64 `json:"submit_to_complete_p99_ms"`
@@ -81,11 +89,16 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 	if cfg.Sync == "" {
 		cfg.Sync = fsstore.SyncFile
 	}
-	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Sync: cfg.Sync}
+	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Sync: cfg.Sync, Store: "file", Nodes: 1}
+	if pgstore.IsURL(cfg.Store) {
+		res.Store, res.Sync = pgstore.Redact(cfg.Store), ""
+	} else if cfg.Store != "" && cfg.Store != "file:" {
+		return nil, fmt.Errorf("%w: store %q is not file: or postgres://USER@HOST/DB", belay.ErrInvalid, cfg.Store)
+	}
 	if err := benchRuns(ctx, cfg, filepath.Join(root, "runs"), res); err != nil {
 		return nil, err
 	}
-	if cfg.IdleSessions > 0 {
+	if cfg.IdleSessions > 0 && res.Store == "file" {
 		if err := benchIdle(ctx, cfg, filepath.Join(root, "idle"), res); err != nil {
 			return nil, err
 		}
@@ -93,8 +106,16 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 	return res, nil
 }
 
+// openRunsStore opens the store the runs bench runs on.
+func openRunsStore(ctx context.Context, cfg RunsConfig, dir string) (store.Store, error) {
+	if pgstore.IsURL(cfg.Store) {
+		return pgstore.Open(ctx, cfg.Store, pgstore.Options{Migrate: true, MaxConns: 2 * cfg.Submitters})
+	}
+	return fsstore.Open(ctx, dir, fsstore.Options{MaxOpen: cfg.Sessions + 64, Sync: cfg.Sync})
+}
+
 func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult) error {
-	st, err := fsstore.Open(ctx, dir, fsstore.Options{MaxOpen: cfg.Sessions + 64, Sync: cfg.Sync})
+	st, err := openRunsStore(ctx, cfg, dir)
 	if err != nil {
 		return err
 	}
@@ -190,7 +211,7 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	return nil
 }
 
-func totalSeq(ctx context.Context, st *fsstore.Store, sessions []string) uint64 {
+func totalSeq(ctx context.Context, st store.Store, sessions []string) uint64 {
 	var n uint64
 	for _, id := range sessions {
 		if s, err := st.Session(ctx, id); err == nil {

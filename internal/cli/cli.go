@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes (DESIGN section 8).
@@ -84,15 +85,24 @@ func Main(ctx context.Context, args []string, stdio Stdio) int {
 		fmt.Fprintf(stdio.Err, "belay: %s\n", strings.TrimPrefix(ee.err.Error(), "belay: "))
 		return ee.code
 	case isFlagError(err):
-		fmt.Fprintf(stdio.Err, "belay: %v\nTry: belay --help\n", err)
+		hint := "belay --help"
+		var fe flagErr
+		if errors.As(err, &fe) && fe.cmd != "" {
+			hint = fe.cmd + " --help"
+		}
+		fmt.Fprintf(stdio.Err, "belay: %v\nTry: %s\n", err, hint)
 		return ExitUsage
 	}
 	fmt.Fprintf(stdio.Err, "belay: %s\n", strings.TrimPrefix(err.Error(), "belay: "))
 	return ExitError
 }
 
-// flagErr marks errors from cobra's flag and argument parsing.
-type flagErr struct{ error }
+// flagErr marks errors from cobra's flag and argument parsing; cmd is the
+// command path whose flags were wrong.
+type flagErr struct {
+	error
+	cmd string
+}
 
 func isFlagError(err error) bool {
 	var fe flagErr
@@ -107,7 +117,7 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return flagErr{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return flagErr{humanFlagError(err), cmd.CommandPath()} })
 	root.AddCommand(
 		newServeCmd(stdio),
 		newDaemonCmd(stdio),
@@ -116,6 +126,7 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newWaitCmd(stdio),
 		newReadCmd(stdio),
 		newCancelCmd(stdio),
+		newRunsCmd(stdio),
 		newSessionsCmd(stdio),
 		newInboxCmd(stdio),
 		newDoctorCmd(stdio),
@@ -125,6 +136,7 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newRepairCmd(stdio),
 		newBenchCmd(stdio),
 		newBrowserCmd(stdio),
+		newMigrateCmd(stdio),
 		newVersionCmd(stdio),
 	)
 	return root
@@ -146,3 +158,30 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func asExit(err error, target **exitError) bool { return errors.As(err, target) }
+
+// humanFlagError says what a flag takes instead of quoting the parser's
+// internals ("strconv.ParseInt: parsing ...: invalid syntax").
+func humanFlagError(err error) error {
+	var iv *pflag.InvalidValueError
+	if !errors.As(err, &iv) {
+		return err
+	}
+	f := iv.GetFlag()
+	want := ""
+	switch f.Value.Type() {
+	case "int", "int64", "int32":
+		want = "a whole number such as 3"
+	case "uint64", "uint", "uint32":
+		want = "a whole number, 0 or more"
+	case "float64", "float32":
+		want = "a number such as 1.5"
+	case "duration":
+		want = "a duration such as 90s, 30m or 1h30m"
+	case "bool":
+		want = "true or false"
+	default:
+		// Our own flag types explain themselves.
+		return fmt.Errorf("--%s: %v", f.Name, errors.Unwrap(err))
+	}
+	return fmt.Errorf("--%s takes %s, not %q", f.Name, want, iv.GetValue())
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,6 +96,11 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	// A config the daemon would refuse is said as itself, not as an
+	// unreachable daemon.
+	if err := daemon.CheckConfig(dir); err != nil {
+		return fmt.Errorf("%w\nNo daemon can start until this is fixed; then: belay daemon start", err)
+	}
 	exe, err := selfExecutable()
 	if err != nil {
 		return fmt.Errorf("cannot find the belay executable to start the daemon: %w", err)
@@ -104,6 +110,7 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 		return err
 	}
 	defer logf.Close()
+	logStart, _ := logf.Seek(0, io.SeekEnd)
 	cmd := exec.Command(exe, "serve", "--data", dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -150,11 +157,39 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 				return &exitError{code: ExitUnreachable, err: fmt.Errorf("the daemon that owns %s does not answer: %s\nTry: %s", dir, st.Detail, hungHint(st))}
 			}
 			if err != nil || st.Holder == nil || st.Stale {
-				return fmt.Errorf("the daemon exited at start (%v); see %s", exitErr, filepath.Join(dir, daemon.LogName))
+				logPath := filepath.Join(dir, daemon.LogName)
+				if why := lastLogLine(logPath, logStart); why != "" {
+					return fmt.Errorf("the daemon exited at start: %s\n(see %s)", why, logPath)
+				}
+				return fmt.Errorf("the daemon exited at start (%v); see %s", exitErr, logPath)
 			}
 		}
 	}
 	return errUnreachable(errors.New("the daemon did not answer within 15s; see " + filepath.Join(dir, daemon.LogName)))
+}
+
+// lastLogLine returns the last line the daemon wrote to its log after
+// offset, without the "belay: " prefix.
+func lastLogLine(path string, offset int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return ""
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" && !strings.HasPrefix(l, "Try:") {
+			return strings.TrimPrefix(l, "belay: ")
+		}
+	}
+	return ""
 }
 
 // hungHint is what to do about a live daemon that does not heartbeat: it

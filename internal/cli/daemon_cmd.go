@@ -35,6 +35,14 @@ type daemonStatus struct {
 	Lock        *lock.Status `json:"lock,omitempty"`
 }
 
+// daemonStopResult is `belay daemon stop --json`.
+type daemonStopResult struct {
+	WasRunning bool   `json:"wasRunning"`
+	Stopped    bool   `json:"stopped"`
+	PID        int    `json:"pid,omitempty"`
+	DataDir    string `json:"dataDir"`
+}
+
 func newDaemonStartCmd(stdio Stdio) *cobra.Command {
 	var g globalOptions
 	cmd := &cobra.Command{
@@ -141,10 +149,20 @@ func newDaemonStopCmd(stdio Stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			done := func(stopped bool, pid int) error {
+				if g.JSON {
+					return writeJSON(stdio.Out, daemonStopResult{WasRunning: stopped, Stopped: stopped, PID: pid, DataDir: st.DataDir})
+				}
+				if stopped {
+					fmt.Fprintf(stdio.Out, "daemon stopped (pid %d)\n", pid)
+				} else {
+					fmt.Fprintln(stdio.Out, "daemon not running")
+				}
+				return nil
+			}
 			hung := !st.Running && st.Lock != nil && st.Lock.Reason == lock.ReasonHung && st.Lock.Local
 			if !st.Running && !hung {
-				fmt.Fprintln(stdio.Out, "daemon not running")
-				return nil
+				return done(false, 0)
 			}
 			if hung {
 				// A live daemon that owns the directory but does not answer
@@ -166,8 +184,7 @@ func newDaemonStopCmd(stdio Stdio) *cobra.Command {
 			deadline := time.Now().Add(timeout)
 			for time.Now().Before(deadline) {
 				if alive, _ := proc.Alive(st.PID); !alive {
-					fmt.Fprintf(stdio.Out, "daemon stopped (pid %d)\n", st.PID)
-					return nil
+					return done(true, st.PID)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -176,5 +193,6 @@ func newDaemonStopCmd(stdio Stdio) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
 	cmd.Flags().DurationVar(&timeout, "timeout", 40*time.Second, "how long to wait for the daemon to exit")
+	cmd.Flags().BoolVar(&g.JSON, "json", false, `print {"wasRunning","stopped","pid","dataDir"}`)
 	return cmd
 }

@@ -64,7 +64,7 @@ func runDemo(ctx context.Context, stdio Stdio, opts demoOptions) error {
 		return apiError(err)
 	}
 	say("sent run %s (belay send --provider fake ...); watching it for 1.5s", run.ID)
-	_ = watchRun(ctx, stdio, c, run.Run, 0, 1500*time.Millisecond, false)
+	_ = watchRun(ctx, stdio, c, run.Run, watchOptions{Timeout: 1500 * time.Millisecond, Progress: true})
 
 	pid := 0
 	if st, err := lock.Inspect(filepath.Join(opts.Data, fsstore.LockName), lock.Options{}); err == nil && st.Holder != nil {
@@ -86,7 +86,7 @@ func runDemo(ctx context.Context, stdio Stdio, opts demoOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := watchRun(ctx, stdio, c, run.Run, 0, time.Minute, false); err != nil {
+	if err := watchRun(ctx, stdio, c, run.Run, watchOptions{Timeout: time.Minute, Progress: true}); err != nil {
 		return err
 	}
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -54,8 +55,13 @@ func newDoctorCmd(stdio Stdio) *cobra.Command {
 			if l := rep.Lock; l != nil && l.Holder != nil {
 				fmt.Fprintf(stdio.Out, "lock   pid %d on %s (%s), %s\n", l.Holder.PID, l.Holder.Host, l.Holder.Purpose, l.Reason)
 			}
-			fmt.Fprintf(stdio.Out, "socket %s %s\n", rep.Socket.Path, map[bool]string{true: "ok", false: "open to others"}[rep.Socket.OK])
-			fmt.Fprintf(stdio.Out, "sessions %v\n", rep.Sessions)
+			sock := fileWord(rep.Socket, "no socket (no daemon listens)")
+			if rep.Socket.Exists && !rep.Daemon.Running {
+				sock = "present, but no daemon answers on it (the next start replaces it)"
+			}
+			fmt.Fprintf(stdio.Out, "socket %s %s\n", rep.Socket.Path, sock)
+			fmt.Fprintf(stdio.Out, "config %s %s\n", rep.Config.Path, fileWord(rep.Config, "none (defaults)"))
+			fmt.Fprintf(stdio.Out, "sessions %s\n", countsText(rep.Sessions))
 			for _, q := range rep.Quarantined {
 				fmt.Fprintf(stdio.Out, "quarantined %s: %s at offset %d\n", q.Session, q.Journal, q.Offset)
 			}
@@ -72,4 +78,35 @@ func newDoctorCmd(stdio Stdio) *cobra.Command {
 	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
 	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
 	return cmd
+}
+
+// fileWord says what state a data directory file is in.
+func fileWord(f daemon.FileState, missing string) string {
+	switch {
+	case !f.Exists:
+		return missing
+	case !f.OK:
+		return "has a problem (mode " + f.Mode + "; see below)"
+	}
+	return "ok (mode " + f.Mode + ")"
+}
+
+// countsText prints session counts by state: "2 idle, 1 active", or
+// "none".
+func countsText(m map[string]int) string {
+	var parts []string
+	for _, st := range []string{"active", "idle", "quarantined"} {
+		if n := m[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	for st, n := range m {
+		if st != "active" && st != "idle" && st != "quarantined" && n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -54,7 +54,7 @@ func newReadCmd(stdio Stdio) *cobra.Command {
 				if !run.Status.Terminal() {
 					fmt.Fprintf(stdio.Err, "belay: run %s is still %s; this is the answer so far\n", run.ID, run.Phase)
 				} else if run.Status != belay.RunComplete {
-					fmt.Fprintf(stdio.Err, "belay: run %s is %s\n", run.ID, run.Status)
+					fmt.Fprintf(stdio.Err, "belay: %s\n", failureText(run))
 				}
 				return nil
 			}

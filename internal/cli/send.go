@@ -2,17 +2,21 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/client"
+	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/runtime"
 )
@@ -24,13 +28,14 @@ type sendOptions struct {
 	Model          string
 	Policy         string
 	Priority       int
-	Deadline       time.Duration
+	Deadline       deadlineFlag
 	IdempotencyKey string
 	Watch          bool
 	Wait           bool
 	File           string
 	Script         string
 	Timeout        time.Duration
+	Progress       bool
 	Prompt         string
 	Tags           []string
 	Meta           []string // k=v
@@ -78,7 +83,7 @@ belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
 	f.StringVar(&opts.Model, "model", "", "model (the provider's default if empty)")
 	f.StringVar(&opts.Policy, "policy", "enqueue", "if the session is busy: enqueue, reject, interrupt or replace")
 	f.IntVar(&opts.Priority, "priority", 0, "admission priority (higher first)")
-	f.DurationVar(&opts.Deadline, "deadline", 0, "absolute deadline for the run (default: the provider's)")
+	f.Var(&opts.Deadline, "deadline", "absolute deadline for the run: a duration (90m) or an RFC 3339 time (default: the provider's)")
 	f.StringVar(&opts.IdempotencyKey, "idempotency-key", "", "makes the send idempotent: the same key returns the same run")
 	f.BoolVar(&opts.Watch, "watch", false, "stream the run's output after sending")
 	f.BoolVar(&opts.Wait, "wait", false, "wait for the run to end after sending")
@@ -90,6 +95,7 @@ belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
 	f.DurationVar(&opts.Timeout, "timeout", 0, "with --watch/--wait: stop following after this long (exit 5; the run goes on)")
 	f.StringArrayVar(&opts.Tags, "tag", nil, "tag the run, to find it with belay runs list --tag (repeatable)")
 	f.StringArrayVar(&opts.Meta, "meta", nil, "metadata kept with the run: key=value (repeatable)")
+	f.BoolVar(&opts.Progress, "progress", false, "with --watch: status lines on standard error even when it is not a terminal")
 	return cmd
 }
 
@@ -139,6 +145,10 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		}
 		prompt = string(b)
 	}
+	if !utf8.ValidString(prompt) {
+		// JSON would replace the bad bytes; belay keeps a prompt byte-exact.
+		return usagef("iconv -f LATIN1 -t UTF-8 prompt.txt | belay send --provider fake -", "the prompt is not valid UTF-8; convert it first")
+	}
 	var script json.RawMessage
 	if opts.Script != "" {
 		b, err := os.ReadFile(opts.Script)
@@ -180,11 +190,12 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 	}
 	run, err := c.CreateRun(ctx, api.CreateRunRequest{
 		Session: opts.Session, Provider: opts.Provider, Model: opts.Model, Prompt: prompt, Script: script, Options: options,
-		Policy: runtime.Policy(opts.Policy), Priority: opts.Priority, Deadline: api.Duration(opts.Deadline),
+		Policy: runtime.Policy(opts.Policy), Priority: opts.Priority, Deadline: api.Duration(opts.Deadline.d),
 		Tags: opts.Tags, Meta: meta,
 	}, opts.IdempotencyKey)
 	if err != nil {
-		return apiError(err)
+		dir, _ := opts.dataDir(stdio)
+		return refused(err, dir)
 	}
 	switch {
 	case opts.Wait:
@@ -193,7 +204,7 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		if !opts.JSON {
 			fmt.Fprintf(stdio.Err, "belay: run %s in session %s\n", run.ID, run.Session)
 		}
-		return watchRun(ctx, stdio, c, run.Run, 0, opts.Timeout, opts.JSON)
+		return watchRun(ctx, stdio, c, run.Run, watchOptions{globalOptions: opts.globalOptions, Timeout: opts.Timeout, Progress: opts.Progress})
 	}
 	if opts.JSON {
 		return writeJSON(stdio.Out, sendResult{Session: run.Session, Run: run.ID, Status: string(run.Status), Phase: string(run.Phase)})
@@ -227,4 +238,35 @@ func parseMeta(kvs []string) (map[string]string, error) {
 		m[k] = v
 	}
 	return m, nil
+}
+
+// refused explains a request the daemon refused: a field it names is a
+// usage error (exit 2); an unknown provider says which ones there are and
+// how to add one.
+func refused(err error, dataDir string) error {
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		return apiError(err)
+	}
+	msg := strings.TrimPrefix(ce.Message, "belay: invalid argument: ")
+	if ce.Code == api.CodeInvalid {
+		if field, _ := ce.Details["field"].(string); field != "" {
+			return &usageError{err: fmt.Errorf("refused before the run started: %s", msg), hint: fieldHint(field)}
+		}
+		if name, _ := ce.Details["provider"].(string); name != "" {
+			return fmt.Errorf("%s\nTry: add [providers.%s] with a type to %s (see docs/providers.md), or export OPENAI_API_KEY for --provider openai, ANTHROPIC_API_KEY for --provider anthropic; then restart the daemon (belay daemon stop; the next command starts it)",
+				msg, name, filepath.Join(dataDir, daemon.ConfigName))
+		}
+	}
+	return errors.New(msg)
+}
+
+func fieldHint(field string) string {
+	switch field {
+	case "model":
+		return "belay send --provider fake --model echo \"hello\" (or a model of your provider)"
+	case "script":
+		return "belay send --provider fake --script script.json ... (docs/providers.md, JSON script)"
+	}
+	return "belay send --help"
 }

@@ -18,6 +18,7 @@ import (
 type serveOptions struct {
 	globalOptions
 	Listen    string
+	Store     string
 	LogFormat string
 	LogLevel  string
 	MaxConns  int
@@ -34,6 +35,11 @@ on <data>/belay.sock (mode 0600, directory 0700). With --listen
 tcp:127.0.0.1:PORT it also serves TCP, requiring the bearer token in
 <data>/token (generated, mode 0600).
 
+--store postgres://USER@HOST/DB (or $BELAY_STORE, or [store] url in
+config.toml) keeps sessions in PostgreSQL instead of the data directory
+(see docs/postgres.md); the data directory still holds the socket, token
+and config.
+
 SIGTERM or SIGINT stops it gracefully: no new runs are admitted and runs in
 flight are handed to the next start, which resumes them. A second signal
 forces the exit.`,
@@ -43,6 +49,7 @@ forces the exit.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Data, "data", "", dataFlagHelp)
 	f.StringVar(&opts.Listen, "listen", "", "also listen on TCP: tcp:HOST:PORT (requires the bearer token)")
+	f.StringVar(&opts.Store, "store", "", storeFlagHelp)
 	f.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.IntVar(&opts.MaxConns, "max-conns", 0, "cap on client connections (default: half the open file limit, at most 16384); streams and long polls get half")
@@ -78,7 +85,14 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 		fmt.Fprintln(stdio.Err, "belay: second signal: exiting now")
 		os.Exit(ExitError)
 	}()
-	err = daemon.Run(ctx, daemon.Options{DataDir: dir, Listen: opts.Listen, Version: Version, Logger: slog.New(h), MaxConns: opts.MaxConns})
+	storeURL := opts.Store
+	if storeURL == "" {
+		storeURL = stdio.Getenv("BELAY_STORE") // else config.toml's [store] url
+	}
+	if _, err := daemon.StoreKind(storeURL); err != nil {
+		return usagef("belay serve --store postgres://USER@HOST/DB", "%v", err)
+	}
+	err = daemon.Run(ctx, daemon.Options{DataDir: dir, Listen: opts.Listen, Store: storeURL, Version: Version, Logger: slog.New(h), MaxConns: opts.MaxConns})
 	if errors.Is(err, belay.ErrStoreLocked) {
 		return &exitError{code: ExitError, err: err}
 	}

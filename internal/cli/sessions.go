@@ -1,9 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -36,6 +37,12 @@ func newSessionsListCmd(stdio Stdio) *cobra.Command {
 		Use: "list", Short: "List sessions, newest first (works with the daemon down)", Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.State = belay.SessionState(state)
+			if state != "" && !f.State.Valid() {
+				return usagef("belay sessions list --state active", "--state %q is not idle, active or quarantined", state)
+			}
+			if f.Limit < 0 {
+				return usagef("belay sessions list --limit 20", "--limit must be 0 (no cap) or more")
+			}
 			src, err := openSource(cmd.Context(), stdio, g)
 			if err != nil {
 				return err
@@ -54,7 +61,7 @@ func newSessionsListCmd(stdio Stdio) *cobra.Command {
 			w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "SESSION\tPROVIDER\tMODEL\tSTATE\tUPDATED\tEVENTS")
 			for _, s := range list {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%d\n", s.ID, s.Provider, s.Model, s.State, time.Since(s.UpdatedAt).Round(time.Second), s.LastSeq)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", s.ID, s.Provider, s.Model, s.State, ago(s.UpdatedAt), s.LastSeq)
 			}
 			return w.Flush()
 		},
@@ -94,16 +101,24 @@ func newSessionsShowCmd(stdio Stdio) *cobra.Command {
 				}
 				return writeJSON(stdio.Out, map[string]any{"session": sess, "runs": runs})
 			}
-			fmt.Fprintf(stdio.Out, "session %s\nprovider %s %s\nstate %s\nupdated %s\nevents %d\n", sess.ID, sess.Provider, sess.Model, sess.State, sess.UpdatedAt.Format(time.RFC3339), sess.LastSeq)
+			fmt.Fprintf(stdio.Out, "session %s\nprovider %s %s\nstate %s\nupdated %s\nevents %d\n", sess.ID, sess.Provider, sess.Model, sess.State, stampOrUnknown(sess.UpdatedAt), sess.LastSeq)
 			if sess.Problem != "" {
 				fmt.Fprintf(stdio.Out, "problem %s\n", sess.Problem)
 			}
 			w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "\nRUN\tSTATUS\tPHASE\tATTEMPT\tCREATED\tREASON")
 			for _, r := range runs {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Status, r.Phase, r.Attempt, r.CreatedAt.Format(time.RFC3339), r.Reason)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Status, r.Phase, r.Attempt, stampOrUnknown(r.CreatedAt), oneLine(r.Reason, 80))
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			for _, r := range runs {
+				if r.Status == belay.RunFailed || r.Status == belay.RunStranded {
+					fmt.Fprintf(stdio.Out, "\n%s\n", failureText(r))
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
@@ -218,7 +233,7 @@ func newSessionsExportCmd(stdio Stdio) *cobra.Command {
 			}
 			w := stdio.Out
 			if out != "" && out != "-" {
-				f, err := os.OpenFile(out, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+				f, err := createOutput(out)
 				if err != nil {
 					return err
 				}
@@ -237,4 +252,34 @@ func newSessionsExportCmd(stdio Stdio) *cobra.Command {
 	return cmd
 }
 
-var _ = strings.TrimSpace
+// createOutput opens -o FILE: a new regular file (an existing one is
+// never overwritten), or an existing device or pipe such as /dev/null.
+func createOutput(path string) (*os.File, error) {
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+		return os.OpenFile(path, os.O_WRONLY, 0)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("%s exists; belay does not overwrite it: give a new file name", path)
+	}
+	return f, err
+}
+
+// ago says how long ago t was, or "-" when it is not known.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Since(t)
+	if d < 0 {
+		d = 0
+	}
+	return d.Round(time.Second).String() + " ago"
+}
+
+func stampOrUnknown(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}

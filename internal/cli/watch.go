@@ -30,23 +30,14 @@ func apiError(err error) error {
 	return err
 }
 
-// exitFor returns the exit error for a run's status (nil when complete).
+// exitFor returns the exit error for a run's status (nil when complete):
+// a failure says why and what to do next.
 func exitFor(run belay.Run) error {
 	switch run.Status {
 	case belay.RunComplete:
 		return nil
 	case belay.RunFailed, belay.RunStranded:
-		msg := fmt.Sprintf("run %s %s", run.ID, run.Status)
-		if run.Error != nil {
-			msg += " (" + string(run.Error.Class) + ")"
-		}
-		if run.Reason != "" {
-			msg += ": " + run.Reason
-		}
-		if run.Status == belay.RunStranded {
-			msg += "\nTry: belay sessions doctor " + run.Session
-		}
-		return &exitError{code: ExitRunFailed, err: errors.New(msg)}
+		return &exitError{code: ExitRunFailed, err: errors.New(failureText(run))}
 	case belay.RunCancelled:
 		return &exitError{code: ExitCancelled, err: fmt.Errorf("run %s was cancelled: %s", run.ID, run.Reason)}
 	}
@@ -55,48 +46,67 @@ func exitFor(run belay.Run) error {
 
 // stillRunning is exit 5: a local timeout, never a failure (G8).
 func stillRunning(run belay.Run, after uint64) error {
-	hint := "belay watch " + run.ID
+	return &exitError{code: ExitStillRunning, err: fmt.Errorf("run %s is still %s; it goes on without you. Follow it again: %s", run.ID, run.Phase, resumeCommand(run.ID, after))}
+}
+
+func resumeCommand(run string, after uint64) string {
+	cmd := "belay watch " + run
 	if after > 0 {
-		hint += fmt.Sprintf(" --after %d", after)
+		cmd += fmt.Sprintf(" --after %d", after)
 	}
-	return &exitError{code: ExitStillRunning, err: fmt.Errorf("run %s is still %s; it goes on without you. Follow it again: %s", run.ID, run.Phase, hint)}
+	return cmd
 }
 
 type watchOptions struct {
 	globalOptions
 	After   uint64
 	Timeout time.Duration
+	// Progress forces the status lines on standard error even when it is
+	// not a terminal.
+	Progress bool
+	// Reconnect bounds how long watch keeps reconnecting to a daemon that
+	// does not answer (0: DefaultReconnect).
+	Reconnect time.Duration
 }
+
+// DefaultReconnect is how long watch waits for an unreachable daemon to
+// answer again before it exits 6 with the command that resumes.
+const DefaultReconnect = time.Minute
 
 func newWatchCmd(stdio Stdio) *cobra.Command {
 	var opts watchOptions
 	cmd := &cobra.Command{
 		Use:   "watch SESSION|RUN",
 		Short: "Stream a run's (or a session's) output live, surviving daemon restarts",
-		Long: `Streams the output of a run (until it ends) or of a session (until
-interrupted), with a status line on standard error giving the phase and the
-time since the last activity. If the daemon restarts, watch reconnects and
-resumes after the last event it showed: nothing is missed or shown twice.
-A --timeout that passes before the run's end exits 5: the run goes on.`,
+		Long: `Streams the answer of a run (until it ends) or of a session (until
+interrupted). Standard output carries only the answer text (or, with
+--json, the events as JSON lines), so "belay watch RUN > answer.txt" gets
+exactly the answer. Status lines (phase, tool calls, "last activity 3s
+ago") go to standard error when it is a terminal, or with --progress.
+If the daemon restarts, watch reconnects and resumes after the last event
+it showed: nothing is missed or shown twice. If the daemon does not answer
+for --reconnect, watch exits 6 with the command that resumes. A --timeout
+that passes before the run's end exits 5: the run goes on.`,
 		Args: exactArgs(1, "belay watch run_..."),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			id := args[0]
+			isRun, isSession := ids.Check(ids.Run, id) == nil, ids.Check(ids.Session, id) == nil
+			if !isRun && !isSession {
+				return usagef("belay sessions list", "%q is neither a run id (run_...) nor a session id (ses_...)", id)
+			}
 			c, err := connect(ctx, stdio, opts.globalOptions, true)
 			if err != nil {
 				return err
 			}
-			id := args[0]
-			switch {
-			case ids.Check(ids.Run, id) == nil:
-				run, err := c.Run(ctx, id)
-				if err != nil {
-					return apiError(err)
-				}
-				return watchRun(ctx, stdio, c, run.Run, opts.After, opts.Timeout, opts.JSON)
-			case ids.Check(ids.Session, id) == nil:
-				return watchSession(ctx, stdio, c, id, opts.After, opts.Timeout, opts.JSON)
+			if isSession {
+				return watchSession(ctx, stdio, c, id, opts)
 			}
-			return usagef("belay sessions list", "%q is neither a run id (run_...) nor a session id (ses_...)", id)
+			run, err := c.Run(ctx, id)
+			if err != nil {
+				return apiError(err)
+			}
+			return watchRun(ctx, stdio, c, run.Run, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -104,6 +114,8 @@ A --timeout that passes before the run's end exits 5: the run goes on.`,
 	f.BoolVar(&opts.JSON, "json", false, "print the events as JSON lines")
 	f.Uint64Var(&opts.After, "after", 0, "start after this seq")
 	f.DurationVar(&opts.Timeout, "timeout", 0, "stop watching after this long (exit 5 if the run goes on)")
+	f.BoolVar(&opts.Progress, "progress", false, "status lines on standard error even when it is not a terminal")
+	f.DurationVar(&opts.Reconnect, "reconnect", DefaultReconnect, "how long to keep reconnecting to a daemon that does not answer (then exit 6)")
 	return cmd
 }
 
@@ -117,24 +129,49 @@ func exactArgs(n int, hint string) cobra.PositionalArgs {
 	}
 }
 
-// phaseOf reads the phase a run.updated event moves to.
-func phaseOf(ev belay.Event) belay.RunPhase {
-	var d struct {
-		Phase belay.RunPhase `json:"phase"`
-	}
-	_ = json.Unmarshal(ev.Data, &d)
-	return d.Phase
+// runUpdate is the data of a run.updated event.
+type runUpdate struct {
+	Phase  belay.RunPhase  `json:"phase"`
+	Error  *belay.RunError `json:"error"`
+	Reason string          `json:"reason"`
 }
 
-// printer renders events for people: text to stdout, the rest to stderr.
+func updateOf(ev belay.Event) runUpdate {
+	var d runUpdate
+	_ = json.Unmarshal(ev.Data, &d)
+	return d
+}
+
+// phaseOf reads the phase a run.updated event moves to.
+func phaseOf(ev belay.Event) belay.RunPhase { return updateOf(ev).Phase }
+
+// printer renders events for people: the answer text alone to stdout,
+// status lines to stderr (when progress is on).
 type printer struct {
-	mu           sync.Mutex // the liveness ticker reads phase and lastActivity
-	stdio        Stdio
-	json         bool
-	tty          bool
+	mu       sync.Mutex // the liveness ticker reads phase and lastActivity
+	stdio    Stdio
+	json     bool
+	progress bool
+	// inline: stdout and stderr are the same terminal, so a status line
+	// lands in the middle of the answer on screen. The answer's last,
+	// unfinished word is held back until it ends, and a status line
+	// starts on its own line: no word of the answer is split.
+	inline       bool
+	pending      string // held back (inline)
+	midLine      bool   // the terminal's cursor is after answer text (inline)
+	wrote        bool   // any answer text was written
+	endsNL       bool   // the answer written so far ends with a newline
 	phase        belay.RunPhase
 	lastActivity time.Time
-	midLine      bool
+}
+
+func newPrinter(stdio Stdio, asJSON, progress bool) *printer {
+	out, errTTY := isTTY(stdio.Out), isTTY(stdio.Err)
+	return &printer{
+		stdio: stdio, json: asJSON,
+		progress: !asJSON && (progress || errTTY),
+		inline:   !asJSON && out && errTTY,
+	}
 }
 
 func (p *printer) event(ev belay.Event) {
@@ -148,8 +185,7 @@ func (p *printer) event(ev belay.Event) {
 	case brt.EventText:
 		var d struct{ Text string }
 		_ = json.Unmarshal(ev.Data, &d)
-		fmt.Fprint(p.stdio.Out, d.Text)
-		p.midLine = !strings.HasSuffix(d.Text, "\n")
+		p.text(d.Text)
 		p.lastActivity = ev.TS
 	case brt.EventToolCall:
 		var d struct {
@@ -185,13 +221,32 @@ func (p *printer) event(ev belay.Event) {
 	}
 }
 
-// status writes a status line to stderr.
-func (p *printer) status(s string) {
-	if p.json {
+// text writes answer text to stdout. p.mu is held.
+func (p *printer) text(t string) {
+	if p.inline {
+		t = p.pending + t
+		cut := strings.LastIndexAny(t, " \t\n") + 1
+		t, p.pending = t[:cut], t[cut:]
+	}
+	p.write(t)
+}
+
+func (p *printer) write(t string) {
+	if t == "" {
 		return
 	}
-	if p.midLine {
-		fmt.Fprintln(p.stdio.Out)
+	fmt.Fprint(p.stdio.Out, t)
+	p.wrote, p.endsNL = true, strings.HasSuffix(t, "\n")
+	p.midLine = !p.endsNL
+}
+
+// status writes a status line to stderr. p.mu is held.
+func (p *printer) status(s string) {
+	if !p.progress {
+		return
+	}
+	if p.inline && p.midLine {
+		fmt.Fprintln(p.stdio.Err)
 		p.midLine = false
 	}
 	line := "· " + s
@@ -199,6 +254,43 @@ func (p *printer) status(s string) {
 		line += fmt.Sprintf(" · last activity %s ago", time.Since(p.lastActivity).Round(time.Second))
 	}
 	fmt.Fprintln(p.stdio.Err, line)
+}
+
+// statusf is status for callers outside event.
+func (p *printer) statusf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.status(fmt.Sprintf(format, args...))
+}
+
+// finish writes what was held back; on a terminal it ends the answer's
+// last line, so the prompt does not follow it. A file or pipe gets the
+// answer exactly.
+func (p *printer) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.write(p.pending)
+	p.pending = ""
+	if p.wrote && !p.endsNL && isTTY(p.stdio.Out) {
+		fmt.Fprintln(p.stdio.Out)
+		p.midLine = false
+	}
+}
+
+// ticker prints a liveness line every interval until stop is closed.
+func (p *printer) ticker(stop <-chan struct{}, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			p.mu.Lock()
+			p.status(string(p.phase))
+			p.mu.Unlock()
+		}
+	}
 }
 
 func isTTY(w any) bool {
@@ -210,8 +302,23 @@ func isTTY(w any) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// follow is the client's Follow with watch's reconnect bound and status.
+func follow(ctx context.Context, c *client.Client, p *printer, session string, after uint64, opts watchOptions, fn func(belay.Event) error) error {
+	reconnect := opts.Reconnect
+	if reconnect <= 0 {
+		reconnect = DefaultReconnect
+	}
+	return c.Follow(ctx, session, after, client.FollowOptions{
+		MaxOutage: reconnect,
+		OnDisconnect: func(err error, seq uint64) {
+			p.statusf("connection to the daemon lost; reconnecting after seq %d", seq)
+		},
+	}, fn)
+}
+
 // watchRun streams one run until it ends, the timeout passes, or ctx ends.
-func watchRun(ctx context.Context, stdio Stdio, c *client.Client, run belay.Run, after uint64, timeout time.Duration, asJSON bool) error {
+func watchRun(ctx context.Context, stdio Stdio, c *client.Client, run belay.Run, opts watchOptions) error {
+	after := opts.After
 	if after == 0 && run.InputSeq > 0 {
 		after = run.InputSeq - 1
 	}
@@ -220,72 +327,60 @@ func watchRun(ctx context.Context, stdio Stdio, c *client.Client, run belay.Run,
 		return exitFor(run)
 	}
 	wctx := ctx
-	if timeout > 0 {
+	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, timeout)
+		wctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
-	p := &printer{stdio: stdio, json: asJSON, tty: isTTY(stdio.Err), lastActivity: run.UpdatedAt}
+	p := newPrinter(stdio, opts.JSON, opts.Progress)
+	p.lastActivity = run.UpdatedAt
 	last := after
 	stop := make(chan struct{})
 	defer close(stop)
-	if p.tty && !asJSON {
-		go func() { // liveness between events
-			t := time.NewTicker(10 * time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					p.mu.Lock()
-					fmt.Fprintf(stdio.Err, "· %s · last activity %s ago\n", p.phase, time.Since(p.lastActivity).Round(time.Second))
-					p.mu.Unlock()
-				}
-			}
-		}()
+	if p.progress {
+		go p.ticker(stop, 10*time.Second)
 	}
-	err := c.Follow(wctx, run.Session, after, client.FollowOptions{
-		OnDisconnect: func(err error, seq uint64) {
-			if !asJSON {
-				fmt.Fprintf(stdio.Err, "· connection to the daemon lost; reconnecting after seq %d\n", seq)
-			}
-		},
-	}, func(ev belay.Event) error {
+	ended := false
+	err := follow(wctx, c, p, run.Session, after, opts, func(ev belay.Event) error {
 		last = ev.Seq
 		if ev.Run != run.ID {
 			return nil
 		}
 		p.event(ev)
-		if ev.Type == "run.updated" && phaseOf(ev).Status().Terminal() {
+		if ev.Type != "run.updated" {
+			return nil
+		}
+		if u := updateOf(ev); u.Phase.Status().Terminal() {
+			// The end event says all the exit needs: no call to a daemon
+			// that may be gone a moment later.
+			run.Phase, run.Status, run.Error, run.Reason = u.Phase, u.Phase.Status(), u.Error, u.Reason
+			ended = true
 			return client.ErrStop
 		}
 		return nil
 	})
-	if p.midLine {
-		fmt.Fprintln(stdio.Out)
-	}
-	if err != nil {
-		if wctx.Err() != nil && ctx.Err() == nil {
-			cur, rerr := c.Run(ctx, run.ID)
-			if rerr == nil {
-				run = cur.Run
-			}
-			if run.Status.Terminal() {
-				return exitFor(run)
-			}
-			return stillRunning(run, last)
+	p.finish()
+	switch {
+	case ended:
+		p.statusf("%s (run %s)", run.Status, run.ID)
+		if run.Status == belay.RunComplete && !opts.JSON && p.progress {
+			fmt.Fprintf(stdio.Err, "Read it again: belay read %s\n", run.ID)
 		}
-		return apiError(err)
+		return exitFor(run)
+	case err == nil:
+		return exitFor(run)
+	case wctx.Err() != nil && ctx.Err() == nil:
+		if cur, rerr := c.Run(ctx, run.ID); rerr == nil {
+			run = cur.Run
+		}
+		if run.Status.Terminal() {
+			return exitFor(run)
+		}
+		return stillRunning(run, last)
+	case client.IsUnreachable(err):
+		return &exitError{code: ExitUnreachable, err: fmt.Errorf("%w; the run goes on without you.\nResume: %s\nTry: belay daemon start (or unset BELAY_NO_AUTOSTART)", err, resumeCommand(run.ID, last))}
 	}
-	final, err := c.Run(ctx, run.ID)
-	if err != nil {
-		return apiError(err)
-	}
-	if !asJSON {
-		fmt.Fprintf(stdio.Err, "· %s (run %s)\n", final.Status, final.ID)
-	}
-	return exitFor(final.Run)
+	return apiError(err)
 }
 
 // endAhead reports whether the run's terminal update comes after seq.
@@ -305,34 +400,31 @@ func endAhead(ctx context.Context, c *client.Client, run belay.Run, after uint64
 }
 
 // watchSession streams a session's events until ctx or the timeout ends.
-func watchSession(ctx context.Context, stdio Stdio, c *client.Client, session string, after uint64, timeout time.Duration, asJSON bool) error {
+func watchSession(ctx context.Context, stdio Stdio, c *client.Client, session string, opts watchOptions) error {
 	wctx := ctx
-	if timeout > 0 {
+	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, timeout)
+		wctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
-	p := &printer{stdio: stdio, json: asJSON}
+	p := newPrinter(stdio, opts.JSON, opts.Progress)
 	run := ""
-	err := c.Follow(wctx, session, after, client.FollowOptions{
-		OnDisconnect: func(err error, seq uint64) {
-			if !asJSON {
-				fmt.Fprintf(stdio.Err, "· connection to the daemon lost; reconnecting after seq %d\n", seq)
-			}
-		},
-	}, func(ev belay.Event) error {
-		if ev.Run != "" && ev.Run != run && !asJSON {
+	last := opts.After
+	err := follow(wctx, c, p, session, opts.After, opts, func(ev belay.Event) error {
+		last = ev.Seq
+		if ev.Run != "" && ev.Run != run {
 			run = ev.Run
-			p.status("run " + run)
+			p.statusf("run %s", run)
 		}
 		p.event(ev)
 		return nil
 	})
-	if p.midLine {
-		fmt.Fprintln(stdio.Out)
-	}
-	if wctx.Err() != nil && ctx.Err() == nil {
+	p.finish()
+	switch {
+	case wctx.Err() != nil && ctx.Err() == nil:
 		return nil
+	case client.IsUnreachable(err):
+		return &exitError{code: ExitUnreachable, err: fmt.Errorf("%w.\nResume: %s\nTry: belay daemon start (or unset BELAY_NO_AUTOSTART)", err, resumeCommand(session, last))}
 	}
 	return apiError(err)
 }
@@ -415,6 +507,9 @@ func waitRun(ctx context.Context, stdio Stdio, c *client.Client, id string, time
 		}
 	} else if run.Status.Terminal() {
 		fmt.Fprintf(stdio.Out, "%s %s\n", run.ID, run.Status)
+		if run.Status == belay.RunComplete {
+			fmt.Fprintf(stdio.Err, "Read it: belay read %s\n", run.ID)
+		}
 	}
 	if !run.Status.Terminal() {
 		return stillRunning(run.Run, 0)

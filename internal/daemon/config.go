@@ -31,6 +31,14 @@ type Config struct {
 		// without a heartbeat (default 15s); the daemon stops writing if it
 		// cannot prove its hold for three quarters of it.
 		LockTTL duration `toml:"lock_ttl"`
+		// URL selects the store: "file:" (the default, the embedded store
+		// in the data directory) or "postgres://..." (pgstore). The
+		// --store flag and BELAY_STORE win over it.
+		URL string `toml:"url"`
+		// Migrate applies pending PostgreSQL schema migrations at start
+		// (default true); false makes a start on an old schema fail and
+		// name `belay migrate`.
+		Migrate *bool `toml:"migrate"`
 	} `toml:"store"`
 	Limits struct {
 		Global      int            `toml:"global"`
@@ -67,6 +75,9 @@ type Config struct {
 
 	md    toml.MetaData
 	store store.Store // set before providers are built
+	// getenv reads the environment for the providers it defines
+	// (os.Getenv unless a test sets it).
+	getenv func(string) string
 }
 
 // WebhookConfig is one [[webhooks]] entry: deliveries are POSTed to URL,
@@ -106,7 +117,7 @@ func (d *duration) UnmarshalText(b []byte) error {
 // file holding secrets must not be readable by others.
 func LoadConfig(dir string) (*Config, error) {
 	path := filepath.Join(dir, ConfigName)
-	var cfg Config
+	cfg := Config{getenv: os.Getenv}
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &cfg, nil
@@ -116,7 +127,7 @@ func LoadConfig(dir string) (*Config, error) {
 	}
 	md, err := toml.DecodeFile(path, &cfg)
 	if err != nil {
-		return nil, fmt.Errorf("config: %s: %w", path, err)
+		return nil, fmt.Errorf("config: %s: %w", path, tomlError(err))
 	}
 	if undec := md.Undecoded(); len(undec) > 0 {
 		for _, k := range undec {
@@ -133,7 +144,44 @@ func LoadConfig(dir string) (*Config, error) {
 	if fi.Mode().Perm()&0o077 != 0 && (md.IsDefined("providers") || len(cfg.Webhooks) > 0) {
 		return nil, fmt.Errorf("config: %s may hold secrets and is readable by others (mode %v); run: chmod 600 %s", path, fi.Mode().Perm(), path)
 	}
+	if fi.Mode().Perm()&0o077 != 0 && len(cfg.Hooks) > 0 {
+		// Hooks run commands: whoever can change the file runs them as us.
+		return nil, fmt.Errorf("config: %s defines hooks, which run commands, and is open to others (mode %v); run: chmod 600 %s", path, fi.Mode().Perm(), path)
+	}
 	return &cfg, nil
+}
+
+// tomlError describes a TOML error by its place only: the text around a
+// syntax error may be part of a secret (an unquoted api_key), so it is
+// never echoed.
+func tomlError(err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		msg := fmt.Sprintf("TOML syntax error at line %d, column %d", pe.Position.Line, pe.Position.Col)
+		if pe.LastKey != "" {
+			msg += fmt.Sprintf(" (after key %q)", pe.LastKey)
+		}
+		return errors.New(msg + "; the line is not shown, as it may hold a secret")
+	}
+	return err
+}
+
+// CheckConfig reports whether the daemon would accept <dir>/config.toml
+// and the providers the environment defines, without starting anything
+// or changing any file. The CLI runs it before it starts a daemon, so that
+// a refused config reaches the person as that error.
+func CheckConfig(dir string) error {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return err
+	}
+	if _, err := buildProviders(cfg, dir); err != nil {
+		return err
+	}
+	for _, k := range cfg.md.Undecoded() {
+		return fmt.Errorf("config: unknown key %q", k.String())
+	}
+	return nil
 }
 
 // validate checks what decoding cannot: no negative durations or counts

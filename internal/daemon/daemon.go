@@ -26,7 +26,6 @@ import (
 	"github.com/belayhq/belay/internal/mcpserver"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/runtime"
-	"github.com/belayhq/belay/store/fsstore"
 )
 
 // Names in the data directory.
@@ -43,6 +42,9 @@ type Options struct {
 	Listen  string
 	Version string
 	Logger  *slog.Logger
+	// Store is the store setting: "" (config's [store] url, else the file
+	// store), "file:" or "postgres://..." (see StoreKind).
+	Store string
 	// Ready, if set, is called once the daemon serves.
 	Ready func()
 	// MaxConns caps the client connections (0: from the open file limit);
@@ -86,15 +88,18 @@ func Run(ctx context.Context, opts Options) (err error) {
 	// held, stops every write at once (the store fences itself) and ends
 	// the daemon: another process may own the directory now.
 	lockLost := make(chan error, 1)
-	st, err := fsstore.Open(ctx, dir, fsstore.Options{
-		Purpose: "daemon", Incarnation: incarnation, Sync: cfg.Store.Sync,
-		LockTTL: time.Duration(cfg.Store.LockTTL),
-		ObserveSync: func(d time.Duration) {
+	storeURL := opts.Store
+	if storeURL == "" {
+		storeURL = cfg.Store.URL
+	}
+	st, closeStore, err := openStore(ctx, storeParams{
+		dir: dir, url: storeURL, cfg: cfg, incarnation: incarnation, log: log,
+		observeSync: func(d time.Duration) {
 			if metrics != nil {
 				metrics.ObserveFsync(d)
 			}
 		},
-		OnLockLost: func(err error) {
+		lost: func(err error) {
 			select {
 			case lockLost <- err:
 			default:
@@ -102,9 +107,6 @@ func Run(ctx context.Context, opts Options) (err error) {
 		},
 	})
 	if err != nil {
-		if errors.Is(err, belay.ErrStoreLocked) {
-			return fmt.Errorf("another belay daemon owns %s: %w", dir, err)
-		}
 		return err
 	}
 	// Everything started below is stopped here, in reverse, whatever path
@@ -115,7 +117,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 			cleanup[i]()
 		}
 	}()
-	cleanup = append(cleanup, func() { _ = st.Close() })
+	cleanup = append(cleanup, closeStore)
 
 	cfg.store = st
 	providers, err := buildProviders(cfg, dir)

@@ -12,11 +12,14 @@ import (
 	"github.com/belayhq/belay/lock"
 	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
+	"github.com/belayhq/belay/store/pgstore"
 )
 
 // Report is `belay doctor`: the daemon, the store and the locks.
 type Report struct {
-	DataDir     string               `json:"dataDir"`
+	DataDir string `json:"dataDir"`
+	// Store is "file" or the PostgreSQL URL (password redacted).
+	Store       string               `json:"store,omitempty"`
 	Daemon      DaemonState          `json:"daemon"`
 	Lock        *lock.Status         `json:"lock,omitempty"`
 	Socket      FileState            `json:"socket"`
@@ -80,14 +83,28 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 		}
 	}
 	rep.Config = fileState(filepath.Join(dir, ConfigName), 0o600)
+	configErr := CheckConfig(dir)
+	if configErr != nil {
+		rep.Config.OK = false
+		rep.Problems = append(rep.Problems, configErr.Error())
+	}
 	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		rep.Problems = append(rep.Problems, "the data directory is open to others: chmod 700 "+dir)
 	}
 	if !rep.Socket.OK {
 		rep.Problems = append(rep.Problems, "the socket is open to others")
 	}
+	if ps, ok := st.(*pgstore.Store); ok {
+		rep.Store = ps.URL()
+	} else if st != nil {
+		rep.Store = "file"
+	}
 	if st != nil {
 		sessions, err := st.Sessions(ctx, belay.SessionFilter{})
+		if errors.Is(err, pgstore.ErrUnreachable) {
+			rep.Problems = append(rep.Problems, "degraded: store unreachable: "+err.Error())
+			sessions, err = nil, nil
+		}
 		if err != nil {
 			return rep, err
 		}
@@ -105,6 +122,9 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 		}
 	}
 	switch {
+	case configErr != nil && !running:
+		// No daemon can start until the config is fixed: the problem says how.
+		rep.NextAction = "resolve_manually"
 	case len(rep.Quarantined) > 0:
 		rep.NextAction, rep.Command = "repair_journal", "belay sessions doctor "+rep.Quarantined[0].Session
 	case !running && rep.Lock != nil && rep.Lock.Stale:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/provider"
@@ -98,6 +99,9 @@ func buildProviders(c *Config, dataDir string) (provider.Registry, error) {
 		}
 		reg[name] = p
 	}
+	if err := envProviders(c, reg); err != nil {
+		return nil, err
+	}
 	if _, ok := reg["fake"]; !ok {
 		reg["fake"] = fake.New(fake.Options{Name: "fake", Resume: true, Clock: clock.Real, EffectsDir: filepath.Join(dataDir, "fake-effects")})
 	}
@@ -105,6 +109,47 @@ func buildProviders(c *Config, dataDir string) (provider.Registry, error) {
 		return nil, err
 	}
 	return reg, nil
+}
+
+// envProviders adds the providers the environment defines, as the
+// providers' own SDKs and agent CLIs read it, unless config.toml defines
+// the name (the file wins): "openai" when OPENAI_API_KEY or
+// OPENAI_BASE_URL is set, "anthropic" when ANTHROPIC_API_KEY is set (with
+// ANTHROPIC_BASE_URL). The key is held in the provider's memory only:
+// nothing of it is written to disk.
+func envProviders(c *Config, reg provider.Registry) error {
+	getenv := c.getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	if _, ok := reg["openai"]; !ok && (getenv(openai.DefaultAPIKeyEnv) != "" || getenv("OPENAI_BASE_URL") != "") {
+		cfg := openai.Config{BaseURL: getenv("OPENAI_BASE_URL"), APIKey: getenv(openai.DefaultAPIKeyEnv), History: sessionHistory(c.store)}
+		p, err := openai.New("openai", cfg)
+		if err != nil {
+			return fmt.Errorf("environment (OPENAI_API_KEY / OPENAI_BASE_URL): %w", err)
+		}
+		reg["openai"] = p
+	}
+	if _, ok := reg["anthropic"]; !ok && getenv(anthropic.DefaultAPIKeyEnv) != "" {
+		cfg := anthropic.Config{BaseURL: anthropicBase(getenv("ANTHROPIC_BASE_URL")), APIKey: getenv(anthropic.DefaultAPIKeyEnv), History: sessionHistory(c.store)}
+		p, err := anthropic.New("anthropic", cfg)
+		if err != nil {
+			return fmt.Errorf("environment (ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL): %w", err)
+		}
+		reg["anthropic"] = p
+	}
+	return nil
+}
+
+// anthropicBase turns ANTHROPIC_BASE_URL, which the Anthropic SDKs take
+// without the API version ("https://api.anthropic.com"), into belay's API
+// root, which includes it.
+func anthropicBase(u string) string {
+	u = strings.TrimRight(u, "/")
+	if u == "" || strings.HasSuffix(u, "/v1") {
+		return u
+	}
+	return u + "/v1"
 }
 
 func providerTypeNames() []string {

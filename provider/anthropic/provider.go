@@ -395,3 +395,16 @@ func (s *stream) addUsage(u *usage) {
 		s.output = *u.OutputTokens
 	}
 }
+
+var _ provider.Validator = (*Provider)(nil)
+
+// Validate checks that a run has a model and that its options decode.
+func (p *Provider) Validate(req provider.Request) error {
+	if req.Model == "" && p.cfg.Model == "" {
+		return &provider.FieldError{Field: "model", Err: fmt.Errorf("%s has no default model: give one with --model or set model in [providers.%s]", p.name, p.name)}
+	}
+	if _, err := prompt.ParseOptions(req); err != nil {
+		return &provider.FieldError{Field: "options", Err: err}
+	}
+	return nil
+}

@@ -23,6 +23,7 @@ import (
 type claudeDecoder struct {
 	stream
 	readOnly map[string]bool
+	texts    int // answer text blocks so far: each is a whole message
 }
 
 type claudeLine struct {
@@ -94,7 +95,7 @@ func (d *claudeDecoder) message(l claudeLine) []provider.Event {
 		switch b.Type {
 		case "text":
 			if l.Type == "assistant" && !sub && b.Text != "" {
-				evs = append(evs, provider.Event{Kind: provider.TextDelta, Text: b.Text})
+				evs = append(evs, provider.Event{Kind: provider.TextDelta, Text: messageText(&d.texts, b.Text)})
 			}
 		case "thinking":
 			if l.Type == "assistant" && !sub && b.Thinking != "" {
@@ -178,4 +179,15 @@ func contentText(raw json.RawMessage) string {
 		}
 	}
 	return b.String()
+}
+
+// messageText returns a whole message's text as answer text: after the
+// first, each is set apart by a blank line, so that the answer of a run
+// that spoke several times does not run them together.
+func messageText(n *int, text string) string {
+	*n++
+	if *n > 1 {
+		return "\n\n" + text
+	}
+	return text
 }

@@ -24,6 +24,7 @@ type codexDecoder struct {
 	stream
 	readOnly map[string]bool
 	started  map[string]bool // tool items whose intent was reported
+	texts    int             // agent messages so far: each is a whole message
 }
 
 type codexLine struct {
@@ -127,7 +128,7 @@ func (d *codexDecoder) completed(it *codexItem) []provider.Event {
 	switch it.Type {
 	case "agent_message":
 		if it.Text != "" {
-			return []provider.Event{{Kind: provider.TextDelta, Text: it.Text}}
+			return []provider.Event{{Kind: provider.TextDelta, Text: messageText(&d.texts, it.Text)}}
 		}
 		return nil
 	case "reasoning":

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func TestFormats(t *testing.T) {
 				thinking("hmm"), text("Let me look."),
 				call("toolu_1", "Bash", `{"command":"rm x"}`, true), result("toolu_1", "done", false),
 				call("toolu_2", "Read", `{"file_path":"/a"}`, false), result("toolu_2", "line 1\nline 2", true),
-				text("All done."), usage(15, 7), turnEnd("end_turn"),
+				text("\n\nAll done."), usage(15, 7), turnEnd("end_turn"),
 			},
 		},
 		{
@@ -548,4 +549,31 @@ func TestDecodersIgnoreGarbage(t *testing.T) {
 	}
 	var raw json.RawMessage = mustJSON(map[string]int{"a": 1})
 	require.JSONEq(t, `{"a":1}`, string(raw))
+}
+
+func TestWholeMessagesAreSetApart(t *testing.T) {
+	t.Parallel()
+	lines := map[string][]string{
+		FormatClaude: {
+			`{"type":"assistant","message":{"content":[{"type":"text","text":"I will look."}]}}`,
+			`{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]}}`,
+			`{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]}}`,
+		},
+		FormatCodex: {
+			`{"type":"item.completed","item":{"id":"i1","type":"agent_message","text":"I will look."}}`,
+			`{"type":"item.completed","item":{"id":"i2","type":"agent_message","text":"Done."}}`,
+		},
+	}
+	for format, ls := range lines {
+		d := decoders[format](readOnlySet(DefaultReadOnlyTools))
+		var answer strings.Builder
+		for _, l := range ls {
+			for _, ev := range d.decode([]byte(l)) {
+				if ev.Kind == provider.TextDelta {
+					answer.WriteString(ev.Text)
+				}
+			}
+		}
+		require.Equal(t, "I will look.\n\nDone.", answer.String(), format)
+	}
 }

@@ -180,7 +180,7 @@ func knownClass(c belay.ErrorClass) bool {
 	case belay.ClassAuth, belay.ClassChallenge, belay.ClassRateLimited, belay.ClassOverloaded,
 		belay.ClassTransient, belay.ClassInvalidRequest, belay.ClassContextOverflow,
 		belay.ClassPermissionDenied, belay.ClassTargetLost, belay.ClassUIDrift,
-		belay.ClassCancelled, belay.ClassTimeout, belay.ClassInternal:
+		belay.ClassCancelled, belay.ClassTimeout, belay.ClassInternal, belay.ClassQuota:
 		return true
 	}
 	return false

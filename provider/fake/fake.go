@@ -375,3 +375,27 @@ func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+var _ provider.Validator = (*Provider)(nil)
+
+// Validate checks the script a run would play (from its input, model or
+// options) without playing it.
+func (p *Provider) Validate(req provider.Request) error {
+	if s, err := fieldScript(req.Input, "input"); s != nil || err != nil {
+		return fieldErr("script", err)
+	}
+	if s, err := modelScript(req.Model); s != nil || err != nil {
+		return fieldErr("model", err)
+	}
+	if s, err := fieldScript(req.Options, "options"); s != nil || err != nil {
+		return fieldErr("options", err)
+	}
+	return nil
+}
+
+func fieldErr(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &provider.FieldError{Field: field, Err: err}
+}

@@ -537,7 +537,7 @@ var classes = []belay.ErrorClass{
 	belay.ClassAuth, belay.ClassChallenge, belay.ClassRateLimited, belay.ClassOverloaded,
 	belay.ClassTransient, belay.ClassInvalidRequest, belay.ClassContextOverflow,
 	belay.ClassPermissionDenied, belay.ClassTargetLost, belay.ClassUIDrift,
-	belay.ClassCancelled, belay.ClassTimeout, belay.ClassInternal,
+	belay.ClassCancelled, belay.ClassTimeout, belay.ClassInternal, belay.ClassQuota,
 }
 
 func knownClass(c belay.ErrorClass) bool {

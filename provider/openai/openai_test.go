@@ -382,7 +382,7 @@ func TestChatHTTPErrors(t *testing.T) {
 	}{
 		{"auth", openaitest.Failure{Status: 401, Type: "invalid_request_error", Code: "invalid_api_key", Message: "Incorrect API key provided: " + testKey}, belay.ClassAuth, 0},
 		{"rate limited", openaitest.Failure{Status: 429, RetryAfter: "2", Type: "requests", Code: "rate_limit_exceeded"}, belay.ClassRateLimited, 2 * time.Second},
-		{"quota", openaitest.Failure{Status: 429, Type: "insufficient_quota", Code: "insufficient_quota"}, belay.ClassAuth, 0},
+		{"quota", openaitest.Failure{Status: 429, Type: "insufficient_quota", Code: "insufficient_quota"}, belay.ClassQuota, 0},
 		{"overloaded", openaitest.Failure{Status: 503}, belay.ClassOverloaded, 0},
 		{"server error", openaitest.Failure{Status: 500, Type: "server_error"}, belay.ClassTransient, 0},
 		{"bad request", openaitest.Failure{Status: 400, Type: "invalid_request_error", Message: "Invalid temperature"}, belay.ClassInvalidRequest, 0},

@@ -194,3 +194,16 @@ func (p *Provider) malformed(what string, data string, err error) *provider.Erro
 	// The chunk itself is not quoted: it may hold answer text.
 	return &provider.Error{Class: belay.ClassTransient, Message: p.scrub.String(fmt.Sprintf("%s: %s: malformed chunk (%d bytes): %v", p.name, what, len(data), err))}
 }
+
+var _ provider.Validator = (*Provider)(nil)
+
+// Validate checks that a run has a model and that its options decode.
+func (p *Provider) Validate(req provider.Request) error {
+	if req.Model == "" && p.cfg.Model == "" {
+		return &provider.FieldError{Field: "model", Err: fmt.Errorf("%s has no default model: give one with --model or set model in [providers.%s]", p.name, p.name)}
+	}
+	if _, err := prompt.ParseOptions(req); err != nil {
+		return &provider.FieldError{Field: "options", Err: err}
+	}
+	return nil
+}

@@ -302,6 +302,9 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 		return belay.Delivery{}, fmt.Errorf("%w: delivery %s is settled (%s)", belay.ErrTerminal, id, d.Status)
 	case st.Epoch != d.Epoch:
 		return belay.Delivery{}, &belay.StaleEpochError{Kind: "delivery", ID: id, Got: st.Epoch, Current: d.Epoch}
+	case d.Status != belay.DeliveryLeased && ss.st.Expired[id] == st.Epoch:
+		return belay.Delivery{}, fmt.Errorf("%w (%w): delivery %s: the lease at epoch %d expired and the item was returned to the inbox for redelivery",
+			belay.ErrLeaseExpired, belay.ErrStaleEpoch, id, st.Epoch)
 	case d.Status != belay.DeliveryLeased:
 		return belay.Delivery{}, fmt.Errorf("%w: delivery %s at epoch %d was returned to the inbox", belay.ErrNotLeased, id, st.Epoch)
 	case d.Lease.Expired(now):

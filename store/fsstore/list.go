@@ -9,7 +9,10 @@ import (
 	"github.com/belayhq/belay/store"
 )
 
-var _ store.RunLister = (*Store)(nil)
+var (
+	_ store.RunLister       = (*Store)(nil)
+	_ store.AddressedLeaser = (*Store)(nil)
+)
 
 // ListRuns selects a page of runs from the sessions' in-memory state (no
 // journal is read): the first limit runs that match f and come after the

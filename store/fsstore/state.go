@@ -22,6 +22,10 @@ type state struct {
 	RunKeys      map[string]string `json:"runKeys"`
 	DeliveryKeys map[string]string `json:"deliveryKeys"`
 	SessionKey   string            `json:"sessionKey,omitempty"`
+	// Expired holds, per delivery returned to the inbox by a lease
+	// expiry, the epoch of that lease, so that a late ack from it is told
+	// lease_expired, not merely "not leased" (G7).
+	Expired map[string]uint64 `json:"expired,omitempty"`
 
 	runs       map[string]*belay.Run
 	deliveries map[string]*belay.Delivery
@@ -286,6 +290,7 @@ func (st *state) apply(e *belay.Event) error {
 			return corrupt(e, fmt.Sprintf("epoch %d does not follow epoch %d of delivery %s", e.Epoch, d.Epoch, d.ID))
 		}
 		d.Status, d.Epoch = belay.DeliveryLeased, e.Epoch
+		delete(st.Expired, d.ID)
 		d.Lease = &belay.Lease{Owner: p.Owner, Epoch: e.Epoch, GrantedAt: e.TS, ExpiresAt: p.ExpiresAt}
 		d.Attempts++
 		d.NotBefore = time.Time{}
@@ -320,6 +325,10 @@ func (st *state) apply(e *belay.Event) error {
 			return err
 		}
 		d.Status, d.Lease = belay.DeliveryPending, nil
+		if st.Expired == nil {
+			st.Expired = map[string]uint64{}
+		}
+		st.Expired[d.ID] = e.Epoch
 	}
 	// Only an event that folds changes the state.
 	st.Session.LastSeq = e.Seq

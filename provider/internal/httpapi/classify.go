@@ -104,7 +104,7 @@ func isOverflow(e APIError) bool {
 }
 
 // Quota and billing failures are not retryable and need a person: they
-// are reported as auth.
+// are their own class, quota (not auth: the key is fine).
 var quotaCodes = map[string]bool{
 	"insufficient_quota": true,
 	"billing_error":      true,
@@ -114,7 +114,7 @@ var quotaCodes = map[string]bool{
 // ClassifyStatus maps an HTTP status and its error body to a class.
 func ClassifyStatus(status int, e APIError) belay.ErrorClass {
 	if quotaCodes[e.Code] || quotaCodes[e.Type] {
-		return belay.ClassAuth
+		return belay.ClassQuota
 	}
 	switch {
 	case status == http.StatusUnauthorized, status == http.StatusForbidden:
@@ -146,7 +146,7 @@ func ClassifyStatus(status int, e APIError) belay.ErrorClass {
 func ClassifyType(typ, code, message string) (belay.ErrorClass, bool) {
 	e := APIError{Type: typ, Code: code, Message: message}
 	if quotaCodes[code] || quotaCodes[typ] {
-		return belay.ClassAuth, true
+		return belay.ClassQuota, true
 	}
 	for _, k := range []string{code, typ} {
 		switch k {
@@ -207,7 +207,7 @@ func FromResponse(resp *http.Response, what string, scrub *Scrubber, now time.Ti
 	if id := firstNonEmpty(resp.Header.Get("x-request-id"), resp.Header.Get("request-id")); id != "" {
 		detail += " (request " + scrub.clip(id, maxCode) + ")"
 	}
-	pe := &provider.Error{Class: class, Message: scrub.String(detail)}
+	pe := &provider.Error{Class: class, Message: scrub.String(detail), Status: resp.StatusCode}
 	if class == belay.ClassRateLimited || class == belay.ClassOverloaded || class == belay.ClassTransient {
 		pe.RetryAfter = RetryAfter(resp.Header, now)
 	}

@@ -53,7 +53,7 @@ func TestFromResponse(t *testing.T) {
 		{"429 seconds", 429, h("Retry-After", "7"), `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, belay.ClassRateLimited, 7 * time.Second},
 		{"429 http date", 429, h("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat)), `{}`, belay.ClassRateLimited, 90 * time.Second},
 		{"429 ms", 429, h("retry-after-ms", "1500", "Retry-After", "9"), `{}`, belay.ClassRateLimited, 1500 * time.Millisecond},
-		{"429 quota", 429, h("Retry-After", "7"), `{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}`, belay.ClassAuth, 0},
+		{"429 quota", 429, h("Retry-After", "7"), `{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}`, belay.ClassQuota, 0},
 		{"429 anthropic", 429, h("retry-after", "3"), `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, belay.ClassRateLimited, 3 * time.Second},
 		{"503", 503, nil, `Service Unavailable`, belay.ClassOverloaded, 0},
 		{"529", 529, h("retry-after", "2"), `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, belay.ClassOverloaded, 2 * time.Second},
@@ -68,7 +68,7 @@ func TestFromResponse(t *testing.T) {
 		{"400 string error", 400, nil, `{"error":"model 'x' not found"}`, belay.ClassInvalidRequest, 0},
 		{"404", 404, nil, `{"error":{"message":"The model does not exist","code":"model_not_found"}}`, belay.ClassInvalidRequest, 0},
 		{"413", 413, nil, `request too large`, belay.ClassContextOverflow, 0},
-		{"402 billing", 402, nil, `{"type":"error","error":{"type":"billing_error","message":"credit balance too low"}}`, belay.ClassAuth, 0},
+		{"402 billing", 402, nil, `{"type":"error","error":{"type":"billing_error","message":"credit balance too low"}}`, belay.ClassQuota, 0},
 		{"retry-after ignored for non-retryable", 400, h("Retry-After", "5"), `{}`, belay.ClassInvalidRequest, 0},
 		{"retry-after capped", 429, h("Retry-After", "999999"), `{}`, belay.ClassRateLimited, time.Hour},
 	}
@@ -142,6 +142,10 @@ func TestScrub(t *testing.T) {
 		require.Contains(t, got, Redacted, tt.in)
 	}
 	require.Equal(t, "a plain message about tokens", sc.String("a plain message about tokens"))
+	// An error code ending in a key word keeps the message that follows.
+	require.Equal(t, "openai: HTTP 401 invalid_api_key: Incorrect API key provided: "+Redacted+". You can find it",
+		sc.String("openai: HTTP 401 invalid_api_key: Incorrect API key provided: sk-proj-abcdef123456. You can find it"))
+	require.Equal(t, "OPENAI_API_KEY="+Redacted+" set", sc.String("OPENAI_API_KEY=hunter2hunter2 set"))
 }
 
 func TestLoadKey(t *testing.T) {

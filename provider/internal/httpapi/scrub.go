@@ -46,14 +46,36 @@ func (s *Scrubber) String(text string) string {
 			text = strings.ReplaceAll(text, v, Redacted)
 		}
 	}
-	for i, re := range secretPatterns {
-		if i == 0 {
-			text = re.ReplaceAllString(text, "${1}${2}"+Redacted)
-			continue
-		}
+	text = scrubPairs(text)
+	for _, re := range secretPatterns[1:] {
 		text = re.ReplaceAllString(text, Redacted)
 	}
 	return text
+}
+
+// scrubPairs redacts the values of key=value and "key": "value" pairs. An
+// error code that merely ends in a key word, followed by ": " and its
+// message (OpenAI's "invalid_api_key: Incorrect API key provided"), is
+// not a pair: its message is kept.
+func scrubPairs(text string) string {
+	re := secretPatterns[0]
+	var b strings.Builder
+	last := 0
+	for _, m := range re.FindAllStringSubmatchIndex(text, -1) {
+		start, sep := m[0], text[m[4]:m[5]]
+		if start > 0 && isIdentByte(text[start-1]) && strings.TrimSpace(sep) == ":" && strings.HasPrefix(sep, ":") && len(sep) > 1 {
+			continue
+		}
+		b.WriteString(text[last:m[5]])
+		b.WriteString(Redacted)
+		last = m[1]
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
+func isIdentByte(c byte) bool {
+	return c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 // clip scrubs text, then cuts it to at most n bytes (and a "…"). Cutting

@@ -1,0 +1,366 @@
+// Command river is belay's peer bench against River (a PostgreSQL job
+// queue for Go): in one run, on one throwaway PostgreSQL cluster, it
+// measures the same work through River and through belay, and prints both
+// rates and their ratios.
+//
+// The work: N durable no-op jobs, submitted one per transaction by 16
+// submitters, and worked to completion. River: Client.Insert (one
+// transaction per job) and a no-op worker. belay: `belay bench runs`
+// (runtime.Submit of a no-op run through the fake provider, every state
+// change durable) on the embedded file store and on the PostgreSQL store.
+// Then River's InsertMany path (batches of 500) beside belay's batch path,
+// which does not exist yet.
+//
+// It lives in its own Go module so that belay's go.mod never depends on
+// River. Run it from the repository:
+//
+//	cd bench/river && go run . -jobs 20000
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/belayhq/belay/internal/bench"
+	"github.com/belayhq/belay/internal/testpg"
+)
+
+// riverVersion is the pinned River this bench measures (go.mod).
+const riverVersion = "v0.51.1"
+
+type config struct {
+	Jobs       int
+	Sessions   int
+	Submitters int
+	Batch      int
+	Workers    int
+	Dir        string
+	JSON       bool
+	Skip       map[string]bool
+}
+
+// Result is one measured path.
+type Result struct {
+	Name       string  `json:"name"`
+	Jobs       int     `json:"jobs"`
+	PerSec     float64 `json:"per_sec"`
+	P50Millis  float64 `json:"submit_to_complete_p50_ms"`
+	P99Millis  float64 `json:"submit_to_complete_p99_ms"`
+	Note       string  `json:"note,omitempty"`
+	Unmeasured bool    `json:"unmeasured,omitempty"`
+}
+
+// Report is the whole bench's output (-json).
+type Report struct {
+	River      string            `json:"river_version"`
+	Postgres   string            `json:"postgres_version"`
+	Jobs       int               `json:"jobs"`
+	Submitters int               `json:"submitters"`
+	Results    []Result          `json:"results"`
+	Ratios     map[string]string `json:"ratios"`
+}
+
+func main() {
+	var cfg config
+	var skip string
+	flag.IntVar(&cfg.Jobs, "jobs", 20000, "jobs (runs) per path")
+	flag.IntVar(&cfg.Sessions, "sessions", 1000, "belay sessions the runs are spread over")
+	flag.IntVar(&cfg.Submitters, "submitters", 16, "concurrent submitters, one job per transaction each")
+	flag.IntVar(&cfg.Batch, "batch", 500, "River InsertMany batch size")
+	flag.IntVar(&cfg.Workers, "workers", 100, "River MaxWorkers of the default queue")
+	flag.StringVar(&cfg.Dir, "dir", "", "scratch directory for belay's file store (default: the system temp dir)")
+	flag.StringVar(&skip, "skip", "", "comma-separated paths to skip: river, river-batch, belay-file, belay-pg")
+	flag.BoolVar(&cfg.JSON, "json", false, "print JSON")
+	flag.Parse()
+	cfg.Skip = map[string]bool{}
+	for _, s := range strings.Split(skip, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Skip[s] = true
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "… "+format+"\n", args...)
+}
+
+func run(ctx context.Context, cfg config) error {
+	progress("starting a throwaway PostgreSQL (fsync on)")
+	pg, err := testpg.New(ctx, testpg.Options{Fsync: true, SharedBuffers: "128MB", MaxConnections: 200})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := pg.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
+	}()
+	rep := Report{River: riverVersion, Jobs: cfg.Jobs, Submitters: cfg.Submitters, Ratios: map[string]string{}}
+	byName := map[string]Result{}
+	add := func(r Result) {
+		rep.Results = append(rep.Results, r)
+		byName[r.Name] = r
+	}
+
+	if !cfg.Skip["river"] {
+		r, version, err := benchRiver(ctx, pg, cfg, false)
+		if err != nil {
+			return fmt.Errorf("river: %w", err)
+		}
+		rep.Postgres = version
+		add(r)
+	}
+	if !cfg.Skip["belay-file"] {
+		progress("belay on the embedded file store")
+		res, err := bench.Runs(ctx, bench.RunsConfig{Dir: cfg.Dir, Runs: cfg.Jobs, Sessions: cfg.Sessions, Submitters: cfg.Submitters})
+		if err != nil {
+			return fmt.Errorf("belay file store: %w", err)
+		}
+		add(Result{Name: "belay-file", Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
+			Note: fmt.Sprintf("%.1f durable events per run", res.SyncsPerRun)})
+	}
+	if !cfg.Skip["belay-pg"] {
+		progress("belay on PostgreSQL (pgstore)")
+		db, err := pg.CreateDatabase(ctx)
+		if err != nil {
+			return err
+		}
+		res, err := bench.Runs(ctx, bench.RunsConfig{Dir: cfg.Dir, Store: pg.URL(db), Runs: cfg.Jobs, Sessions: cfg.Sessions, Submitters: cfg.Submitters})
+		if err != nil {
+			return fmt.Errorf("belay pgstore: %w", err)
+		}
+		add(Result{Name: "belay-pg", Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
+			Note: fmt.Sprintf("%.1f durable events per run, 1 node", res.SyncsPerRun)})
+	}
+	if !cfg.Skip["river-batch"] {
+		r, _, err := benchRiver(ctx, pg, cfg, true)
+		if err != nil {
+			return fmt.Errorf("river InsertMany: %w", err)
+		}
+		add(r)
+		add(Result{Name: "belay-batch", Unmeasured: true, Note: "belay has no batch submit yet (POST /v1/runs:batch is issue 16)"})
+	}
+	ratio := func(key, a, b string) {
+		ra, oka := byName[a]
+		rb, okb := byName[b]
+		if oka && okb && rb.PerSec > 0 && !ra.Unmeasured {
+			rep.Ratios[key] = fmt.Sprintf("%.2fx", ra.PerSec/rb.PerSec)
+		}
+	}
+	ratio("belay-file / river", "belay-file", "river")
+	ratio("belay-pg / river", "belay-pg", "river")
+	return print(rep, cfg.JSON)
+}
+
+func print(rep Report, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "peer bench: %d jobs, %d submitters (one job per transaction), River %s, %s\n\n", rep.Jobs, rep.Submitters, rep.River, rep.Postgres)
+	fmt.Fprintln(w, "path\tjobs/s\tp50\tp99\tnote")
+	for _, r := range rep.Results {
+		if r.Unmeasured {
+			fmt.Fprintf(w, "%s\t-\t-\t-\t%s\n", r.Name, r.Note)
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%.0f\t%.1f ms\t%.1f ms\t%s\n", r.Name, r.PerSec, r.P50Millis, r.P99Millis, r.Note)
+	}
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(w)
+		keys := make([]string, 0, len(rep.Ratios))
+		for k := range rep.Ratios {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s\t%s\n", k, rep.Ratios[k])
+		}
+	}
+	return w.Flush()
+}
+
+// NoOpArgs is River's no-op job.
+type NoOpArgs struct{}
+
+// Kind names the job kind.
+func (NoOpArgs) Kind() string { return "noop" }
+
+type noOpWorker struct {
+	river.WorkerDefaults[NoOpArgs]
+}
+
+func (noOpWorker) Work(context.Context, *river.Job[NoOpArgs]) error { return nil }
+
+// benchRiver runs River on a fresh database: N no-op jobs inserted one per
+// transaction by the submitters (or, batched, with InsertMany in batches
+// of cfg.Batch), worked to completion.
+func benchRiver(ctx context.Context, pg *testpg.Cluster, cfg config, batched bool) (Result, string, error) {
+	name := "river"
+	if batched {
+		name = "river-batch"
+	}
+	progress("%s: %d jobs", name, cfg.Jobs)
+	db, err := pg.CreateDatabase(ctx)
+	if err != nil {
+		return Result{}, "", err
+	}
+	pcfg, err := pgxpool.ParseConfig(pg.URL(db))
+	if err != nil {
+		return Result{}, "", err
+	}
+	pcfg.MaxConns = int32(2*cfg.Submitters + 8)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return Result{}, "", err
+	}
+	defer pool.Close()
+	var version string
+	if err := pool.QueryRow(ctx, `SHOW server_version`).Scan(&version); err != nil {
+		return Result{}, "", err
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return Result{}, "", err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return Result{}, "", err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noOpWorker{})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Workers: workers,
+	})
+	if err != nil {
+		return Result{}, "", err
+	}
+	events, cancelSub := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: cfg.Jobs + 1000})
+	defer cancelSub()
+	if err := client.Start(ctx); err != nil {
+		return Result{}, "", err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = client.Stop(sctx)
+	}()
+
+	var (
+		lat      = make([]float64, 0, cfg.Jobs)
+		lastDone time.Time
+		doneAll  = make(chan struct{})
+	)
+	go func() {
+		n := 0
+		for ev := range events {
+			if ev.Job == nil || ev.Job.FinalizedAt == nil {
+				continue
+			}
+			lat = append(lat, float64(ev.Job.FinalizedAt.Sub(ev.Job.CreatedAt).Microseconds())/1000)
+			n++
+			if n == cfg.Jobs {
+				lastDone = time.Now()
+				close(doneAll)
+				return
+			}
+		}
+	}()
+
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, cfg.Submitters)
+	for w := 0; w < cfg.Submitters; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if batched {
+					from := next.Add(int64(cfg.Batch)) - int64(cfg.Batch)
+					if from >= int64(cfg.Jobs) {
+						return
+					}
+					n := min(int64(cfg.Batch), int64(cfg.Jobs)-from)
+					params := make([]river.InsertManyParams, n)
+					for i := range params {
+						params[i] = river.InsertManyParams{Args: NoOpArgs{}}
+					}
+					if _, err := client.InsertMany(ctx, params); err != nil {
+						errc <- err
+						return
+					}
+					continue
+				}
+				if next.Add(1) > int64(cfg.Jobs) {
+					return
+				}
+				if _, err := client.Insert(ctx, NoOpArgs{}, nil); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return Result{}, "", err
+	}
+	select {
+	case <-doneAll:
+	case <-ctx.Done():
+		return Result{}, "", ctx.Err()
+	case <-time.After(10 * time.Minute):
+		return Result{}, "", errors.New("jobs did not complete within 10 minutes")
+	}
+	elapsed := lastDone.Sub(start)
+	// The table is the truth: every job completed, once.
+	var completed int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&completed); err != nil {
+		return Result{}, "", err
+	}
+	if completed != cfg.Jobs {
+		return Result{}, "", fmt.Errorf("%d of %d jobs completed", completed, cfg.Jobs)
+	}
+	sort.Float64s(lat)
+	r := Result{Name: name, Jobs: cfg.Jobs, PerSec: float64(cfg.Jobs) / elapsed.Seconds(), P50Millis: pct(lat, 0.5), P99Millis: pct(lat, 0.99)}
+	if batched {
+		r.Note = fmt.Sprintf("InsertMany, batches of %d", cfg.Batch)
+	} else {
+		r.Note = "Insert, one transaction per job"
+	}
+	return r, version, nil
+}
+
+func pct(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p)
+	return sorted[i]
+}

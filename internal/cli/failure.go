@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/belayhq/belay"
+)
+
+// failureText says, for people, why a run did not complete (the provider's
+// error: class, HTTP status, message as the provider scrubbed it,
+// Retry-After) and the exact command to run next.
+func failureText(run belay.Run) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %s %s", run.ID, run.Status)
+	if e := run.Error; e != nil {
+		fmt.Fprintf(&b, " (%s", e.Class)
+		if e.Status > 0 {
+			fmt.Fprintf(&b, ", HTTP %d", e.Status)
+		}
+		b.WriteString(")")
+		if e.Message != "" {
+			b.WriteString(": " + oneLine(e.Message, 600))
+		}
+	}
+	if run.Reason != "" && (run.Error == nil || !strings.Contains(run.Error.Message, run.Reason)) {
+		b.WriteString("; " + oneLine(run.Reason, 300))
+	}
+	if next := nextStep(run); next != "" {
+		b.WriteString("\n" + next)
+	}
+	return b.String()
+}
+
+// nextStep is what to do about a failed or stranded run.
+func nextStep(run belay.Run) string {
+	retry := "belay runs retry " + run.ID
+	doctor := "belay sessions doctor " + run.Session
+	if run.Status == belay.RunStranded {
+		return "Side effects may have run, so belay did not go on by itself. See what happened: " + doctor
+	}
+	if run.Status != belay.RunFailed {
+		return ""
+	}
+	var class belay.ErrorClass
+	var after time.Duration
+	if e := run.Error; e != nil {
+		class, after = e.Class, time.Duration(e.RetryAfterSeconds*float64(time.Second))
+	}
+	switch class {
+	case belay.ClassAuth:
+		return "The provider refused the credentials: check its API key (api_key_env in config.toml, or OPENAI_API_KEY / ANTHROPIC_API_KEY), then: " + retry
+	case belay.ClassQuota:
+		return "The provider refused for quota or billing: add credit or raise the limit with the provider, then: " + retry
+	case belay.ClassChallenge:
+		return "The provider shows a challenge: solve it in its window, then: " + retry
+	case belay.ClassRateLimited, belay.ClassOverloaded, belay.ClassTransient:
+		if after > 0 {
+			return fmt.Sprintf("The provider asked to wait %s; after that: %s", after.Round(time.Second), retry)
+		}
+		return "Try again: " + retry
+	case belay.ClassTimeout, belay.ClassInternal:
+		return "Try again: " + retry
+	case belay.ClassInvalidRequest, belay.ClassContextOverflow, belay.ClassPermissionDenied:
+		return "The request itself was refused: change the prompt, --model or options and send it again. Details: " + doctor
+	}
+	return "Details: " + doctor
+}
+
+// oneLine puts text on one line, cut at n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		cut := n
+		for cut > 0 && s[cut]&0xC0 == 0x80 {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay/internal/testpg"
+	"github.com/belayhq/belay/store/pgstore"
+)
+
+// TestMigrate: `belay migrate --status` shows pending migrations and
+// changes nothing; `belay migrate` applies them; the store comes from
+// --store, $BELAY_STORE or config.toml; the file store is told it needs
+// none.
+func TestMigrate(t *testing.T) {
+	pg := testpg.Start(t, testpg.Options{})
+	url := pg.Database(t)
+	home := t.TempDir()
+	env := map[string]string{"BELAY_HOME": home}
+
+	code, _, stderr := run(t, env, "migrate")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, stderr, "the file store needs no migrations")
+
+	status := func(env map[string]string, args ...string) pgstore.MigrationStatus {
+		code, out, stderr := run(t, env, append([]string{"migrate", "--status", "--json"}, args...)...)
+		require.Equal(t, ExitOK, code, stderr)
+		var st pgstore.MigrationStatus
+		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		return st
+	}
+	st := status(env, "--store", url)
+	require.Zero(t, st.Current)
+	require.NotEmpty(t, st.Pending)
+	require.Zero(t, status(env, "--store", url).Current, "--status changes nothing")
+
+	code, out, stderr := run(t, map[string]string{"BELAY_HOME": home, "BELAY_STORE": url}, "migrate")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, stderr, "applied 0001_init")
+	require.Contains(t, out, "schema version 1 of 1")
+
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte("[store]\nurl = \""+url+"\"\n"), 0o600))
+	st = status(env)
+	require.Equal(t, st.Latest, st.Current)
+	require.Empty(t, st.Pending)
+
+	code, _, stderr = run(t, env, "migrate", "--store", "mysql://nope")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, stderr, "postgres://")
+}

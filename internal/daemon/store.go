@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/lock"
+	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/store/fsstore"
+	"github.com/belayhq/belay/store/pgstore"
+)
+
+// FileStore is the store setting of the embedded file store in the data
+// directory, the default.
+const FileStore = "file:"
+
+// StoreKind names what a store setting selects: "file" or "postgres". It
+// refuses anything else with a message naming the accepted forms.
+func StoreKind(url string) (string, error) {
+	switch {
+	case url == "" || url == FileStore:
+		return "file", nil
+	case pgstore.IsURL(url):
+		return "postgres", nil
+	case strings.HasPrefix(url, "file:"):
+		return "", fmt.Errorf("%w: store %q: the file store lives in the data directory; use --data DIR with --store file:", belay.ErrInvalid, url)
+	}
+	return "", fmt.Errorf("%w: store %q is not file: or postgres://USER@HOST/DB", belay.ErrInvalid, url)
+}
+
+// storeParams is what opening a store needs from the daemon.
+type storeParams struct {
+	dir         string
+	url         string
+	cfg         *Config
+	incarnation string
+	log         *slog.Logger
+	observeSync func(time.Duration)
+	// lost is told when the daemon can no longer prove it is the one
+	// writer (the data dir lock, or for PostgreSQL the database's writer
+	// lock); the daemon then stops.
+	lost func(error)
+}
+
+// openStore opens the store the setting names and returns it with the
+// function that closes it and everything it holds.
+//
+// One writer: on the file store the data dir lock makes the daemon the
+// only process writing its sessions (fsstore takes it). On PostgreSQL the
+// sessions live in the database, so the daemon takes two holds: the data
+// dir lock, which now guards only the local directory (socket, token,
+// config; `belay daemon status` reads it), and the database's writer lock,
+// which makes it the only daemon on that database. The runtime still
+// decides caps and reclaims runs in its own memory (issue 14 moves that
+// into the store), so a second daemon on the same database is refused,
+// and a daemon that cannot prove its writer lock stops.
+func openStore(ctx context.Context, p storeParams) (store.Store, func(), error) {
+	kind, err := StoreKind(p.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	if kind == "file" {
+		st, err := fsstore.Open(ctx, p.dir, fsstore.Options{
+			Purpose: "daemon", Incarnation: p.incarnation, Sync: p.cfg.Store.Sync,
+			LockTTL: time.Duration(p.cfg.Store.LockTTL), ObserveSync: p.observeSync, OnLockLost: p.lost,
+		})
+		if err != nil {
+			if errors.Is(err, belay.ErrStoreLocked) {
+				return nil, nil, fmt.Errorf("another belay daemon owns %s: %w", p.dir, err)
+			}
+			return nil, nil, err
+		}
+		return st, func() { _ = st.Close() }, nil
+	}
+	if p.cfg.Store.Sync != "" {
+		return nil, nil, fmt.Errorf("config: [store] sync applies to the file store only, not to %s", pgstore.Redact(p.url))
+	}
+	ttl := time.Duration(p.cfg.Store.LockTTL)
+	if ttl <= 0 {
+		ttl = 15 * time.Second
+	}
+	var undo []func()
+	cleanup := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	dl := lock.New(filepath.Join(p.dir, fsstore.LockName), lock.Options{TTL: ttl, Incarnation: p.incarnation, Purpose: "daemon"})
+	if err := dl.TryAcquire(ctx); err != nil {
+		if errors.Is(err, lock.ErrHeld) {
+			return nil, nil, fmt.Errorf("another belay daemon owns %s: %w: %v", p.dir, belay.ErrStoreLocked, err)
+		}
+		return nil, nil, fmt.Errorf("daemon: lock %s: %w", p.dir, err)
+	}
+	hb, err := dl.StartHeartbeat(context.WithoutCancel(ctx), lock.HeartbeatOptions{OnLost: p.lost})
+	if err != nil {
+		_ = dl.Release()
+		return nil, nil, fmt.Errorf("daemon: heartbeat %s: %w", p.dir, err)
+	}
+	undo = append(undo, func() {
+		_ = hb.Stop(context.Background())
+		if dl.Fenced() == nil {
+			_ = dl.Release()
+		}
+	})
+	migrate := p.cfg.Store.Migrate == nil || *p.cfg.Store.Migrate
+	st, err := pgstore.Open(ctx, p.url, pgstore.Options{Migrate: migrate})
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	undo = append(undo, func() { _ = st.Close() })
+	host, _ := os.Hostname()
+	w, err := st.AcquireWriter(ctx, fmt.Sprintf("%s pid %d on %s", p.incarnation, os.Getpid(), host), ttl, p.lost)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	undo = append(undo, func() { _ = w.Release() })
+	if entries, err := os.ReadDir(filepath.Join(p.dir, fsstore.SessionsName)); err == nil && len(entries) > 0 {
+		p.log.Warn("the file store's sessions in this data directory are not served while the store is PostgreSQL",
+			"sessions_dir", filepath.Join(p.dir, fsstore.SessionsName), "store", st.URL())
+	}
+	return st, cleanup, nil
+}

@@ -1,0 +1,89 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/belayhq/belay"
+)
+
+// RetryRequest asks for a new run with the input of a finished one.
+type RetryRequest struct {
+	// Run is the finished run to retry.
+	Run string
+	// AllowSideEffects retries even when side-effecting tool calls of the
+	// run settled (or may have): they may run again.
+	AllowSideEffects bool
+	// IdempotencyKey makes the retry idempotent; default "retry-" + Run,
+	// so that retrying the same run twice makes one new run (G3).
+	IdempotencyKey string
+	// Policy applies if the session is busy (default enqueue).
+	Policy Policy
+}
+
+// SideEffectsError refuses a retry that could repeat side effects (G9);
+// errors.Is(err, ErrSideEffects) holds.
+type SideEffectsError struct {
+	Run   string
+	Tools []string
+}
+
+// ErrSideEffects is the sentinel of SideEffectsError.
+var ErrSideEffects = errors.New("runtime: side effects settled")
+
+func (e *SideEffectsError) Error() string {
+	return fmt.Sprintf("run %s settled side-effecting tool call(s) %s; a retry could run them again", e.Run, strings.Join(e.Tools, ", "))
+}
+
+// Is makes errors.Is(err, ErrSideEffects) hold.
+func (e *SideEffectsError) Is(target error) bool { return target == ErrSideEffects }
+
+// RetryKey is the default idempotency key of a retry of run.
+func RetryKey(run string) string { return "retry-" + run }
+
+// Retry creates a new run in the same session with the journaled input of
+// a finished run (any terminal status). It is refused with a
+// *SideEffectsError when a side-effecting tool call of the run settled or
+// may have, unless req.AllowSideEffects; the names of those tools are
+// returned with the new run.
+func (r *Runtime) Retry(ctx context.Context, req RetryRequest) (belay.Run, []string, error) {
+	orig, err := r.store.Run(ctx, req.Run)
+	if err != nil {
+		return belay.Run{}, nil, err
+	}
+	if !orig.Status.Terminal() {
+		return belay.Run{}, nil, fmt.Errorf("%w: run %s is still %s; wait for it (belay wait %s) or cancel it first", belay.ErrActive, orig.ID, orig.Phase, orig.ID)
+	}
+	effects, err := scanRunEffects(ctx, r.store, orig)
+	if err != nil {
+		return belay.Run{}, nil, err
+	}
+	tools := effects.names()
+	if len(tools) > 0 && !req.AllowSideEffects {
+		return belay.Run{}, tools, &SideEffectsError{Run: orig.ID, Tools: tools}
+	}
+	raw, err := r.store.RunInput(ctx, orig.ID)
+	if err != nil {
+		return belay.Run{}, nil, err
+	}
+	var in Input
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return belay.Run{}, nil, fmt.Errorf("%w: run %s has an unreadable input: %v", belay.ErrInvalid, orig.ID, err)
+	}
+	key := req.IdempotencyKey
+	if key == "" {
+		key = RetryKey(orig.ID)
+	}
+	policy := req.Policy
+	if policy == "" {
+		policy = PolicyEnqueue
+	}
+	run, err := r.Submit(ctx, SubmitRequest{
+		Session: orig.Session, Provider: orig.Provider, Model: orig.Model, Prompt: in.Prompt,
+		Script: in.Script, Options: in.Options, Policy: policy, Priority: orig.Priority, IdempotencyKey: key,
+	})
+	return run, tools, err
+}

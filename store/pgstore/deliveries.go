@@ -1,0 +1,384 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/store"
+)
+
+// maxDeliveryType caps a delivery's type, as in fsstore.
+const maxDeliveryType = 64
+
+const deliveryCols = `id, session, type, coalesce(key, ''), priority, data::text, status, seq, epoch,
+	lease_owner, lease_granted_at, lease_expires_at, attempts, not_before, result, created_at, settled_at`
+
+// deliverable is the SQL condition for an item a consumer may lease at $now.
+const deliverable = `((status = 'pending' AND (not_before IS NULL OR not_before <= $now)) OR (status = 'leased' AND lease_expires_at <= $now))`
+
+func scanDelivery(row pgx.Row) (belay.Delivery, error) {
+	var d belay.Delivery
+	var data *string
+	var seq, epoch int64
+	var owner *string
+	var granted, expires, notBefore, settled *time.Time
+	err := row.Scan(&d.ID, &d.Session, &d.Type, &d.Key, &d.Priority, &data, &d.Status, &seq, &epoch,
+		&owner, &granted, &expires, &d.Attempts, &notBefore, &d.Result, &d.CreatedAt, &settled)
+	if err != nil {
+		return d, err
+	}
+	if data != nil {
+		d.Data = json.RawMessage(*data)
+	}
+	d.Seq, d.Epoch = uint64(seq), uint64(epoch)
+	if owner != nil {
+		d.Lease = &belay.Lease{Owner: *owner, Epoch: d.Epoch, GrantedAt: utc(granted), ExpiresAt: utc(expires)}
+	}
+	d.NotBefore, d.SettledAt, d.CreatedAt = utc(notBefore), utc(settled), d.CreatedAt.UTC()
+	return d, nil
+}
+
+func checkDeliveryInput(in belay.DeliveryInput) error {
+	if in.Type == "" || len(in.Type) > maxDeliveryType {
+		return fmt.Errorf("%w: a delivery type is 1-%d characters", belay.ErrInvalid, maxDeliveryType)
+	}
+	if in.To != "" || in.AfterRun != "" {
+		// Not stored here yet: refused rather than delivered to anyone.
+		return fmt.Errorf("%w: pgstore does not keep addressed or held inbox items (to, afterRun; MCP wake-ups) yet", belay.ErrInvalid)
+	}
+	return checkJSON("delivery data", in.Data)
+}
+
+// PostDelivery adds an inbox item, once per (Key, Type).
+func (s *Store) PostDelivery(ctx context.Context, in belay.DeliveryInput) (belay.Delivery, bool, error) {
+	if err := checkDeliveryInput(in); err != nil {
+		return belay.Delivery{}, false, err
+	}
+	if err := checkSession(in.Session); err != nil {
+		return belay.Delivery{}, false, err
+	}
+	var id string
+	var created bool
+	err := s.withSession(ctx, in.Session, belay.Sync, func(t *tx) error {
+		var err error
+		id, created, err = s.postDelivery(t, in)
+		return err
+	})
+	if err != nil {
+		return belay.Delivery{}, false, err
+	}
+	d, err := s.Delivery(ctx, id)
+	return d, created, err
+}
+
+// postDelivery journals delivery.posted and inserts the item, or returns
+// the item its (Key, Type) already posted.
+func (s *Store) postDelivery(t *tx, in belay.DeliveryInput) (string, bool, error) {
+	if in.Key != "" {
+		var id string
+		err := t.QueryRow(t.ctx, `SELECT id FROM belay_deliveries WHERE session = $1 AND type = $2 AND key = $3`, t.session, in.Type, in.Key).Scan(&id)
+		if err == nil {
+			return id, false, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return "", false, err
+		}
+	}
+	p := deliveryPosted{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data}
+	data, err := marshal(p)
+	if err != nil {
+		return "", false, err
+	}
+	seq, err := t.emit(belay.Event{Type: store.EventDeliveryPosted, Data: data})
+	if err != nil {
+		return "", false, err
+	}
+	var key, payload any
+	if in.Key != "" {
+		key = in.Key
+	}
+	if len(in.Data) > 0 {
+		payload = string(in.Data)
+	}
+	t.queue(`INSERT INTO belay_deliveries (id, session, type, key, priority, data, status, seq, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6::json, 'pending', $7, $8)`, p.ID, t.session, in.Type, key, in.Priority, payload, int64(seq), t.now)
+	s.remember(s.deliverySessions, p.ID, t.session)
+	return p.ID, true, nil
+}
+
+// Delivery returns one delivery.
+func (s *Store) Delivery(ctx context.Context, id string) (belay.Delivery, error) {
+	if err := ids.Check(ids.Delivery, id); err != nil {
+		return belay.Delivery{}, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	if s.isClosed() {
+		return belay.Delivery{}, belay.ErrStoreClosed
+	}
+	d, err := scanDelivery(s.pool.QueryRow(ctx, `SELECT `+deliveryCols+` FROM belay_deliveries WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return belay.Delivery{}, fmt.Errorf("%w: delivery %s", belay.ErrNotFound, id)
+	}
+	return d, s.wrap(err)
+}
+
+// Deliveries lists deliveries in delivery order: priority, then seq
+// within a session (then creation across sessions).
+func (s *Store) Deliveries(ctx context.Context, f belay.DeliveryFilter) ([]belay.Delivery, error) {
+	if s.isClosed() {
+		return nil, belay.ErrStoreClosed
+	}
+	if f.Session != "" {
+		if _, err := s.Session(ctx, f.Session); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+deliveryCols+` FROM belay_deliveries WHERE ($1 = '' OR session = $1) AND ($2 = '' OR status = $2)
+		ORDER BY priority DESC, created_at, session, seq`, f.Session, string(f.Status))
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	return collectDeliveries(rows, s)
+}
+
+func collectDeliveries(rows pgx.Rows, s *Store) ([]belay.Delivery, error) {
+	defer rows.Close()
+	var out []belay.Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, s.wrap(err)
+		}
+		out = append(out, d)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+// LeaseDeliveries leases up to max deliverable items of a session (or of
+// every session), in order of priority class, then seq.
+func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
+	if owner == "" || ttl <= 0 || max <= 0 {
+		return nil, fmt.Errorf("%w: a lease needs an owner, a positive ttl and max", belay.ErrInvalid)
+	}
+	if session != "" {
+		if err := checkSession(session); err != nil {
+			return nil, err
+		}
+		return s.leaseIn(ctx, session, owner, ttl, max)
+	}
+	// Across sessions: the sessions with deliverable items, in the order
+	// of their best item; each is leased under its own session lock.
+	rows, err := s.pool.Query(ctx, `SELECT session FROM belay_deliveries
+		WHERE `+sqlNow(deliverable, "$1")+` GROUP BY session ORDER BY max(priority) DESC, min(created_at)`, s.nowArg())
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	sessions, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	var out []belay.Delivery
+	for _, sid := range sessions {
+		if len(out) == max {
+			break
+		}
+		got, err := s.leaseIn(ctx, sid, owner, ttl, max-len(out))
+		if err != nil && !errors.Is(err, belay.ErrNotFound) {
+			if len(out) > 0 {
+				return out, nil
+			}
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		if a.Session == b.Session {
+			return a.Seq < b.Seq
+		}
+		return a.CreatedAt.Before(b.CreatedAt)
+	})
+	return out, nil
+}
+
+// sqlNow replaces $now in a condition with the given parameter, falling
+// back to the database clock.
+func sqlNow(cond, param string) string {
+	return strings.ReplaceAll(cond, "$now", "coalesce("+param+"::timestamptz, now())")
+}
+
+// leaseIn leases up to max items of one session under its lock.
+func (s *Store) leaseIn(ctx context.Context, session, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
+	var out []belay.Delivery
+	err := s.withSession(ctx, session, belay.Sync, func(t *tx) error {
+		expires := t.now.Add(ttl)
+		rows, err := t.Query(ctx, `UPDATE belay_deliveries SET status = 'leased', epoch = epoch + 1, lease_owner = $3,
+			lease_granted_at = $2, lease_expires_at = $4, attempts = attempts + 1, not_before = NULL
+			WHERE id IN (SELECT id FROM belay_deliveries WHERE session = $1 AND `+strings.ReplaceAll(deliverable, "$now", "$2::timestamptz")+`
+				ORDER BY priority DESC, seq LIMIT $5 FOR UPDATE SKIP LOCKED)
+			RETURNING `+deliveryCols, session, t.now, owner, expires, max)
+		if err != nil {
+			return err
+		}
+		out, err = collectDeliveries(rows, s)
+		if err != nil {
+			return err
+		}
+		sort.Slice(out, func(i, j int) bool {
+			if out[i].Priority != out[j].Priority {
+				return out[i].Priority > out[j].Priority
+			}
+			return out[i].Seq < out[j].Seq
+		})
+		for _, d := range out {
+			data, err := marshal(deliveryLeased{ID: d.ID, Owner: owner, ExpiresAt: expires})
+			if err != nil {
+				return err
+			}
+			if _, err := t.emit(belay.Event{Type: store.EventDeliveryLeased, Epoch: d.Epoch, Data: data}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SettleDelivery acks, releases or retries a leased item.
+func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settlement) (belay.Delivery, error) {
+	switch st.Kind {
+	case belay.SettleDone, belay.SettleError, belay.SettleRelease, belay.SettleRetry:
+	default:
+		return belay.Delivery{}, fmt.Errorf("%w: settlement %q is not done, error, release or retry", belay.ErrInvalid, st.Kind)
+	}
+	if st.Delay < 0 {
+		return belay.Delivery{}, fmt.Errorf("%w: negative retry delay", belay.ErrInvalid)
+	}
+	if err := ids.Check(ids.Delivery, id); err != nil {
+		return belay.Delivery{}, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	session, ok := s.recall(s.deliverySessions, id)
+	if !ok {
+		err := s.pool.QueryRow(ctx, `SELECT session FROM belay_deliveries WHERE id = $1`, id).Scan(&session)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return belay.Delivery{}, fmt.Errorf("%w: delivery %s", belay.ErrNotFound, id)
+		}
+		if err != nil {
+			return belay.Delivery{}, s.wrap(err)
+		}
+		s.remember(s.deliverySessions, id, session)
+	}
+	var out belay.Delivery
+	err := s.withSession(ctx, session, belay.Sync, func(t *tx) error {
+		d, err := scanDelivery(t.QueryRow(ctx, `SELECT `+deliveryCols+` FROM belay_deliveries WHERE id = $1`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: delivery %s", belay.ErrNotFound, id)
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.Status.Settled():
+			return fmt.Errorf("%w: delivery %s is settled (%s)", belay.ErrTerminal, id, d.Status)
+		case st.Epoch != d.Epoch:
+			return &belay.StaleEpochError{Kind: "delivery", ID: id, Got: st.Epoch, Current: d.Epoch}
+		case d.Status != belay.DeliveryLeased:
+			return fmt.Errorf("%w: delivery %s at epoch %d was returned to the inbox", belay.ErrNotLeased, id, st.Epoch)
+		case d.Lease.Expired(t.now):
+			return fmt.Errorf("%w (%w): delivery %s: the lease at epoch %d expired at %s and the item will be redelivered",
+				belay.ErrLeaseExpired, belay.ErrStaleEpoch, id, st.Epoch, d.Lease.ExpiresAt.Format(time.RFC3339))
+		}
+		p := deliverySettled{ID: id, Kind: st.Kind, Result: st.Result}
+		status := belay.DeliveryPending
+		var settled, notBefore any
+		switch st.Kind {
+		case belay.SettleDone:
+			status, settled = belay.DeliveryDone, t.now
+		case belay.SettleError:
+			status, settled = belay.DeliveryError, t.now
+		case belay.SettleRetry:
+			p.NotBefore = t.now.Add(st.Delay)
+			notBefore = p.NotBefore
+		}
+		data, err := marshal(p)
+		if err != nil {
+			return err
+		}
+		if _, err := t.emit(belay.Event{Type: store.EventDeliverySettled, Epoch: st.Epoch, Data: data}); err != nil {
+			return err
+		}
+		t.queue(`UPDATE belay_deliveries SET status = $2, result = $3, settled_at = $4, not_before = $5,
+			lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL WHERE id = $1 RETURNING `+deliveryCols,
+			id, string(status), st.Result, settled, notBefore).QueryRow(func(row pgx.Row) (err error) {
+			out, err = scanDelivery(row)
+			return err
+		})
+		return nil
+	})
+	return out, err
+}
+
+// ExpireDeliveryLeases returns every expired leased item to pending and
+// reports the earliest lease expiry still ahead.
+func (s *Store) ExpireDeliveryLeases(ctx context.Context) ([]belay.Delivery, time.Time, error) {
+	if s.isClosed() {
+		return nil, time.Time{}, belay.ErrStoreClosed
+	}
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT session FROM belay_deliveries
+		WHERE status = 'leased' AND lease_expires_at <= coalesce($1::timestamptz, now())`, s.nowArg())
+	if err != nil {
+		return nil, time.Time{}, s.wrap(err)
+	}
+	sessions, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, time.Time{}, s.wrap(err)
+	}
+	var expired []belay.Delivery
+	var errs []error
+	for _, sid := range sessions {
+		err := s.withSession(ctx, sid, belay.Sync, func(t *tx) error {
+			rows, err := t.Query(ctx, `UPDATE belay_deliveries SET status = 'pending', lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL
+				WHERE session = $1 AND status = 'leased' AND lease_expires_at <= $2 RETURNING `+deliveryCols, sid, t.now)
+			if err != nil {
+				return err
+			}
+			got, err := collectDeliveries(rows, s)
+			if err != nil {
+				return err
+			}
+			sort.Slice(got, func(i, j int) bool { return got[i].Seq < got[j].Seq })
+			for _, d := range got {
+				data, err := marshal(deliveryExpired{ID: d.ID})
+				if err != nil {
+					return err
+				}
+				if _, err := t.emit(belay.Event{Type: store.EventDeliveryExpired, Epoch: d.Epoch, Data: data}); err != nil {
+					return err
+				}
+			}
+			expired = append(expired, got...)
+			return nil
+		})
+		if err != nil && !errors.Is(err, belay.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	var next *time.Time
+	err = s.pool.QueryRow(ctx, `SELECT min(lease_expires_at) FROM belay_deliveries
+		WHERE status = 'leased' AND lease_expires_at > coalesce($1::timestamptz, now())`, s.nowArg()).Scan(&next)
+	if err != nil {
+		errs = append(errs, s.wrap(err))
+	}
+	return expired, utc(next), errors.Join(errs...)
+}

@@ -1,0 +1,234 @@
+package pgstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/store/pgstore"
+)
+
+// TestMigrateConcurrently: two nodes migrating one empty database at once
+// apply each migration exactly once; a store opened without migrating
+// refuses an unmigrated database and names the command that fixes it.
+func TestMigrateConcurrently(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	_, err := pgstore.Open(ctx, url, pgstore.Options{})
+	require.ErrorContains(t, err, "belay migrate")
+
+	st, err := pgstore.Status(ctx, url)
+	require.NoError(t, err)
+	require.Zero(t, st.Current)
+	require.NotEmpty(t, st.Pending)
+
+	var wg sync.WaitGroup
+	applied := make([][]pgstore.Migration, 4)
+	errs := make([]error, 4)
+	for i := range applied {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			applied[i], errs[i] = pgstore.Migrate(ctx, url)
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range applied {
+		require.NoError(t, errs[i])
+		total += len(applied[i])
+	}
+	require.Equal(t, st.Latest, total, "each migration is applied once")
+
+	st, err = pgstore.Status(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, st.Latest, st.Current)
+	require.Empty(t, st.Pending)
+	s, err := pgstore.Open(ctx, url, pgstore.Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+}
+
+// TestTwoNodes: two stores on one database are two nodes. A watcher on
+// node B is woken by appends on node A, and concurrent appends from both
+// nodes to one session get gap-free, unique seqs in commit order.
+func TestTwoNodes(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	// Node B never polls: only notifications can wake its watchers.
+	b, err := pgstore.Open(ctx, url, pgstore.Options{PollEvery: time.Hour})
+	require.NoError(t, err)
+	defer b.Close()
+	sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+
+	woke := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		woke <- b.WaitEvents(wctx, sess.ID, 1)
+	}()
+	_, err = a.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note"})
+	require.NoError(t, err)
+	require.NoError(t, <-woke)
+
+	const per = 50
+	var wg sync.WaitGroup
+	for n, st := range []*pgstore.Store{a, b} {
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < per; i++ {
+					_, err := st.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note", Data: json.RawMessage(fmt.Sprintf(`{"node":%d,"w":%d,"i":%d}`, n, w, i))})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	// A watcher on node B reads everything in order while it is written.
+	var seen uint64 = 2
+	for seen < 2+8*per {
+		require.NoError(t, b.WaitEvents(ctx, sess.ID, seen))
+		evs, err := b.Events(ctx, sess.ID, seen, 0)
+		require.NoError(t, err)
+		for _, e := range evs {
+			require.Equal(t, seen+1, e.Seq, "gap-free, in order")
+			seen = e.Seq
+		}
+	}
+	wg.Wait()
+	got, err := a.Session(ctx, sess.ID)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2+8*per), got.LastSeq)
+}
+
+// TestDatabaseClock: without an injected clock, lease times are the
+// database's now(), whatever the node's clock says.
+func TestDatabaseClock(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	s := open(t, url, nil)
+	defer s.Close()
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+	r, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+	var before, after time.Time
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT now()`).Scan(&before))
+	l, err := s.AcquireRunLease(ctx, r.ID, "w", time.Hour, 0)
+	require.NoError(t, err)
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT now()`).Scan(&after))
+	require.False(t, l.Lease.GrantedAt.Before(before.UTC()))
+	require.False(t, l.Lease.GrantedAt.After(after.UTC()))
+	require.Equal(t, l.Lease.GrantedAt.Add(time.Hour), l.Lease.ExpiresAt)
+}
+
+// TestDeleteSession: a session with an active run is kept; a finished one
+// goes with all its rows.
+func TestDeleteSession(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+	r, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+	require.ErrorIs(t, s.DeleteSession(ctx, sess.ID, true), belay.ErrActive)
+	_, err = s.CancelQueuedRun(ctx, r.ID, "")
+	require.NoError(t, err)
+	_, _, err = s.PostDelivery(ctx, belay.DeliveryInput{Session: sess.ID, Type: "t", Key: "k"})
+	require.NoError(t, err)
+	require.ErrorIs(t, s.DeleteSession(ctx, sess.ID, false), belay.ErrActive)
+	require.NoError(t, s.DeleteSession(ctx, sess.ID, true))
+	_, err = s.Session(ctx, sess.ID)
+	require.ErrorIs(t, err, belay.ErrNotFound)
+	_, err = s.Run(ctx, r.ID)
+	require.ErrorIs(t, err, belay.ErrNotFound)
+	var n int
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM belay_events`).Scan(&n))
+	require.Zero(t, n)
+}
+
+// TestDatabaseRestart: the database crashing and coming back under an
+// open store loses no acknowledged event; the store reconnects by itself
+// and its watchers are woken again.
+func TestDatabaseRestart(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+	// Start the listener.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	require.ErrorIs(t, s.WaitEvents(wctx, sess.ID, 1), context.DeadlineExceeded)
+	cancel()
+	seqs, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note", ID: "before"})
+	require.NoError(t, err)
+
+	require.NoError(t, cluster.Restart(ctx))
+
+	woke := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		woke <- s.WaitEvents(wctx, sess.ID, 2)
+	}()
+	// The first statements after the crash may fail on dead pooled
+	// connections; they are refused, never half-applied.
+	var again []uint64
+	for i := 0; ; i++ {
+		again, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note", ID: "before"}, belay.Event{Type: "note", ID: "after"})
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, pgstore.ErrUnreachable)
+		require.Less(t, i, 20)
+	}
+	require.Equal(t, seqs[0], again[0], "the acknowledged event survived the crash")
+	require.Equal(t, seqs[0]+1, again[1])
+	require.NoError(t, <-woke)
+}
+
+// TestWriterLock: one daemon per database; a second is refused and told
+// who holds it; a holder whose connection is killed learns it lost the
+// hold, and the database is free again.
+func TestWriterLock(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b := open(t, url, nil)
+	defer b.Close()
+	lost := make(chan error, 1)
+	wa, err := a.AcquireWriter(ctx, "inc_a pid 1", 2*time.Second, func(err error) { lost <- err })
+	require.NoError(t, err)
+	_, err = b.AcquireWriter(ctx, "inc_b pid 2", time.Second, nil)
+	require.ErrorIs(t, err, belay.ErrStoreLocked)
+	require.ErrorContains(t, err, "inc_a pid 1")
+
+	_, err = b.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'belay daemon inc_a%'`)
+	require.NoError(t, err)
+	require.ErrorIs(t, <-lost, pgstore.ErrUnreachable)
+	require.Error(t, wa.Lost())
+	_, err = a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.ErrorIs(t, err, belay.ErrReadOnly, "a node that lost its writer lock writes nothing")
+	require.NoError(t, wa.Release())
+
+	wb, err := b.AcquireWriter(ctx, "inc_b pid 2", time.Second, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, wb.Release()) }()
+	_, err = a.AcquireWriter(ctx, "inc_a pid 1", time.Second, nil)
+	require.ErrorIs(t, err, belay.ErrStoreLocked)
+}

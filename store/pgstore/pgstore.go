@@ -1,0 +1,639 @@
+// Package pgstore is the PostgreSQL store: the same contract as fsstore
+// (store.Store, proved by storetest), kept in a database that several
+// belay nodes can share.
+//
+// Each session is a row in belay_sessions whose row lock is the session's
+// mutex on every node: a state change locks it, appends the session's
+// events with the next gap-free seqs (last_seq is the per-session
+// counter), changes the run and delivery rows and commits, all in one
+// transaction. Seqs are therefore committed in order, and a reader that
+// sees seq n has seen every seq before it. Times (event stamps, lease
+// grants and expiries, retry delays, retention ages) come from the
+// database clock, now() of the transaction, never from a node's wall
+// clock; tests inject a clock instead. Idempotency keys are unique
+// constraints. WaitEvents is woken by LISTEN/NOTIFY, which is a hint: the
+// tables are the truth and waiters re-read them (and poll them while the
+// listening connection is down).
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/journal"
+	"github.com/belayhq/belay/store"
+)
+
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.SessionDeleter = (*Store)(nil)
+)
+
+// notifyChannel is the LISTEN/NOTIFY channel on which every commit names
+// the session it appended to.
+const notifyChannel = "belay_events"
+
+// DefaultPollEvery bounds how long a waiter sleeps without a
+// notification: the table is re-read at least this often, so a lost hint
+// costs latency only.
+const DefaultPollEvery = time.Second
+
+// storeIDPrefix starts the idempotency ids of the store's own events, as in
+// fsstore: callers may not use it.
+const storeIDPrefix = "belay/"
+
+// DefaultMaxConns is the connection pool's default size: enough for the
+// runtime's concurrent writers on a small machine, well under
+// PostgreSQL's default max_connections of 100 with a few nodes.
+const DefaultMaxConns = 16
+
+// IsURL reports whether s names a PostgreSQL database (postgres:// or
+// postgresql://).
+func IsURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// Clock, if set, replaces the database clock (tests). Production
+	// leaves it nil: every time is the database's now().
+	Clock clock.Clock
+	// Migrate applies pending schema migrations on open (under the
+	// migration advisory lock); otherwise Open refuses a database whose
+	// schema is not current and names `belay migrate`.
+	Migrate bool
+	// PollEvery is how often waiters re-read without a notification
+	// (DefaultPollEvery if 0).
+	PollEvery time.Duration
+	// MaxConns caps the connection pool (DefaultMaxConns if 0; the URL's
+	// pool_max_conns wins over both).
+	MaxConns int
+}
+
+// Store is the PostgreSQL store.
+type Store struct {
+	pool  *pgxpool.Pool
+	clock clock.Clock
+	url   string
+	poll  time.Duration
+
+	// runSessions and deliverySessions cache which session holds a run
+	// or a delivery (it never changes), saving a lookup per write.
+	idMu             sync.Mutex
+	runSessions      map[string]string
+	deliverySessions map[string]string
+
+	notifyMu   sync.Mutex
+	toNotify   map[string]struct{}
+	notifyKick chan struct{}
+	stopNotify context.CancelFunc
+	notifyDone chan struct{}
+
+	// fenced, once set, refuses every write: this node lost its writer
+	// lock and must not change the database any more.
+	fenced atomic.Pointer[error]
+
+	mu      sync.Mutex
+	closed  bool
+	waiters map[string]map[*waiter]struct{}
+	// listening is true while the LISTEN connection is up; listenStarted
+	// once it was started (lazily, by the first WaitEvents).
+	listening     bool
+	listenStarted bool
+	stopListen    context.CancelFunc
+	listenDone    chan struct{}
+}
+
+type waiter struct{ ch chan struct{} }
+
+// Open connects to the database at url and checks (or, with
+// Options.Migrate, brings up to date) its schema.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	pool, err := connect(ctx, url, opts.MaxConns)
+	if err != nil {
+		return nil, err
+	}
+	if opts.PollEvery <= 0 {
+		opts.PollEvery = DefaultPollEvery
+	}
+	s := &Store{pool: pool, clock: opts.Clock, url: url, poll: opts.PollEvery, waiters: map[string]map[*waiter]struct{}{},
+		toNotify: map[string]struct{}{}, runSessions: map[string]string{}, deliverySessions: map[string]string{}, notifyKick: make(chan struct{}, 1), notifyDone: make(chan struct{})}
+	if opts.Migrate {
+		if _, err := migrate(ctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	st, err := status(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	switch {
+	case len(st.Unknown) > 0:
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: the database is at schema version %d, newer than this belay knows (%d); upgrade belay", st.Current, st.Latest)
+	case len(st.Pending) > 0:
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: the database schema is at version %d, this belay needs %d; run: belay migrate --store %s", st.Current, st.Latest, Redact(url))
+	}
+	nctx, cancel := context.WithCancel(context.Background())
+	s.stopNotify = cancel
+	go s.notifier(nctx)
+	return s, nil
+}
+
+// connect opens a pool on url.
+func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%w: store URL %s: %v", belay.ErrInvalid, Redact(url), err)
+	}
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = int32(maxConns)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "belay"
+	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, wrapConn(err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, wrapConn(fmt.Errorf("connect to %s: %w", Redact(url), err))
+	}
+	return pool, nil
+}
+
+// Redact returns url without its password.
+func Redact(url string) string {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil || cfg.Password == "" {
+		return url
+	}
+	return strings.Replace(url, ":"+cfg.Password+"@", ":xxxxx@", 1)
+}
+
+// ErrUnreachable says the database could not be reached; nothing was
+// written. Callers retry once it is back.
+var ErrUnreachable = errors.New("pgstore: store unreachable")
+
+// wrapConn marks connection failures with ErrUnreachable.
+func wrapConn(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) {
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	return err
+}
+
+// URL returns the (password-redacted) database URL.
+func (s *Store) URL() string { return Redact(s.url) }
+
+// Pool returns the connection pool (benchmarks and tests).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close stops the listener and closes the pool. It is safe to call more
+// than once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	stop, done := s.stopListen, s.listenDone
+	for _, set := range s.waiters {
+		for w := range set {
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	s.stopNotify()
+	<-s.notifyDone
+	s.pool.Close()
+	return nil
+}
+
+// writable fails once the store is closed or fenced.
+func (s *Store) writable() error {
+	if p := s.fenced.Load(); p != nil {
+		return *p
+	}
+	if s.isClosed() {
+		return belay.ErrStoreClosed
+	}
+	return nil
+}
+
+// Fence refuses every later write with err wrapped in belay.ErrReadOnly.
+// The first call wins.
+func (s *Store) Fence(err error) {
+	err = fmt.Errorf("%w: this node stopped writing to %s: %w", belay.ErrReadOnly, s.URL(), err)
+	s.fenced.CompareAndSwap(nil, &err)
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// nowArg is the time argument of a statement: nil (the database's now())
+// unless a clock is injected.
+func (s *Store) nowArg() any {
+	if s.clock == nil {
+		return nil
+	}
+	return s.clock.Now().UTC()
+}
+
+// tx is one locked write to a session: the session row is locked, and the
+// events emitted are appended with the next seqs at commit. Reads and
+// writes whose results fn needs run at once on the connection; writes
+// queued with queue ride in the commit's round trip.
+type tx struct {
+	*pgx.Conn
+	ctx     context.Context
+	session string
+	// provider and model are the session's.
+	provider, model string
+	now             time.Time
+	lastSeq         uint64
+	evs             []belay.Event
+	// changed says a store event was emitted (updated_at moves).
+	changed bool
+	// final holds the queued statements sent with the commit.
+	final pgx.Batch
+	// tail holds statements sent after the events are written (reads of
+	// the final state).
+	tail []func(b *pgx.Batch)
+}
+
+// queue adds a statement to the commit's round trip.
+func (t *tx) queue(sql string, args ...any) *pgx.QueuedQuery { return t.final.Queue(sql, args...) }
+
+// emit queues an event and returns its seq.
+func (t *tx) emit(e belay.Event) (uint64, error) {
+	if len(e.Data) == 0 {
+		e.Data = json.RawMessage("null")
+	}
+	if len(e.Data)+len(e.Type)+len(e.ID)+len(e.Run)+128 > journal.MaxRecordSize {
+		return 0, fmt.Errorf("%w: event of %d bytes exceeds %d", belay.ErrInvalid, len(e.Data), journal.MaxRecordSize)
+	}
+	t.lastSeq++
+	e.Seq, e.TS = t.lastSeq, t.now
+	if reserved(e.Type) {
+		t.changed = true
+	}
+	t.evs = append(t.evs, e)
+	return e.Seq, nil
+}
+
+const lockSession = `SELECT last_seq, provider, model, coalesce($2::timestamptz, now()) FROM belay_sessions WHERE id = $1 FOR UPDATE`
+
+// withSession runs fn in a transaction holding the session's row lock and
+// commits fn's events with it. A Buffered durability commits without
+// waiting for the WAL flush (synchronous_commit off): a database crash may
+// lose it, never reorder it.
+//
+// The transaction takes two round trips besides fn's own reads: BEGIN
+// with the lock, and the queued writes with the events and COMMIT. A
+// connection lost while COMMIT is in flight leaves the outcome unknown;
+// the error wraps ErrUnreachable and a retry with the same idempotency
+// key is safe.
+func (s *Store) withSession(ctx context.Context, session string, d belay.Durability, fn func(t *tx) error) error {
+	return s.write(ctx, session, d, func(b *pgx.Batch, t *tx) {
+		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
+			var lastSeq int64
+			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: session %s", belay.ErrNotFound, session)
+			}
+			t.lastSeq = uint64(lastSeq)
+			return err
+		})
+	}, fn)
+}
+
+// write runs one transaction: open queues what starts it (after BEGIN),
+// fn does the work, and the commit round trip writes the rest.
+func (s *Store) write(ctx context.Context, session string, d belay.Durability, open func(b *pgx.Batch, t *tx), fn func(t *tx) error) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return s.wrap(err)
+	}
+	defer pc.Release()
+	t := &tx{Conn: pc.Conn(), ctx: ctx, session: session}
+	err = func() error {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		if d == belay.Buffered {
+			b.Queue(`SET LOCAL synchronous_commit = off`)
+		}
+		open(b, t)
+		if err := t.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		t.now = t.now.UTC()
+		if err := fn(t); err != nil {
+			return err
+		}
+		s.flush(t)
+		for _, f := range t.tail {
+			f(&t.final)
+		}
+		t.final.Queue(`COMMIT`)
+		return t.SendBatch(ctx, &t.final).Close()
+	}()
+	if err != nil {
+		if !t.IsClosed() && t.PgConn().TxStatus() != 'I' {
+			// A connection left in a transaction is closed by the pool on
+			// release; roll back to keep it.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = t.Exec(rctx, `ROLLBACK`)
+			cancel()
+		}
+		return s.wrap(err)
+	}
+	s.committed(session)
+	return nil
+}
+
+// flush queues t's events and the session's counter for the commit.
+func (s *Store) flush(t *tx) {
+	if len(t.evs) == 0 {
+		return
+	}
+	n := len(t.evs)
+	seqs, ts, types, idems, runs := make([]int64, n), make([]time.Time, n), make([]string, n), make([]string, n), make([]string, n)
+	epochs, data := make([]int64, n), make([]string, n)
+	for i, e := range t.evs {
+		seqs[i], ts[i], types[i], idems[i], runs[i] = int64(e.Seq), e.TS, e.Type, e.ID, e.Run
+		epochs[i], data[i] = int64(e.Epoch), string(e.Data)
+	}
+	t.queue(`INSERT INTO belay_events (session, seq, ts, type, idem, run, epoch, data)
+		SELECT $1, seq, ts, type, NULLIF(idem, ''), NULLIF(run, ''), epoch, data::json
+		FROM unnest($2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
+			AS e(seq, ts, type, idem, run, epoch, data)`,
+		t.session, seqs, ts, types, idems, runs, epochs, data)
+	if t.changed {
+		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3, updated_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
+	} else {
+		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
+	}
+}
+
+// maxCachedIDs bounds each id -> session cache; a full cache starts over.
+const maxCachedIDs = 1 << 16
+
+func (s *Store) remember(m map[string]string, id, session string) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	if len(m) >= maxCachedIDs {
+		clear(m)
+	}
+	m[id] = session
+}
+
+func (s *Store) recall(m map[string]string, id string) (string, bool) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	session, ok := m[id]
+	return session, ok
+}
+
+// committed announces a commit to a session: its waiters on this node are
+// woken at once, those on other nodes by a NOTIFY sent after the commit.
+// The NOTIFY is not part of the write's transaction: PostgreSQL serializes
+// the commits of notifying transactions (a global lock held through the
+// WAL flush), which would cap the whole database at one commit per fsync.
+func (s *Store) committed(session string) {
+	s.wake(session)
+	s.notifyMu.Lock()
+	s.toNotify[session] = struct{}{}
+	s.notifyMu.Unlock()
+	select {
+	case s.notifyKick <- struct{}{}:
+	default:
+	}
+}
+
+// notifier sends the pending NOTIFYs, many sessions in one statement. A
+// failed send is dropped: notifications are hints, and waiters on other
+// nodes re-read the tables at least every PollEvery.
+func (s *Store) notifier(ctx context.Context) {
+	defer close(s.notifyDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.notifyKick:
+		}
+		s.notifyMu.Lock()
+		batch := make([]string, 0, len(s.toNotify))
+		for id := range s.toNotify {
+			batch = append(batch, id)
+		}
+		clear(s.toNotify)
+		s.notifyMu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, batch)
+	}
+}
+
+// wrap maps database errors onto belay's sentinels.
+func (s *Store) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "22P02", "22023", "23514", "22001", "54000":
+			return fmt.Errorf("%w: %s", belay.ErrInvalid, pe.Message)
+		}
+	}
+	if errors.Is(err, pgx.ErrTxClosed) || s.isClosed() {
+		return fmt.Errorf("%w: %v", belay.ErrStoreClosed, err)
+	}
+	return wrapConn(err)
+}
+
+// WaitEvents blocks until the session has an event after seq after.
+func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
+	if err := checkSession(id); err != nil {
+		return err
+	}
+	w, err := s.addWaiter(id)
+	if err != nil {
+		return err
+	}
+	defer s.dropWaiter(id, w)
+	for {
+		var last int64
+		err := s.pool.QueryRow(ctx, `SELECT last_seq FROM belay_sessions WHERE id = $1`, id).Scan(&last)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("%w: session %s", belay.ErrNotFound, id)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return s.wrap(err)
+		case uint64(last) > after:
+			return nil
+		}
+		timer := time.NewTimer(s.poll)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-w.ch:
+			// The waiter was registered before the read, so a commit
+			// between the read and this wait has left its signal here.
+			timer.Stop()
+		case <-timer.C:
+		}
+		if s.isClosed() {
+			return belay.ErrStoreClosed
+		}
+	}
+}
+
+func (s *Store) addWaiter(id string) (*waiter, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, belay.ErrStoreClosed
+	}
+	if !s.listenStarted {
+		s.listenStarted = true
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopListen, s.listenDone = cancel, make(chan struct{})
+		go s.listen(ctx)
+	}
+	w := &waiter{ch: make(chan struct{}, 1)}
+	set := s.waiters[id]
+	if set == nil {
+		set = map[*waiter]struct{}{}
+		s.waiters[id] = set
+	}
+	set[w] = struct{}{}
+	return w, nil
+}
+
+func (s *Store) dropWaiter(id string, w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if set := s.waiters[id]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(s.waiters, id)
+		}
+	}
+}
+
+// wake signals the waiters of one session, or of all (id ""). A signal is
+// kept until its waiter takes it (the channel holds one).
+func (s *Store) wake(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fire := func(set map[*waiter]struct{}) {
+		for w := range set {
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if id == "" {
+		for _, set := range s.waiters {
+			fire(set)
+		}
+		return
+	}
+	fire(s.waiters[id])
+}
+
+// listen holds one connection in LISTEN and wakes the waiters of every
+// session a commit names. While it is down, waiters poll; when it comes
+// back, every waiter re-reads (notifications sent meanwhile are lost).
+func (s *Store) listen(ctx context.Context) {
+	defer close(s.listenDone)
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		_ = err
+		s.wake("")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context) error {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A LISTEN connection is never handed back to the pool.
+	conn := pc.Hijack()
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.listening = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.listening = false
+		s.mu.Unlock()
+	}()
+	s.wake("") // anything committed before LISTEN took effect
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		s.wake(n.Payload)
+	}
+}

@@ -1,0 +1,100 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/testpg"
+	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/store/pgstore"
+	"github.com/belayhq/belay/store/storetest"
+)
+
+// cluster is the package's throwaway PostgreSQL; every test gets its own
+// database in it.
+var cluster *testpg.Cluster
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if _, err := testpg.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "SKIPPING pgstore tests: %v\n", err)
+			return m.Run()
+		}
+		c, err := testpg.New(context.Background(), testpg.Options{MaxConnections: 300})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		cluster = c
+		defer func() {
+			if err := c.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		code := m.Run()
+		if code == 0 {
+			if err := goleak.Find(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		return code
+	}()
+	os.Exit(code)
+}
+
+// database returns a fresh database's URL, skipping loudly without
+// PostgreSQL.
+func database(t *testing.T) string {
+	t.Helper()
+	if cluster == nil {
+		t.Skip("SKIPPING: PostgreSQL server binaries not found (apt-get install postgresql)")
+	}
+	return cluster.Database(t)
+}
+
+func open(t *testing.T, url string, clk clock.Clock) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.Open(context.Background(), url, pgstore.Options{Clock: clk, Migrate: true, MaxConns: 4})
+	require.NoError(t, err)
+	return s
+}
+
+// opened remembers where each store of the suite lives, for Reopen.
+var opened sync.Map
+
+type where struct {
+	url string
+	clk clock.Clock
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T, clk *clock.Fake) store.Store {
+			url := database(t)
+			s := open(t, url, clk)
+			opened.Store(s, where{url, clk})
+			return s
+		},
+		Reopen: func(t *testing.T, s store.Store) store.Store {
+			v, ok := opened.Load(s)
+			require.True(t, ok)
+			w := v.(where)
+			require.NoError(t, s.Close())
+			again := open(t, w.url, w.clk)
+			opened.Store(again, w)
+			return again
+		},
+	})
+}

@@ -1,0 +1,452 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/store"
+)
+
+const runCols = `id, session, coalesce(idem_key, ''), status, phase, priority, provider, model, epoch,
+	lease_owner, lease_granted_at, lease_expires_at, attempt, error_class, error_message, reason,
+	deadline, input_seq, ref, created_at, updated_at, started_at, ended_at`
+
+func scanRun(row pgx.Row) (belay.Run, error) {
+	var r belay.Run
+	var epoch, inputSeq int64
+	var owner, errClass, errMsg *string
+	var granted, expires, deadline, started, ended *time.Time
+	var ref []byte
+	err := row.Scan(&r.ID, &r.Session, &r.IdempotencyKey, &r.Status, &r.Phase, &r.Priority, &r.Provider, &r.Model, &epoch,
+		&owner, &granted, &expires, &r.Attempt, &errClass, &errMsg, &r.Reason,
+		&deadline, &inputSeq, &ref, &r.CreatedAt, &r.UpdatedAt, &started, &ended)
+	if err != nil {
+		return r, err
+	}
+	r.Epoch, r.InputSeq = uint64(epoch), uint64(inputSeq)
+	if owner != nil {
+		r.Lease = &belay.Lease{Owner: *owner, Epoch: r.Epoch, GrantedAt: utc(granted), ExpiresAt: utc(expires)}
+	}
+	if errClass != nil {
+		r.Error = &belay.RunError{Class: belay.ErrorClass(*errClass), Message: deref(errMsg)}
+	}
+	if err := json.Unmarshal(ref, &r.Ref); err != nil {
+		return r, fmt.Errorf("%w: run %s ref: %v", belay.ErrCorruptRecord, r.ID, err)
+	}
+	r.Deadline, r.StartedAt, r.EndedAt = utc(deadline), utc(started), utc(ended)
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return r, nil
+}
+
+func utc(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC()
+}
+
+func checkRun(id string) error {
+	if err := ids.Check(ids.Run, id); err != nil {
+		return fmt.Errorf("%w: %v", belay.ErrInvalid, err)
+	}
+	return nil
+}
+
+// CreateRun creates a queued run, or returns the one its idempotency key
+// already made.
+func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bool, error) {
+	if err := checkJSON("run input", in.Input); err != nil {
+		return belay.Run{}, false, err
+	}
+	if len(in.Tags) > 0 || len(in.Meta) > 0 {
+		// Not stored here yet: refused rather than dropped.
+		return belay.Run{}, false, fmt.Errorf("%w: pgstore does not keep run tags and metadata yet", belay.ErrInvalid)
+	}
+	if err := checkSession(in.Session); err != nil {
+		return belay.Run{}, false, err
+	}
+	var id string
+	var out belay.Run
+	created := false
+	err := s.withSession(ctx, in.Session, belay.Sync, func(t *tx) error {
+		if in.IdempotencyKey != "" {
+			err := t.QueryRow(ctx, `SELECT id FROM belay_runs WHERE session = $1 AND idem_key = $2`, in.Session, in.IdempotencyKey).Scan(&id)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		var err error
+		id, err = s.createRun(t, in, t.provider, t.model)
+		created = err == nil
+		t.tail = append(t.tail, func(b *pgx.Batch) {
+			b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
+				out, err = scanRun(row)
+				return err
+			})
+		})
+		return err
+	})
+	if err != nil {
+		return belay.Run{}, false, err
+	}
+	if !created {
+		out, err = s.Run(ctx, id)
+	}
+	return out, created, err
+}
+
+// createRun journals run.created and inserts the run row in t.
+func (s *Store) createRun(t *tx, in belay.RunInput, sessProvider, sessModel string) (string, error) {
+	p := runCreated{
+		ID: ids.New(ids.Run), Key: in.IdempotencyKey, Priority: in.Priority,
+		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input,
+	}
+	if p.Provider == "" {
+		p.Provider, p.Model = sessProvider, sessModel
+	}
+	if in.Deadline.IsZero() {
+		p.Deadline = time.Time{}
+	}
+	data, err := marshal(p)
+	if err != nil {
+		return "", err
+	}
+	e := belay.Event{Type: store.EventRunCreated, Run: p.ID, Data: data}
+	var key any
+	if in.IdempotencyKey != "" {
+		e.ID = storeIDPrefix + "run/" + in.IdempotencyKey
+		key = in.IdempotencyKey
+	}
+	seq, err := t.emit(e)
+	if err != nil {
+		return "", err
+	}
+	t.queue(`INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at)
+		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9)`,
+		p.ID, t.session, key, p.Priority, p.Provider, p.Model, int64(seq), nullTime(p.Deadline), t.now)
+	s.remember(s.runSessions, p.ID, t.session)
+	return p.ID, nil
+}
+
+// Run returns one run.
+func (s *Store) Run(ctx context.Context, id string) (belay.Run, error) {
+	if err := checkRun(id); err != nil {
+		return belay.Run{}, err
+	}
+	if s.isClosed() {
+		return belay.Run{}, belay.ErrStoreClosed
+	}
+	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return belay.Run{}, fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+	}
+	return r, s.wrap(err)
+}
+
+// RunInput returns the input journaled in the run's run.created event.
+func (s *Store) RunInput(ctx context.Context, id string) (json.RawMessage, error) {
+	if err := checkRun(id); err != nil {
+		return nil, err
+	}
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT e.data::text FROM belay_runs r JOIN belay_events e ON e.session = r.session AND e.seq = r.input_seq
+		WHERE r.id = $1 AND e.type = $2`, id, store.EventRunCreated).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	var p runCreated
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("%w: run %s input: %v", belay.ErrCorruptRecord, id, err)
+	}
+	return p.Input, nil
+}
+
+// Runs lists runs in creation order.
+func (s *Store) Runs(ctx context.Context, f belay.RunFilter) ([]belay.Run, error) {
+	if s.isClosed() {
+		return nil, belay.ErrStoreClosed
+	}
+	if f.Session != "" {
+		if _, err := s.Session(ctx, f.Session); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+runCols+` FROM belay_runs WHERE ($1 = '' OR session = $1) AND ($2 = '' OR status = $2) ORDER BY ord`,
+		f.Session, string(f.Status))
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []belay.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, s.wrap(err)
+		}
+		out = append(out, r)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+// lockedRun is a run read inside its session's lock.
+type lockedRun struct {
+	status belay.RunStatus
+	phase  belay.RunPhase
+	epoch  uint64
+	owner  *string
+	expiry *time.Time
+}
+
+// withRun runs fn under the lock of the session that holds run id, with
+// the run as it is under that lock, and returns the run as fn left it.
+func (s *Store) withRun(ctx context.Context, id string, fn func(t *tx, r *lockedRun) error) (belay.Run, error) {
+	if err := checkRun(id); err != nil {
+		return belay.Run{}, err
+	}
+	session, ok := s.recall(s.runSessions, id)
+	if !ok {
+		err := s.pool.QueryRow(ctx, `SELECT session FROM belay_runs WHERE id = $1`, id).Scan(&session)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return belay.Run{}, fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+		}
+		if err != nil {
+			return belay.Run{}, s.wrap(err)
+		}
+		s.remember(s.runSessions, id, session)
+	}
+	var out belay.Run
+	var r lockedRun
+	err := s.write(ctx, session, belay.Sync, func(b *pgx.Batch, t *tx) {
+		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
+			var lastSeq int64
+			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+			}
+			t.lastSeq = uint64(lastSeq)
+			return err
+		})
+		// Read after the lock is granted (statements of a pipeline run in
+		// order), so the run is as the last writer left it.
+		b.Queue(`SELECT status, phase, epoch, lease_owner, lease_expires_at FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
+			var epoch int64
+			err := row.Scan(&r.status, &r.phase, &epoch, &r.owner, &r.expiry)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+			}
+			r.epoch = uint64(epoch)
+			return err
+		})
+	}, func(t *tx) error {
+		if err := fn(t, &r); err != nil {
+			return err
+		}
+		t.tail = append(t.tail, func(b *pgx.Batch) {
+			b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
+				out, err = scanRun(row)
+				return err
+			})
+		})
+		return nil
+	})
+	return out, err
+}
+
+// AcquireRunLease grants owner a lease and increments the run's epoch.
+func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.Duration, takeover uint64) (belay.Run, error) {
+	if owner == "" || ttl <= 0 {
+		return belay.Run{}, fmt.Errorf("%w: a lease needs an owner and a positive ttl", belay.ErrInvalid)
+	}
+	return s.withRun(ctx, id, func(t *tx, r *lockedRun) error {
+		if r.status.Terminal() {
+			return fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, id, r.status)
+		}
+		if r.owner != nil && t.now.Before(*r.expiry) && takeover != r.epoch {
+			return fmt.Errorf("%w: run %s is leased by %s at epoch %d until %s",
+				belay.ErrLeaseHeld, id, *r.owner, r.epoch, r.expiry.UTC().Format(time.RFC3339))
+		}
+		expires := t.now.Add(ttl)
+		data, err := marshal(runLeased{Owner: owner, ExpiresAt: expires, Takeover: takeover})
+		if err != nil {
+			return err
+		}
+		epoch := r.epoch + 1
+		if _, err := t.emit(belay.Event{Type: store.EventRunLeased, Run: id, Epoch: epoch, Data: data}); err != nil {
+			return err
+		}
+		t.queue(`UPDATE belay_runs SET epoch = $2, lease_owner = $3, lease_granted_at = $4, lease_expires_at = $5, updated_at = $4,
+			phase = CASE WHEN phase = 'queued' THEN 'admitted' ELSE phase END,
+			status = CASE WHEN phase = 'queued' THEN 'running' ELSE status END,
+			started_at = CASE WHEN phase = 'queued' THEN $4 ELSE started_at END
+			WHERE id = $1`, id, int64(epoch), owner, t.now, expires)
+		return nil
+	})
+}
+
+// leased checks that the run is held at epoch.
+func leased(id string, r *lockedRun, epoch uint64) error {
+	if r.status.Terminal() {
+		return fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, id, r.status)
+	}
+	if epoch != r.epoch {
+		return &belay.StaleEpochError{Kind: "run", ID: id, Got: epoch, Current: r.epoch}
+	}
+	if r.owner == nil {
+		return fmt.Errorf("%w: run %s has no lease at epoch %d", belay.ErrNotLeased, id, epoch)
+	}
+	return nil
+}
+
+// RenewRunLease extends the lease of the given epoch.
+func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration) (belay.Run, error) {
+	if ttl <= 0 {
+		return belay.Run{}, fmt.Errorf("%w: ttl must be positive", belay.ErrInvalid)
+	}
+	return s.withRun(ctx, id, func(t *tx, r *lockedRun) error {
+		if err := leased(id, r, epoch); err != nil {
+			return err
+		}
+		expires := t.now.Add(ttl)
+		data, err := marshal(runRenewed{ExpiresAt: expires})
+		if err != nil {
+			return err
+		}
+		if _, err := t.emit(belay.Event{Type: store.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
+			return err
+		}
+		t.queue(`UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3 WHERE id = $1`, id, expires, t.now)
+		return nil
+	})
+}
+
+// ReleaseRunLease drops the lease of the given epoch.
+func (s *Store) ReleaseRunLease(ctx context.Context, id string, epoch uint64) (belay.Run, error) {
+	return s.withRun(ctx, id, func(t *tx, r *lockedRun) error {
+		if err := leased(id, r, epoch); err != nil {
+			return err
+		}
+		if _, err := t.emit(belay.Event{Type: store.EventRunReleased, Run: id, Epoch: epoch, Data: json.RawMessage(`{}`)}); err != nil {
+			return err
+		}
+		t.queue(`UPDATE belay_runs SET lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL, updated_at = $2 WHERE id = $1`, id, t.now)
+		return nil
+	})
+}
+
+// UpdateRun changes a run under its lease.
+func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.RunUpdate) (belay.Run, error) {
+	if u.Phase != "" && (u.Phase.Status() == "" || u.Phase == belay.PhaseQueued) {
+		return belay.Run{}, fmt.Errorf("%w: phase %q", belay.ErrInvalid, u.Phase)
+	}
+	if u.Error != nil && u.Error.Class == "" {
+		return belay.Run{}, fmt.Errorf("%w: a run error needs a class", belay.ErrInvalid)
+	}
+	if err := checkJSON("run update data", u.Data); err != nil {
+		return belay.Run{}, err
+	}
+	if d := u.Deliver; d != nil {
+		if err := checkDeliveryInput(*d); err != nil {
+			return belay.Run{}, err
+		}
+	}
+	return s.withRun(ctx, id, func(t *tx, r *lockedRun) error {
+		if err := leased(id, r, epoch); err != nil {
+			return err
+		}
+		return s.updateRun(t, id, epoch, r, u)
+	})
+}
+
+// updateRun journals run.updated (and the delivery it posts) and applies it.
+func (s *Store) updateRun(t *tx, id string, epoch uint64, r *lockedRun, u belay.RunUpdate) error {
+	if d := u.Deliver; d != nil && d.Session != "" && d.Session != t.session {
+		return fmt.Errorf("%w: a run's delivery goes to its own session", belay.ErrInvalid)
+	}
+	data, err := marshal(runUpdated{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data})
+	if err != nil {
+		return err
+	}
+	if _, err := t.emit(belay.Event{Type: store.EventRunUpdated, Run: id, Epoch: epoch, Data: data}); err != nil {
+		return err
+	}
+	phase, status := r.phase, r.status
+	if u.Phase != "" {
+		phase, status = u.Phase, u.Phase.Status()
+	}
+	var errClass, errMsg, ref any
+	if u.Error != nil {
+		errClass, errMsg = string(u.Error.Class), u.Error.Message
+	}
+	if u.Ref != nil {
+		raw, err := json.Marshal(u.Ref)
+		if err != nil {
+			return err
+		}
+		ref = string(raw)
+	}
+	terminal := status.Terminal()
+	t.queue(`UPDATE belay_runs SET phase = $2, status = $3,
+		attempt = CASE WHEN $4 <> 0 THEN $4 ELSE attempt END,
+		error_class = coalesce($5, error_class), error_message = CASE WHEN $5::text IS NOT NULL THEN $6 ELSE error_message END,
+		reason = CASE WHEN $7 <> '' THEN $7 ELSE reason END,
+		ref = coalesce($8::jsonb, ref),
+		lease_owner = CASE WHEN $9 THEN NULL ELSE lease_owner END,
+		lease_granted_at = CASE WHEN $9 THEN NULL ELSE lease_granted_at END,
+		lease_expires_at = CASE WHEN $9 THEN NULL ELSE lease_expires_at END,
+		ended_at = CASE WHEN $9 THEN $10 ELSE ended_at END,
+		updated_at = $10
+		WHERE id = $1`, id, string(phase), string(status), u.Attempt, errClass, errMsg, u.Reason, ref, terminal, t.now)
+	if ref != nil {
+		t.queue(`UPDATE belay_sessions SET ref = $2::jsonb WHERE id = $1`, t.session, ref)
+	}
+	if d := u.Deliver; d != nil {
+		d.Session = t.session
+		if _, _, err := s.postDelivery(t, *d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CancelQueuedRun ends a queued, never leased run as cancelled.
+func (s *Store) CancelQueuedRun(ctx context.Context, id, reason string) (belay.Run, error) {
+	if reason == "" {
+		reason = "cancelled while queued"
+	}
+	return s.withRun(ctx, id, func(t *tx, r *lockedRun) error {
+		if r.status != belay.RunQueued || r.owner != nil {
+			return fmt.Errorf("%w: run %s is %s, not queued", belay.ErrActive, id, r.status)
+		}
+		return s.updateRun(t, id, 0, r, belay.RunUpdate{
+			Phase: belay.PhaseCancelled, Reason: reason,
+			Error: &belay.RunError{Class: belay.ClassCancelled, Message: reason},
+		})
+	})
+}
