@@ -280,7 +280,7 @@ func TestMCPTypeScriptInterop(t *testing.T) {
 				BadText    string
 			}
 			require.NoError(t, json.Unmarshal(out, &got), "%s", out)
-			require.Subset(t, got.Tools, []string{"send", "status", "read", "wait", "cancel", "doctor", "runs_list", "inbox_post", "inbox_poll", "inbox_ack"})
+			require.Subset(t, got.Tools, []string{"send", "status", "read", "wait", "cancel", "doctor", "runs_list", "inbox_post", "inbox_poll", "inbox_ack", "retry"})
 			require.Equal(t, "belay://runs/"+got.Run, got.URI)
 			require.Equal(t, []string{got.URI}, got.Updates)
 			require.Equal(t, "complete", got.Status)

@@ -186,7 +186,7 @@ func TestAgentIsWokenOverBothTransports(t *testing.T) {
 				require.NotEmpty(t, tl.Description, tl.Name)
 				require.NotNil(t, tl.InputSchema, tl.Name)
 			}
-			require.Subset(t, names, []string{"send", "status", "read", "wait", "cancel", "doctor", "runs_list", "inbox_post", "inbox_poll", "inbox_ack"})
+			require.Subset(t, names, []string{"send", "status", "read", "wait", "cancel", "doctor", "runs_list", "inbox_post", "inbox_poll", "inbox_ack", "retry"})
 
 			run := call[mcpserver.RunInfo](t, a, "send", map[string]any{"prompt": "why is the sky blue?", "provider": "fake", "script": fakeScript(), "meta": map[string]any{"ticket": "T-1"}})
 			require.Equal(t, "belay://runs/"+run.Run, run.URI)
@@ -282,6 +282,15 @@ func TestWaitIsBoundedAndCancel(t *testing.T) {
 	require.Equal(t, "cancelled", got.Status)
 	w = call[mcpserver.WaitOut](t, a, "wait", map[string]any{"run": run.Run, "timeoutSeconds": 5})
 	require.Equal(t, "ended", w.State)
+
+	// retry sends the cancelled run again, once.
+	r1 := call[mcpserver.RetryOut](t, a, "retry", map[string]any{"run": run.Run})
+	require.Equal(t, run.Run, r1.Retries)
+	require.Equal(t, run.Session, r1.Session)
+	require.NotEqual(t, run.Run, r1.Run)
+	r2 := call[mcpserver.RetryOut](t, a, "retry", map[string]any{"run": run.Run})
+	require.Equal(t, r1.Run, r2.Run, "a second retry is the first")
+	call[mcpserver.RunInfo](t, a, "cancel", map[string]any{"run": r1.Run})
 }
 
 func TestScopeAndValidation(t *testing.T) {

@@ -203,6 +203,21 @@ type AckIn struct {
 	Delay    float64 `json:"delaySeconds,omitempty"`
 }
 
+// RetryIn is the retry tool's input.
+type RetryIn struct {
+	Run              string `json:"run" jsonschema:"the finished run (run_...) to send again"`
+	AllowSideEffects bool   `json:"allowSideEffects,omitempty" jsonschema:"retry even though side-effecting tool calls of the run settled: they may run again"`
+	Policy           string `json:"policy,omitempty" jsonschema:"when the session is busy: enqueue (default), reject, interrupt, replace"`
+	IdempotencyKey   string `json:"idempotencyKey,omitempty" jsonschema:"default retry-RUN: retrying twice makes one new run"`
+}
+
+// RetryOut is the new run and what may repeat.
+type RetryOut struct {
+	RunInfo
+	Retries   string   `json:"retries"`
+	MayRepeat []string `json:"mayRepeat,omitempty" jsonschema:"side-effecting tools of the old run that may run again"`
+}
+
 // DeliveriesOut lists inbox items.
 type DeliveriesOut struct {
 	Deliveries []belay.Delivery `json:"deliveries"`
@@ -220,6 +235,8 @@ func (s *Server) addTools() {
 	mcp.AddTool(s.srv, &mcp.Tool{Name: "cancel", Title: "Cancel a run", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true)}, Description: "Cancel a run: a queued one is dropped, a running one is stopped. Returns the run."}, s.cancelRun)
 	mcp.AddTool(s.srv, &mcp.Tool{Name: "doctor", Title: "Diagnose", Annotations: ro, Description: "Diagnose a session (or a run's session): what happened and the one next action, with the exact command. It never changes anything."}, s.doctor)
 	mcp.AddTool(s.srv, &mcp.Tool{Name: "runs_list", Title: "List runs", Annotations: ro, Description: "List the runs in this server's scope, newest first, filtered by status, provider, session, tag, since or failed, a page at a time (pass nextCursor back as cursor)."}, s.list)
+	mcp.AddTool(s.srv, &mcp.Tool{Name: "retry", Title: "Retry a run", Description: "Send a finished run's input again as a new run in the same session. " +
+		"Refused (side_effects) when a side-effecting tool call of the run settled, unless allowSideEffects. Idempotent: a second retry returns the same new run."}, s.retry)
 	mcp.AddTool(s.srv, &mcp.Tool{Name: "inbox_post", Title: "Post to an inbox", Description: "Post an item to a session's inbox (a repeat of the same key and type is dropped)."}, s.post)
 	mcp.AddTool(s.srv, &mcp.Tool{Name: "inbox_poll", Title: "Poll an inbox", Description: "Lease items from a session's inbox (run.completed, run.failed, posted events). Handle each, then call inbox_ack with its id and epoch; an item not acked before its lease ends is delivered again."}, s.poll)
 	mcp.AddTool(s.srv, &mcp.Tool{Name: "inbox_ack", Title: "Ack an inbox item", Description: "Settle a leased inbox item: done, error, release or retry, naming the epoch it was leased with."}, s.ack)
@@ -273,6 +290,21 @@ func (s *Server) send(ctx context.Context, _ *mcp.CallToolRequest, in SendIn) (*
 	}
 	s.log.Info("run sent", "run", run.ID, "session", run.Session, "provider", run.Provider)
 	return nil, runInfo(run), nil
+}
+
+func (s *Server) retry(ctx context.Context, _ *mcp.CallToolRequest, in RetryIn) (*mcp.CallToolResult, RetryOut, error) {
+	if _, err := s.allowedRun(ctx, in.Run); err != nil {
+		return nil, RetryOut{}, err
+	}
+	req := api.RetryRequest{AllowSideEffects: in.AllowSideEffects, Policy: brt.Policy(in.Policy)}
+	if !req.Policy.Valid() {
+		return nil, RetryOut{}, invalid("policy %q is not enqueue, reject, interrupt or replace", in.Policy)
+	}
+	res, err := s.c.RetryRun(ctx, in.Run, req, in.IdempotencyKey)
+	if err != nil {
+		return nil, RetryOut{}, toolError(err)
+	}
+	return nil, RetryOut{RunInfo: runInfo(res.Run), Retries: in.Run, MayRepeat: res.MayRepeat}, nil
 }
 
 func (s *Server) status(ctx context.Context, _ *mcp.CallToolRequest, in StatusIn) (*mcp.CallToolResult, StatusOut, error) {
