@@ -252,6 +252,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 		return belay.Run{}, err
 	}
 	sessionID := req.Session
+	var first *belay.Run // a new session's run, created with it
 	if sessionID == "" {
 		// A request refused at the door leaves no session behind.
 		if err := r.validate(req.Provider, provider.Request{Model: req.Model, Prompt: req.Prompt, Input: input}); err != nil {
@@ -261,11 +262,29 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 		if req.IdempotencyKey != "" {
 			in.IdempotencyKey = "submit/" + req.IdempotencyKey
 		}
+		// The session and its run are one durable write: a send that
+		// fails creates neither, never a session left empty.
+		in.FirstRun = &belay.RunInput{
+			IdempotencyKey: req.IdempotencyKey, Priority: req.Priority, Provider: req.Provider, Model: req.Model,
+			Deadline: r.clk.Now().Add(r.deadlineOf(req.Deadline, req.Provider, req.Model)), Input: input,
+			Tags: req.Tags, Meta: req.Meta,
+		}
 		sess, err := r.store.CreateSession(ctx, in)
 		if err != nil {
 			return belay.Run{}, err
 		}
 		sessionID = sess.ID
+		if req.IdempotencyKey == "" {
+			// No key: this call made the session, so its one run is ours.
+			runs, err := r.store.Runs(ctx, belay.RunFilter{Session: sessionID})
+			if err != nil {
+				return belay.Run{}, err
+			}
+			if len(runs) != 1 {
+				return belay.Run{}, fmt.Errorf("runtime: new session %s has %d runs, want its first one", sessionID, len(runs))
+			}
+			first = &runs[0]
+		}
 	}
 	sess, err := r.store.Session(ctx, sessionID)
 	if err != nil {
@@ -294,16 +313,15 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 	stripe := &r.submitMu[stripeOf(sessionID)]
 	stripe.Lock()
 	defer stripe.Unlock()
-	deadline := req.Deadline
-	if deadline <= 0 {
-		deadline = r.defaultDeadline(prov, model)
-	}
-	run, created, err := r.store.CreateRun(ctx, belay.RunInput{
+	var run belay.Run
+	created := first != nil
+	if created {
+		run = *first
+	} else if run, created, err = r.store.CreateRun(ctx, belay.RunInput{
 		Session: sessionID, IdempotencyKey: req.IdempotencyKey, Priority: req.Priority,
-		Provider: prov, Model: model, Deadline: r.clk.Now().Add(deadline), Input: input,
+		Provider: prov, Model: model, Deadline: r.clk.Now().Add(r.deadlineOf(req.Deadline, prov, model)), Input: input,
 		Tags: req.Tags, Meta: req.Meta,
-	})
-	if err != nil {
+	}); err != nil {
 		return belay.Run{}, err
 	}
 	if !created {
@@ -424,6 +442,15 @@ func (r *Runtime) admitting() error {
 		return fmt.Errorf("%w: the runtime is stopping", belay.ErrStoreClosed)
 	}
 	return nil
+}
+
+// deadlineOf is a run's deadline: the one asked for, else the default for
+// its provider and model.
+func (r *Runtime) deadlineOf(asked time.Duration, prov, model string) time.Duration {
+	if asked > 0 {
+		return asked
+	}
+	return r.defaultDeadline(prov, model)
 }
 
 func (r *Runtime) defaultDeadline(prov, model string) time.Duration {

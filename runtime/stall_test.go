@@ -109,3 +109,45 @@ func TestRunStalledByAFullDiskFinishesOnceSpaceIsFree(t *testing.T) {
 	}
 	require.True(t, recovered, "the recovery says why")
 }
+
+// TestFailedSendCreatesNothing: whichever journal write fails while a send
+// creates a session, the send either fails and leaves no session, or
+// succeeds with its run: never a session left without it (the session and
+// its first run are one durable write).
+func TestFailedSendCreatesNothing(t *testing.T) {
+	t.Parallel()
+	for k := 1; k <= 4; k++ {
+		ffs := vfstest.New(nil)
+		clk := clock.NewFake(t0)
+		st, err := fsstore.Open(context.Background(), t.TempDir(), fsstore.Options{FS: ffs, Clock: clk})
+		require.NoError(t, err)
+		rt, err := New(Options{Store: st, Clock: clk, Providers: provider.Registry{"p": &funcProvider{name: "p", run: hang}}, PruneEvery: -1})
+		require.NoError(t, err)
+		require.NoError(t, rt.Start(context.Background()))
+		var writes atomic.Int32
+		ffs.Set(vfstest.Faults{Write: func(name string, p []byte) (int, error) {
+			if strings.HasSuffix(name, "journal.jsonl") && writes.Add(1) == int32(k) {
+				return 0, syscall.ENOSPC
+			}
+			return len(p), nil
+		}})
+		run, serr := rt.Submit(context.Background(), SubmitRequest{Provider: "p", Prompt: "x"})
+		ffs.Set(vfstest.Faults{})
+		sessions, err := st.Sessions(context.Background(), belay.SessionFilter{})
+		require.NoError(t, err)
+		if serr != nil {
+			require.ErrorIs(t, serr, belay.ErrDiskFull, "write %d", k)
+			require.Empty(t, sessions, "write %d failed: a failed send creates nothing", k)
+		} else {
+			require.Len(t, sessions, 1, "write %d", k)
+			runs, err := st.Runs(context.Background(), belay.RunFilter{Session: sessions[0].ID})
+			require.NoError(t, err)
+			require.Len(t, runs, 1, "write %d: the session holds its run", k)
+			require.Equal(t, run.ID, runs[0].ID)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		require.NoError(t, rt.Stop(ctx))
+		cancel()
+		require.NoError(t, st.Close())
+	}
+}

@@ -166,6 +166,10 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 		if err := checkJSON("run input", in.FirstRun.Input); err != nil {
 			return belay.Session{}, err
 		}
+		if len(in.FirstRun.Tags) > 0 || len(in.FirstRun.Meta) > 0 {
+			// Not stored here yet: refused rather than dropped.
+			return belay.Session{}, fmt.Errorf("%w: pgstore does not keep run tags and metadata yet", belay.ErrInvalid)
+		}
 	}
 	id := in.ID
 	if id == "" {
