@@ -70,6 +70,10 @@ func cmdRepair(path, session string) string {
 	return command("belay", "repair", "--session", session)
 }
 
+// ExampleAddressee stands for the addressee of an inbox item (an MCP
+// server's subscriber) in Commands.
+const ExampleAddressee = "mcp:tag:mcp"
+
 // Commands returns every form of command a report can name, built by the
 // same functions the rules use, with the given identifiers. The command
 // line's tests parse each one with its real parser, so a report never
@@ -79,7 +83,7 @@ func Commands(session, run, delivery, journal, site string, epoch uint64) []stri
 		cmdDaemonStart, cmdDaemonStatus, cmdDaemonStop, cmdPrune,
 		cmdSessionsDoctor(session), cmdSessionsDelete(session),
 		cmdWatch(run), cmdWait(run), cmdRead(run), cmdRetry(run),
-		cmdInboxPoll(session), cmdInboxAck(delivery, epoch),
+		cmdInboxPoll(session), cmdInboxAck(delivery, epoch), cmdInboxPollTo(ExampleAddressee),
 		cmdRepair(journal, session), cmdRepair("", session), cmdBrowserLogin(site), cmdBrowserCheck(site),
 	}
 }
