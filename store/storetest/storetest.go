@@ -937,6 +937,7 @@ func testAddressedDeliveries(t *testing.T, h Harness) {
 	_, err = b.s.UpdateRun(b.ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
 	require.NoError(t, err)
 	b.reopen()
+	al = b.s.(store.AddressedLeaser)
 	got, err = al.LeaseDeliveriesTo(b.ctx, "agent-2", "w", time.Minute, 10)
 	require.NoError(t, err)
 	require.Empty(t, got, "addressed to another")
