@@ -294,6 +294,14 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 		case st.Epoch != d.Epoch:
 			return &belay.StaleEpochError{Kind: "delivery", ID: id, Got: st.Epoch, Current: d.Epoch}
 		case d.Status != belay.DeliveryLeased:
+			var expired uint64
+			if err := t.QueryRow(ctx, `SELECT expired_epoch FROM belay_deliveries WHERE id = $1`, id).Scan(&expired); err != nil {
+				return err
+			}
+			if expired == st.Epoch {
+				return fmt.Errorf("%w (%w): delivery %s: the lease at epoch %d expired and the item was returned to the inbox for redelivery",
+					belay.ErrLeaseExpired, belay.ErrStaleEpoch, id, st.Epoch)
+			}
 			return fmt.Errorf("%w: delivery %s at epoch %d was returned to the inbox", belay.ErrNotLeased, id, st.Epoch)
 		case d.Lease.Expired(t.now):
 			return fmt.Errorf("%w (%w): delivery %s: the lease at epoch %d expired at %s and the item will be redelivered",
@@ -348,7 +356,7 @@ func (s *Store) ExpireDeliveryLeases(ctx context.Context) ([]belay.Delivery, tim
 	var errs []error
 	for _, sid := range sessions {
 		err := s.withSession(ctx, sid, belay.Sync, func(t *tx) error {
-			rows, err := t.Query(ctx, `UPDATE belay_deliveries SET status = 'pending', lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL
+			rows, err := t.Query(ctx, `UPDATE belay_deliveries SET status = 'pending', expired_epoch = epoch, lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL
 				WHERE session = $1 AND status = 'leased' AND lease_expires_at <= $2 RETURNING `+deliveryCols, sid, t.now)
 			if err != nil {
 				return err
