@@ -41,7 +41,8 @@ func TestMigrate(t *testing.T) {
 	code, out, stderr := run(t, map[string]string{"BELAY_HOME": home, "BELAY_STORE": url}, "migrate")
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, stderr, "applied 0001_init")
-	require.Contains(t, out, "schema version 1 of 1")
+	require.Contains(t, stderr, "applied 0002_delivery_expired_epoch")
+	require.Contains(t, out, "schema version 2 of 2")
 
 	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte("[store]\nurl = \""+url+"\"\n"), 0o600))
 	st = status(env)
