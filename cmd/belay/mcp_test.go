@@ -115,17 +115,12 @@ func wakes(t *testing.T, c *client.Client, session string) []belay.Delivery {
 // untilStreaming waits until a run has streamed some text.
 func untilStreaming(t *testing.T, c *client.Client, run string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	require.Eventually(t, func() bool {
 		r, err := c.Run(context.Background(), run)
 		require.NoError(t, err)
-		if r.Phase == belay.PhaseStreaming {
-			return
-		}
 		require.False(t, r.Status.Terminal(), "the run ended before the crash: %s", r.Status)
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("the run did not start streaming")
+		return r.Phase == belay.PhaseStreaming
+	}, 20*time.Second, 20*time.Millisecond, "the run did not start streaming")
 }
 
 const crashReply = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
@@ -165,17 +160,12 @@ func TestMCPWakeAcrossDaemonCrash(t *testing.T) {
 	require.Equal(t, crashReply, rr.Answer, "the whole answer, once")
 
 	// The wake-up is settled once in the daemon; no second one follows.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	require.Eventually(t, func() bool {
 		ws := wakes(t, c, run.Session)
 		require.Len(t, ws, 1)
-		if ws[0].Status == belay.DeliveryDone {
-			require.Contains(t, ws[0].Result, "notified crash-agent")
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the wake-up was not settled: %+v", ws[0])
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ws[0].Status == belay.DeliveryDone
+	}, 10*time.Second, 20*time.Millisecond, "the wake-up was not settled")
+	require.Contains(t, wakes(t, c, run.Session)[0].Result, "notified crash-agent")
 	require.Equal(t, 1, a.count())
 
 	// belay runs show says who was woken and when.

@@ -58,21 +58,27 @@ func TestGenerationNeedsNoPage(t *testing.T) {
 		t.Fatalf("conversations %v, count %d", ids, s.Count(prompt))
 	}
 	want, _ := AnswerText(prompt)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		text, done, err := s.Answer(ids[0], 0)
+	var text string
+	finished := func() bool {
+		var done bool
+		var err error
+		text, done, err = s.Answer(ids[0], 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if done {
-			if text != want {
-				t.Fatalf("answer %q, want %q", text, want)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
+		return done
+	}
+	ticker := time.NewTicker(20 * time.Millisecond)
+	defer ticker.Stop()
+	timeout := time.After(10 * time.Second)
+	for !finished() {
+		select {
+		case <-ticker.C:
+		case <-timeout:
 			t.Fatal("the answer never finished")
 		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	if text != want {
+		t.Fatalf("answer %q, want %q", text, want)
 	}
 }

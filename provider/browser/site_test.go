@@ -187,11 +187,7 @@ func TestOrphanedBrowsersAreReaped(t *testing.T) {
 		bs = append(bs, b)
 	}
 	p.reapOrphans()
-	for deadline := time.Now().Add(10 * time.Second); bs[0].alive(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the finished run's browser is still running")
-		}
-	}
+	waitUntil(t, 10*time.Second, func() bool { return !bs[0].alive() }, "the finished run's browser is still running")
 	if _, err := os.Stat(bs[0].Profile); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("its profile is still there: %v", err)
 	}
@@ -227,6 +223,22 @@ func TestClassifyWithoutABrowser(t *testing.T) {
 	} {
 		if v := classify(s, tc.p); v.State != tc.want {
 			t.Errorf("%+v: %s (%s), want %s", tc.p, v.State, v.Reason, tc.want)
+		}
+	}
+}
+
+// waitUntil polls cond on a ticker until it holds, failing with msg after
+// timeout.
+func waitUntil(t *testing.T, timeout time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(timeout)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal(msg)
 		}
 	}
 }
