@@ -15,6 +15,10 @@
 //     StartTime returns [ErrUnsupported] and callers fall back to PID
 //     existence alone.
 //
+// [Members] lists the live processes of a process group or session (Linux):
+// the command provider waits for an agent's whole group, the browser
+// provider measures a browser's processes.
+//
 // Tokens are only comparable for equality, and only on the host that made
 // them. StartTime returns an error wrapping [ErrNoProcess] only when the
 // process is known not to exist; any other error (for example /proc mounted

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,23 +45,24 @@ func startChild(t *testing.T) (*exec.Cmd, io.WriteCloser) {
 
 func TestParseStat(t *testing.T) {
 	t.Parallel()
-	tail := " 1 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100 18446744073709551615"
+	tail := " 1 7 9 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100 18446744073709551615"
 	tests := []struct {
 		name    string
 		line    string
 		want    stat
 		wantErr bool
 	}{
-		{name: "plain", line: "42 (sleep) S" + tail + "\n", want: stat{State: 'S', StartTime: 987654}},
-		{name: "comm with spaces", line: "42 (my prog) R" + tail, want: stat{State: 'R', StartTime: 987654}},
-		{name: "comm with parens", line: "42 (a) b) (c) Z" + tail, want: stat{State: 'Z', StartTime: 987654}},
-		{name: "comm is a close paren", line: "42 ()) S" + tail, want: stat{State: 'S', StartTime: 987654}},
-		{name: "comm looks like fields", line: "42 (x) S 1 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5 1 1) D" + tail, want: stat{State: 'D', StartTime: 987654}},
+		{name: "plain", line: "42 (sleep) S" + tail + "\n", want: stat{State: 'S', PGrp: 7, Session: 9, StartTime: 987654}},
+		{name: "comm with spaces", line: "42 (my prog) R" + tail, want: stat{State: 'R', PGrp: 7, Session: 9, StartTime: 987654}},
+		{name: "comm with parens", line: "42 (a) b) (c) Z" + tail, want: stat{State: 'Z', PGrp: 7, Session: 9, StartTime: 987654}},
+		{name: "comm is a close paren", line: "42 ()) S" + tail, want: stat{State: 'S', PGrp: 7, Session: 9, StartTime: 987654}},
+		{name: "comm looks like fields", line: "42 (x) S 1 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5 1 1) D" + tail, want: stat{State: 'D', PGrp: 7, Session: 9, StartTime: 987654}},
 		{name: "empty", line: "", wantErr: true},
 		{name: "no comm", line: "42 sleep S" + tail, wantErr: true},
 		{name: "truncated", line: "42 (sleep) S 1 1 1", wantErr: true},
 		{name: "bad starttime", line: "42 (sleep) S 1 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 x 1000", wantErr: true},
 		{name: "bad state", line: "42 (sleep) SS" + tail, wantErr: true},
+		{name: "bad pgrp", line: "42 (sleep) S 1 x 9 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000", wantErr: true},
 		{name: "reversed parens", line: ")42 ( S" + tail, wantErr: true},
 	}
 	for _, tt := range tests {
@@ -162,4 +164,28 @@ func TestStartTimeInvalidPID(t *testing.T) {
 	_, err := StartTime(0)
 	require.Error(t, err)
 	require.False(t, errors.Is(err, ErrNoProcess))
+}
+
+// TestMembers finds a child in its own process group and session, and
+// no longer once it exited.
+func TestMembers(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("process listing is Linux-only")
+	}
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	byGroup, err := Members(pid, 0)
+	require.NoError(t, err)
+	require.Equal(t, []int{pid}, byGroup)
+	bySession, err := Members(0, pid)
+	require.NoError(t, err)
+	require.Equal(t, []int{pid}, bySession)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	gone, err := Members(pid, pid)
+	require.NoError(t, err)
+	require.Empty(t, gone)
 }

@@ -10,6 +10,8 @@ import (
 // stat is the part of /proc/<pid>/stat this package reads.
 type stat struct {
 	State     byte   // field 3: R, S, D, Z, X, ...
+	PGrp      int    // field 5: process group
+	Session   int    // field 6: session id
 	StartTime uint64 // field 22: start time in clock ticks after boot
 }
 
@@ -37,5 +39,10 @@ func parseStat(line string) (stat, error) {
 	if err != nil {
 		return stat{}, fmt.Errorf("%w: starttime: %v", errBadStat, err)
 	}
-	return stat{State: rest[0][0], StartTime: start}, nil
+	pgrp, err1 := strconv.Atoi(rest[2])
+	sess, err2 := strconv.Atoi(rest[3])
+	if err1 != nil || err2 != nil {
+		return stat{}, fmt.Errorf("%w: pgrp %q, session %q", errBadStat, rest[2], rest[3])
+	}
+	return stat{State: rest[0][0], PGrp: pgrp, Session: sess, StartTime: start}, nil
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/belayhq/belay/internal/proc"
 )
 
 // memory returns the memory in bytes (proportional set size) of the browser's processes
@@ -12,33 +14,14 @@ func (c *chrome) memory() int64 {
 	if !c.alive() {
 		return 0
 	}
-	ents, err := os.ReadDir("/proc")
+	members, err := proc.Members(0, c.PID)
 	if err != nil {
 		return 0
 	}
-	want := strconv.Itoa(c.PID)
 	page := int64(os.Getpagesize())
 	var total int64
-	for _, e := range ents {
-		name := e.Name()
-		if name[0] < '0' || name[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + name + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		// After the command: state, ppid, pgrp, session, ...
-		f := strings.Fields(s[i+1:])
-		if len(f) < 4 || f[3] != want {
-			continue
-		}
-		total += procMemory(name, page)
+	for _, pid := range members {
+		total += procMemory(strconv.Itoa(pid), page)
 	}
 	return total
 }
