@@ -115,11 +115,19 @@ type Run struct {
 	// Epoch is the fencing token of the latest lease grant (0: never leased).
 	Epoch uint64 `json:"epoch"`
 	// Lease is the current lease, nil when none is held.
-	Lease    *Lease    `json:"lease,omitempty"`
-	Attempt  int       `json:"attempt"`
-	Error    *RunError `json:"error,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Deadline time.Time `json:"deadline,omitzero"`
+	Lease *Lease `json:"lease,omitempty"`
+	// CancelRequest is set once someone asked to cancel the run while it
+	// was running: the instance holding its lease carries it out, whichever
+	// instance received the request.
+	CancelRequest *CancelRequest `json:"cancelRequest,omitempty"`
+	// Activity is the last progress its runner reported, persisted with
+	// lease renewals so that any instance can tell how long a run has been
+	// silent (nil until the first renewal).
+	Activity *RunActivity `json:"activity,omitempty"`
+	Attempt  int          `json:"attempt"`
+	Error    *RunError    `json:"error,omitempty"`
+	Reason   string       `json:"reason,omitempty"`
+	Deadline time.Time    `json:"deadline,omitzero"`
 	// InputSeq is the seq of the run.created event that holds the input.
 	InputSeq  uint64          `json:"inputSeq"`
 	Ref       ConversationRef `json:"ref"`
@@ -127,6 +135,20 @@ type Run struct {
 	UpdatedAt time.Time       `json:"updatedAt"`
 	StartedAt time.Time       `json:"startedAt,omitzero"`
 	EndedAt   time.Time       `json:"endedAt,omitzero"`
+}
+
+// CancelRequest is a durable request to cancel a running run.
+type CancelRequest struct {
+	Reason string `json:"reason"`
+	// By names the run that interrupted this one (policy interrupt), if any.
+	By string    `json:"by,omitempty"`
+	At time.Time `json:"at"`
+}
+
+// RunActivity is a run's liveness as its runner last reported it.
+type RunActivity struct {
+	LastProgress time.Time `json:"lastProgress"`
+	Tier         string    `json:"tier,omitempty"`
 }
 
 // RunInput creates a run. Input (the prompt and options) is journaled in

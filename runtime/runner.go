@@ -35,6 +35,9 @@ type runner struct {
 	id   string
 	mode startMode
 	done chan struct{}
+	// claimed is the run as the store leased it to this runtime, when a
+	// claim started the runner.
+	claimed *belay.Run
 	// since is when the runner started: the run's activity until its
 	// first attempt arms a watchdog.
 	since time.Time
@@ -70,10 +73,11 @@ func (rn *runner) canResume() bool {
 	return rn.prov.Capabilities().Resume && (rn.run.Ref.ID != "" || rn.run.Ref.Cursor != "")
 }
 
-// startLocked starts a runner for an admitted or reclaimed run. r.mu is
-// held.
-func (r *Runtime) startLocked(id string, mode startMode) {
-	rn := &runner{r: r, id: id, mode: mode, done: make(chan struct{}), since: r.clk.Now()}
+// startLocked starts a runner for a run: claimed is the run as the store
+// leased it to this runtime (a claim), nil when the runner takes its own
+// lease (startRetry). r.mu is held.
+func (r *Runtime) startLocked(id string, mode startMode, claimed *belay.Run) {
+	rn := &runner{r: r, id: id, mode: mode, done: make(chan struct{}), since: r.clk.Now(), claimed: claimed}
 	r.runners[id] = rn
 	r.wg.Add(1)
 	go func() {
@@ -129,22 +133,22 @@ func (l *runnerLog) warn(msg string, err error) {
 // execute is the runner's life.
 func (rn *runner) execute() {
 	r := rn.r
-	run, err := r.store.Run(bgCtx, rn.id)
-	if err != nil {
-		rn.log().warn("load run", err)
+	if c := rn.claimed; c != nil {
+		rn.run, rn.epoch = *c, c.Epoch
+		rn.setPhase(c.Phase)
+	} else if !rn.takeLease() {
 		return
 	}
-	if run.Status.Terminal() {
-		return
-	}
-	rn.prov, err = r.opts.Providers.Get(run.Provider)
+	var err error
+	rn.prov, err = r.opts.Providers.Get(rn.run.Provider)
 	if err != nil {
-		rn.takeLease(run)
 		rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInvalidRequest, Message: err.Error()}, "no such provider")
 		return
 	}
-	if !rn.takeLease(run) {
-		return
+	if cr := rn.run.CancelRequest; cr != nil {
+		// Asked to cancel while nobody ran it (queued behind a claim, or
+		// its owner gone): carry the request out before anything starts.
+		rn.cancel(cancelCause(cr))
 	}
 	rn.effects = newSideEffects()
 	rn.window = newFailureWindow(r.opts.Recovery.Window)
@@ -204,19 +208,27 @@ func (rn *runner) execute() {
 	}
 }
 
-// takeLease leases the run to this incarnation, taking it over from a
-// previous one. It reports whether the runner may go on.
-func (rn *runner) takeLease(run belay.Run) bool {
+// takeLease takes the lease back for a run of this runtime whose runner
+// stopped because the store refused a write (startRetry). It reports
+// whether the runner may go on: not when the run ended meanwhile, or
+// another owner rescued it (its lease had expired).
+func (rn *runner) takeLease() bool {
 	r := rn.r
+	run, err := r.store.Run(bgCtx, rn.id)
+	if err != nil {
+		rn.log().warn("load run", err)
+		rn.stallOn(err)
+		return false
+	}
+	if run.Status.Terminal() {
+		return false
+	}
 	var takeover uint64
-	switch {
-	case run.Lease != nil && run.Lease.Owner != r.opts.Incarnation:
-		// Start reclaims only runs of dead incarnations: the data dir lock
-		// (or, on a shared store, the owner's liveness) proves it.
-		takeover = run.Epoch
-	case run.Lease != nil && rn.mode == startRetry:
-		// Our own stalled runner's lease: that runner has exited.
-		takeover = run.Epoch
+	if run.Lease != nil {
+		if run.Lease.Owner != r.opts.Incarnation {
+			return false // rescued by another owner: it is theirs now
+		}
+		takeover = run.Epoch // our stalled runner's lease: that runner has exited
 	}
 	leased, err := r.store.AcquireRunLease(bgCtx, rn.id, r.opts.Incarnation, r.opts.LeaseTTL, takeover)
 	if err != nil {
@@ -226,9 +238,7 @@ func (rn *runner) takeLease(run belay.Run) bool {
 	}
 	rn.run, rn.epoch = leased, leased.Epoch
 	rn.setPhase(leased.Phase)
-	if rn.mode == startRetry {
-		r.unstalled(rn.id)
-	}
+	r.unstalled(rn.id)
 	return true
 }
 
@@ -241,9 +251,17 @@ func (rn *runner) startTimers() func() {
 	}
 	var mu sync.Mutex
 	stopped := false
+	// The lease is proven until lastRenew + TTL by the store; the runner
+	// stops its side effects before that unless a renewal succeeds again
+	// (the store unreachable, a partition): another owner may rescue the
+	// run after it expires, and two runners must never act at once.
+	lastRenew := r.clk.Now()
 	var renew func()
 	renew = func() {
-		if _, err := r.store.RenewRunLease(bgCtx, rn.id, rn.epoch, r.opts.LeaseTTL); err != nil {
+		a := rn.activity()
+		act := &belay.RunActivity{LastProgress: a.LastProgress, Tier: string(a.Tier)}
+		asked := r.clk.Now()
+		if _, err := r.store.RenewRunLease(bgCtx, rn.id, rn.epoch, r.opts.LeaseTTL, act); err != nil {
 			if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
 				rn.cancel(errLeaseLost)
 				return
@@ -252,11 +270,23 @@ func (rn *runner) startTimers() func() {
 				return
 			}
 			rn.log().warn("renew lease", err)
+			if r.clk.Now().Sub(lastRenew) >= r.opts.LeaseTTL-r.opts.LeaseTTL/4 {
+				rn.cancel(errLeaseUnproven)
+				return
+			}
+		} else {
+			lastRenew = asked
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped {
-			timers = append(timers, r.clk.AfterFunc(r.opts.LeaseTTL/2, renew))
+			// Renew at half the TTL; after a failure, sooner, so that a
+			// store back within the lease keeps the run.
+			next := r.opts.LeaseTTL / 2
+			if asked != lastRenew {
+				next = r.opts.LeaseTTL / 8
+			}
+			timers = append(timers, r.clk.AfterFunc(next, renew))
 		}
 	}
 	mu.Lock()
@@ -464,6 +494,12 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return false, false
 	case errors.Is(err, errLeaseLost):
 		return false, false // another worker owns it now: write nothing
+	case errors.Is(err, errLeaseUnproven):
+		// The store could not be reached to renew: wait for it like for
+		// any refused write (stall.go); the retry takes the lease back
+		// unless another owner rescued the run meanwhile.
+		rn.stallOn(err)
+		return false, false
 	case errors.As(err, &cErr):
 		rn.end(belay.PhaseCancelled, &belay.RunError{Class: belay.ClassCancelled, Message: cErr.reason}, cErr.reason)
 		return false, false

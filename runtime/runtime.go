@@ -68,7 +68,6 @@ type Runtime struct {
 	log   *slog.Logger
 
 	mu       sync.Mutex
-	sched    *scheduler
 	runners  map[string]*runner // active runs by id
 	stalls   map[string]int     // stalled retries by run id (stall.go)
 	stallErr map[string]error   // why a run waits to be retried (stall.go)
@@ -77,8 +76,9 @@ type Runtime struct {
 	wg       sync.WaitGroup // runners and background work
 	stopBg   context.CancelFunc
 
-	inbox    inbox
-	submitMu [64]sync.Mutex // striped by session
+	inbox inbox
+	// wake asks the claim loop to claim runs now (claim.go).
+	wake chan struct{}
 
 	// sleepHook, if set (by tests), is called when a runner starts a backoff
 	// wait, after its timer is armed.
@@ -116,8 +116,8 @@ func New(opts Options) (*Runtime, error) {
 		store:    opts.Store,
 		clk:      opts.Clock,
 		log:      opts.Logger,
-		sched:    newScheduler(opts.Limits),
 		runners:  map[string]*runner{},
+		wake:     make(chan struct{}, 1),
 		stalls:   map[string]int{},
 		stallErr: map[string]error{},
 	}
@@ -143,7 +143,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopBg = cancel
 	r.mu.Unlock()
-	if err := r.reconcile(ctx); err != nil {
+	if err := r.join(ctx, bg); err != nil {
 		cancel()
 		return err
 	}
@@ -174,11 +174,31 @@ func (r *Runtime) Stop(ctx context.Context) error {
 	go func() { r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("runtime: stop: %w", context.Cause(ctx))
 	}
+	return r.leave(ctx)
 }
+
+// Policy says what a new run does when its session already has a run
+// queued or running (G4); the store applies it (store.Policy).
+type Policy = store.Policy
+
+// Follow-up policies.
+const (
+	PolicyEnqueue   = store.PolicyEnqueue
+	PolicyReject    = store.PolicyReject
+	PolicyInterrupt = store.PolicyInterrupt
+	PolicyReplace   = store.PolicyReplace
+)
+
+// Limits are the admission caps (G5), enforced by the store's claims
+// across every runtime over it. Zero means unlimited.
+type Limits = store.Limits
+
+// ErrConversationBusy is returned for a run submitted with PolicyReject to
+// a session that has a run queued or running.
+var ErrConversationBusy = store.ErrConversationBusy
 
 // SubmitRequest asks for a run.
 type SubmitRequest struct {
@@ -300,45 +320,30 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 	if err := r.validate(prov, provider.Request{Session: sessionID, Model: model, Prompt: req.Prompt, Input: input, Options: sess.Options}); err != nil {
 		return belay.Run{}, err
 	}
-	if req.Policy == PolicyReject {
-		r.mu.Lock()
-		busy := r.sched.busy(sessionID)
-		r.mu.Unlock()
-		if busy {
-			return belay.Run{}, ErrConversationBusy
-		}
-	}
-	// Creating and queueing a session's runs happen together, so that the
-	// conversation runs them in the order the journal records them.
-	stripe := &r.submitMu[stripeOf(sessionID)]
-	stripe.Lock()
-	defer stripe.Unlock()
 	var run belay.Run
-	created := first != nil
-	if created {
+	if first != nil {
 		run = *first
-	} else if run, created, err = r.store.CreateRun(ctx, belay.RunInput{
-		Session: sessionID, IdempotencyKey: req.IdempotencyKey, Priority: req.Priority,
-		Provider: prov, Model: model, Deadline: r.clk.Now().Add(r.deadlineOf(req.Deadline, prov, model)), Input: input,
-		Tags: req.Tags, Meta: req.Meta,
-	}); err != nil {
-		return belay.Run{}, err
-	}
-	if !created {
-		if err := r.sameSubmit(ctx, run, req.IdempotencyKey, prov, model, input); err != nil {
+	} else {
+		res, err := r.store.Submit(ctx, store.SubmitInput{Policy: req.Policy, RunInput: belay.RunInput{
+			Session: sessionID, IdempotencyKey: req.IdempotencyKey, Priority: req.Priority,
+			Provider: prov, Model: model, Deadline: r.clk.Now().Add(r.deadlineOf(req.Deadline, prov, model)), Input: input,
+			Tags: req.Tags, Meta: req.Meta,
+		}})
+		if err != nil {
 			return belay.Run{}, err
 		}
-	}
-	if !created && run.Status != belay.RunQueued {
-		return run, nil // an idempotent repeat of a submit that went ahead
-	}
-	if err := r.enqueue(ctx, run, req.Policy); err != nil {
-		if errors.Is(err, ErrConversationBusy) {
-			// Lost a race with another submit: the run must not linger.
-			_, _ = r.store.CancelQueuedRun(ctx, run.ID, "rejected: the session already had a run")
+		run = res.Run
+		if !res.Created {
+			if err := r.sameSubmit(ctx, run, req.IdempotencyKey, prov, model, input); err != nil {
+				return belay.Run{}, err
+			}
+			return run, nil // an idempotent repeat: the first submit queued it
 		}
-		return belay.Run{}, err
+		if res.Interrupted != "" {
+			r.cancelLocal(res.Interrupted) // the change feed tells its owner too
+		}
 	}
+	r.claimSoon()
 	return r.store.Run(ctx, run.ID)
 }
 
@@ -424,14 +429,6 @@ func sameJSON(a, b json.RawMessage) bool {
 	return bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
-func stripeOf(session string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(session); i++ {
-		h = (h ^ uint32(session[i])) * 16777619
-	}
-	return int(h % 64)
-}
-
 func (r *Runtime) admitting() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -463,91 +460,26 @@ func (r *Runtime) defaultDeadline(prov, model string) time.Duration {
 	return r.opts.DefaultDeadline
 }
 
-// enqueue hands a queued run to the scheduler and starts what may start.
-func (r *Runtime) enqueue(ctx context.Context, run belay.Run, p Policy) error {
-	r.mu.Lock()
-	res, err := r.sched.submit(run.ID, run.Session, run.Provider, run.Priority, p)
-	if err != nil {
-		r.mu.Unlock()
-		return err
-	}
-	var cancelQueued []string
-	for _, id := range res.Cancel {
-		if r.sched.remove(id) {
-			cancelQueued = append(cancelQueued, id)
-		} else if rn := r.runners[id]; rn != nil {
-			rn.cancel(&interruptError{by: run.ID})
-		}
-	}
-	r.mu.Unlock()
-	for _, id := range cancelQueued {
-		if _, err := r.store.CancelQueuedRun(ctx, id, "replaced by "+run.ID); err != nil && !errors.Is(err, belay.ErrActive) {
-			r.log.Warn("cancel replaced run", "run", id, "err", err)
-		}
-	}
-	if len(cancelQueued) > 0 {
-		r.inbox.notify()
-	}
-	r.promote()
-	return nil
-}
-
-// promote starts the runs the scheduler admits.
-func (r *Runtime) promote() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopping {
-		return
-	}
-	for _, id := range r.sched.promote() {
-		r.startLocked(id, startFresh)
-	}
-}
-
-// Cancel cancels a run: a queued run is removed; a running run has its
-// provider cancelled and ends cancelled. It waits until the run has
-// ended or ctx is done.
+// Cancel cancels a run: a queued run ends cancelled at once; a running
+// run gets a durable cancel request that the runtime holding its lease
+// carries out, here or on another instance. It waits until the run has
+// ended, or returns the run with belay.ErrStillRunning when ctx ends
+// first (the request stands).
 func (r *Runtime) Cancel(ctx context.Context, id, reason string) (belay.Run, error) {
 	if reason == "" {
 		reason = "cancelled by request"
 	}
-	r.mu.Lock()
-	queued := r.sched.remove(id)
-	rn := r.runners[id]
-	r.mu.Unlock()
+	run, err := r.store.RequestCancel(ctx, id, reason)
 	switch {
-	case queued:
-		run, err := r.store.CancelQueuedRun(ctx, id, reason)
-		if err == nil {
-			r.inbox.notify() // items waiting for this run's end are ready
-			r.promote()
-		}
-		return run, err
-	case rn != nil:
-		rn.cancel(&cancelError{reason: reason})
-		select {
-		case <-rn.done:
-		case <-ctx.Done():
-			return belay.Run{}, context.Cause(ctx)
-		}
-	}
-	run, err := r.store.Run(ctx, id)
-	if err != nil {
-		return run, err
-	}
-	switch {
-	case run.Status == belay.RunCancelled:
+	case errors.Is(err, belay.ErrTerminal) && run.Status == belay.RunCancelled:
 		return run, nil
-	case run.Status.Terminal():
-		return run, fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, id, run.Status)
-	case run.Status == belay.RunQueued:
-		run, err := r.store.CancelQueuedRun(ctx, id, reason)
-		if err == nil {
-			r.inbox.notify()
-		}
+	case err != nil:
 		return run, err
+	case run.Status.Terminal():
+		return run, nil
 	}
-	return run, fmt.Errorf("%w: run %s is not executing here", belay.ErrNotLeased, id)
+	r.cancelLocal(id)
+	return r.Wait(ctx, id)
 }
 
 // Wait blocks until the run ends and returns it. If ctx ends first it
@@ -590,15 +522,21 @@ type Activity struct {
 	Tier         Tier           `json:"tier"`
 }
 
-// Activity returns the liveness of an active run (G8).
+// Activity returns the liveness of an active run (G8): from its runner
+// when it runs here, else as its owner last persisted it.
 func (r *Runtime) Activity(id string) (Activity, bool) {
 	r.mu.Lock()
 	rn := r.runners[id]
 	r.mu.Unlock()
-	if rn == nil {
+	if rn != nil {
+		return rn.activity(), true
+	}
+	run, err := r.store.Run(context.Background(), id)
+	if err != nil || run.Status != belay.RunRunning || run.Activity == nil {
 		return Activity{}, false
 	}
-	return rn.activity(), true
+	return Activity{Run: id, Phase: run.Phase, Attempt: run.Attempt,
+		LastProgress: run.Activity.LastProgress, Tier: Tier(run.Activity.Tier)}, true
 }
 
 // Stats counts what the runtime is doing.
@@ -607,11 +545,27 @@ type Stats struct {
 	Queued int `json:"queued"`
 }
 
-// Stats returns the number of active and queued runs.
+// Stats returns the number of runs active in this runtime (running, or
+// waiting to retry a write the store refused) and queued in the store for
+// every runtime. Queued is -1 when the store cannot say.
 func (r *Runtime) Stats() Stats {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return Stats{Active: r.sched.activeCount(), Queued: r.sched.queuedCount()}
+	st := Stats{Active: len(r.runners)}
+	for id := range r.stallErr {
+		if r.runners[id] == nil {
+			st.Active++
+		}
+	}
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := r.store.Counts(ctx)
+	if err != nil {
+		st.Queued = -1
+		return st
+	}
+	st.Queued = c.Queued
+	return st
 }
 
 // finished is called by a runner when it exits.
@@ -620,9 +574,8 @@ func (r *Runtime) finished(id string) {
 	delete(r.runners, id)
 	delete(r.stalls, id)
 	delete(r.stallErr, id)
-	r.sched.finish(id)
 	r.mu.Unlock()
-	r.promote()
+	r.claimSoon()
 }
 
 // Errors that cancel an attempt, told apart by context.Cause.
@@ -631,6 +584,10 @@ func (r *Runtime) finished(id string) {
 var (
 	errShutdown  = fmt.Errorf("runtime: the daemon is stopping (%w)", provider.ErrDetach)
 	errLeaseLost = fmt.Errorf("runtime: the run lease was taken over (%w)", provider.ErrDetach)
+	// errLeaseUnproven: renewals failed for most of the lease's TTL (the
+	// store unreachable); the runner fences itself before the lease can
+	// expire and another owner rescue the run.
+	errLeaseUnproven = fmt.Errorf("runtime: the run lease could not be renewed and is about to expire (%w)", provider.ErrDetach)
 )
 
 type cancelError struct{ reason string }

@@ -74,7 +74,7 @@ func (r *Runtime) retryStalled(id string) {
 	if _, ok := r.runners[id]; ok {
 		return
 	}
-	r.startLocked(id, startRetry)
+	r.startLocked(id, startRetry, nil)
 }
 
 // unstalled forgets a run's stall once its retry wrote again.

@@ -12,6 +12,8 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -59,8 +61,9 @@ type Store interface {
 	// unexpired lease is held, unless takeover names that lease's epoch (the
 	// caller proved its owner dead).
 	AcquireRunLease(ctx context.Context, id, owner string, ttl time.Duration, takeover uint64) (belay.Run, error)
-	// RenewRunLease extends the lease of the given epoch.
-	RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration) (belay.Run, error)
+	// RenewRunLease extends the lease of the given epoch, and records the
+	// run's activity (Run.Activity) when act is not nil.
+	RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration, act *belay.RunActivity) (belay.Run, error)
 	// ReleaseRunLease drops the lease of the given epoch.
 	ReleaseRunLease(ctx context.Context, id string, epoch uint64) (belay.Run, error)
 	// UpdateRun changes a run's phase and details under the lease of the
@@ -68,6 +71,56 @@ type Store interface {
 	UpdateRun(ctx context.Context, id string, epoch uint64, u belay.RunUpdate) (belay.Run, error)
 	// CancelQueuedRun ends a queued (never leased) run as cancelled.
 	CancelQueuedRun(ctx context.Context, id, reason string) (belay.Run, error)
+
+	// Submit creates a queued run in an existing session under a
+	// follow-up policy, in one atomic step (G3, G4): reject refuses it
+	// with ErrConversationBusy while the session has a run queued or
+	// running; replace cancels the session's queued runs in the same
+	// write; interrupt queues it ahead of them and records a cancel
+	// request on the running run in the same write. An IdempotencyKey
+	// already used in the session returns the original run and
+	// Created=false, whatever the policy (the caller compares inputs).
+	Submit(ctx context.Context, in SubmitInput) (SubmitResult, error)
+	// ClaimRuns leases up to c.Max runs to c.Owner, judged by the store's
+	// clock, in one atomic step per run: first runs to rescue (running
+	// runs whose lease expired or whose owner is not live, never a live
+	// owner's run under an unexpired lease), then queued runs, priority
+	// then FIFO, at most one active run per session (the conversation
+	// lease) and never more active runs than c.Limits allow, counting
+	// every owner's runs. A run whose session cannot be written is
+	// skipped. Each claimed run comes back under its new lease.
+	ClaimRuns(ctx context.Context, c Claim) ([]Claimed, error)
+	// HeartbeatOwner records that owner is alive for ttl more (by the
+	// store's clock). Runs leased to an owner whose record expired, or
+	// that never had one, are rescued by ClaimRuns.
+	HeartbeatOwner(ctx context.Context, owner string, ttl time.Duration) error
+	// RetireOwner ends owner's record: its runs may be rescued at once. The
+	// owner must have stopped writing for them.
+	RetireOwner(ctx context.Context, owner string) error
+	// Owners lists the owner records, live or not (for doctor and status).
+	Owners(ctx context.Context) ([]Owner, error)
+	// RequestCancel cancels a queued run at once, and records a durable
+	// cancel request on a running one (Run.CancelRequest) that the owner
+	// of its lease carries out. It is idempotent; a finished run is
+	// refused with belay.ErrTerminal.
+	RequestCancel(ctx context.Context, id, reason string) (belay.Run, error)
+	// Counts returns how many runs are queued and running, in all sessions.
+	Counts(ctx context.Context) (Counts, error)
+
+	// Changes returns up to max state changes committed after cursor
+	// after, in commit order, and the cursor to pass next: the change feed
+	// every instance follows (cancel requests, new runs, ended runs, inbox
+	// changes). Within a session, changes come in seq order; the feed has
+	// no gaps. A cursor older than what the store keeps fails with
+	// ErrCursorExpired: the caller rereads the state it follows and goes
+	// on from ChangeHead. Only state changes (the event types below) are
+	// in the feed; a session's other events are read with Events.
+	Changes(ctx context.Context, after uint64, max int) (changes []Change, next uint64, err error)
+	// ChangeHead is the cursor of the last committed change.
+	ChangeHead(ctx context.Context) (uint64, error)
+	// WaitChanges blocks until a change after cursor after is committed,
+	// or ctx is done.
+	WaitChanges(ctx context.Context, after uint64) error
 
 	// PostDelivery adds an inbox item. A second post with the same (Key,
 	// Type) in the session returns the first and created=false.
@@ -99,18 +152,119 @@ type Store interface {
 
 // Event types a store journals for its own state changes.
 const (
-	EventSessionCreated   = "session.created"
-	EventRunCreated       = "run.created"
-	EventRunLeased        = "run.leased"
-	EventRunRenewed       = "run.renewed"
-	EventRunReleased      = "run.released"
-	EventRunUpdated       = "run.updated"
-	EventDeliveryPosted   = "delivery.posted"
-	EventDeliveryLeased   = "delivery.leased"
-	EventDeliverySettled  = "delivery.settled"
-	EventDeliveryExpired  = "delivery.expired"
-	EventDeliveryReturned = "delivery.returned"
+	EventSessionCreated = "session.created"
+	EventRunCreated     = "run.created"
+	EventRunLeased      = "run.leased"
+	EventRunRenewed     = "run.renewed"
+	EventRunReleased    = "run.released"
+	EventRunUpdated     = "run.updated"
+	// EventRunCancelRequested records a durable cancel request on a
+	// running run (RequestCancel, or a submit with policy interrupt).
+	EventRunCancelRequested = "run.cancel_requested"
+	EventDeliveryPosted     = "delivery.posted"
+	EventDeliveryLeased     = "delivery.leased"
+	EventDeliverySettled    = "delivery.settled"
+	EventDeliveryExpired    = "delivery.expired"
+	EventDeliveryReturned   = "delivery.returned"
 )
+
+// Policy says what a new run does when its session already has a run
+// queued or running (G4).
+type Policy string
+
+// Follow-up policies.
+const (
+	// PolicyEnqueue queues the new run behind the session's others (FIFO).
+	PolicyEnqueue Policy = "enqueue"
+	// PolicyReject refuses the new run with ErrConversationBusy.
+	PolicyReject Policy = "reject"
+	// PolicyInterrupt cancels the active run and runs the new one next.
+	PolicyInterrupt Policy = "interrupt"
+	// PolicyReplace cancels the session's queued runs; the active one goes
+	// on and the new one runs after it.
+	PolicyReplace Policy = "replace"
+)
+
+// Valid reports whether p is a known policy ("" counts as enqueue).
+func (p Policy) Valid() bool {
+	switch p {
+	case "", PolicyEnqueue, PolicyReject, PolicyInterrupt, PolicyReplace:
+		return true
+	}
+	return false
+}
+
+// ErrConversationBusy is returned for a run submitted with PolicyReject to
+// a session that has a run queued or running.
+var ErrConversationBusy = fmt.Errorf("%w: the session already has a run; submit with policy enqueue, interrupt or replace", belay.ErrActive)
+
+// ErrCursorExpired is a change-feed cursor older than the store keeps.
+var ErrCursorExpired = errors.New("belay: change cursor expired")
+
+// SubmitInput is a run to create under a follow-up policy.
+type SubmitInput struct {
+	belay.RunInput
+	Policy Policy
+}
+
+// SubmitResult is what Submit did.
+type SubmitResult struct {
+	Run     belay.Run
+	Created bool
+	// Cancelled lists the queued runs a replace or interrupt cancelled;
+	// Interrupted the running run that was asked to cancel.
+	Cancelled   []string
+	Interrupted string
+}
+
+// Limits are the admission caps (G5). Zero means unlimited.
+type Limits struct {
+	Global      int            `json:"global"`
+	PerProvider map[string]int `json:"perProvider,omitempty"`
+}
+
+// Claim asks ClaimRuns for runs.
+type Claim struct {
+	Owner  string
+	Max    int
+	TTL    time.Duration
+	Limits Limits
+}
+
+// Claimed is a run ClaimRuns leased to its owner. Rescued says the run was
+// running under an owner that is gone: its new owner recovers it (G9).
+type Claimed struct {
+	Run     belay.Run
+	Rescued bool
+}
+
+// Owner is a runtime instance's liveness record.
+type Owner struct {
+	ID        string    `json:"id"`
+	Since     time.Time `json:"since"`
+	Heartbeat time.Time `json:"heartbeat"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	Live      bool      `json:"live"`
+}
+
+// Counts counts runs by status.
+type Counts struct {
+	Queued  int `json:"queued"`
+	Running int `json:"running"`
+}
+
+// Change is one committed state change in the change feed.
+type Change struct {
+	Cursor  uint64 `json:"cursor"`
+	Session string `json:"session"`
+	Seq     uint64 `json:"seq"`
+	Type    string `json:"type"`
+	Run     string `json:"run,omitempty"`
+	// Delivery names the inbox item a delivery.* change is about.
+	Delivery string `json:"delivery,omitempty"`
+	// Ended says a run.updated change ended the run.
+	Ended bool `json:"ended,omitempty"`
+}
 
 // Default retention ages (G12).
 const (

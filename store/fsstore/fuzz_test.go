@@ -41,7 +41,7 @@ func foldSeed(tb testing.TB) []byte {
 	must(err)
 	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "delta", Run: r1.ID, Epoch: r1.Epoch, Data: json.RawMessage(`{"text":"hi"}`)})
 	must(err)
-	_, err = s.RenewRunLease(ctx, r1.ID, r1.Epoch, time.Minute)
+	_, err = s.RenewRunLease(ctx, r1.ID, r1.Epoch, time.Minute, nil)
 	must(err)
 	_, err = s.UpdateRun(ctx, r1.ID, r1.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Attempt: 1,
 		Ref: &belay.ConversationRef{Kind: "x", ID: "resp_1", Cursor: "3"}})

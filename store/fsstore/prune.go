@@ -138,6 +138,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string, force bool) error 
 // removeSessionLocked renames a session aside, unloads it and deletes it.
 // s.mu and ss.mu are held.
 func (s *Store) removeSessionLocked(ss *session) error {
+	s.forget(ss)
 	root := filepath.Join(s.dir, SessionsName)
 	trash := filepath.Join(root, ".trash-"+ss.id+"-"+ids.New("")[:10])
 	if err := s.fence(); err != nil {

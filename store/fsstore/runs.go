@@ -57,7 +57,7 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 	if err := ss.writable(); err != nil {
 		return belay.Run{}, false, err
 	}
-	e, id, err := runCreatedEvent(in, ss.st.Session.Provider, ss.st.Session.Model)
+	e, id, err := runCreatedEvent(in, ss.st.Session.Provider, ss.st.Session.Model, false)
 	if err != nil {
 		return belay.Run{}, false, err
 	}
@@ -72,12 +72,12 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 
 // runCreatedEvent is the run.created event of a new run in a session whose
 // provider and model are sessProvider and sessModel; it returns the new
-// run's id.
-func runCreatedEvent(in belay.RunInput, sessProvider, sessModel string) (belay.Event, string, error) {
+// run's id. A front run goes ahead of the session's queued runs.
+func runCreatedEvent(in belay.RunInput, sessProvider, sessModel string, front bool) (belay.Event, string, error) {
 	p := runCreated{
 		ID: ids.New(ids.Run), Key: in.IdempotencyKey, Priority: in.Priority,
 		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input,
-		Tags: in.Tags, Meta: in.Meta,
+		Tags: in.Tags, Meta: in.Meta, Front: front,
 	}
 	if p.Provider == "" {
 		p.Provider, p.Model = sessProvider, sessModel
@@ -223,12 +223,18 @@ func (s *Store) leasedRun(id string, epoch uint64, fn func(ss *session, r *belay
 }
 
 // RenewRunLease extends the lease of the given epoch.
-func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration) (belay.Run, error) {
+func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration, act *belay.RunActivity) (belay.Run, error) {
 	if ttl <= 0 {
 		return belay.Run{}, fmt.Errorf("%w: ttl must be positive", belay.ErrInvalid)
 	}
 	return s.leasedRun(id, epoch, func(ss *session, r *belay.Run) (belay.Run, error) {
-		data, err := marshal(runRenewed{ExpiresAt: s.clock.Now().Add(ttl).UTC()})
+		p := runRenewed{ExpiresAt: s.clock.Now().Add(ttl).UTC()}
+		if act != nil {
+			a := *act
+			a.LastProgress = a.LastProgress.UTC()
+			p.Activity = &a
+		}
+		data, err := marshal(p)
 		if err != nil {
 			return belay.Run{}, err
 		}

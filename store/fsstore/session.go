@@ -299,6 +299,7 @@ func (ss *session) commitAll(ctx context.Context, evs ...belay.Event) ([]belay.E
 			return evs, err
 		}
 	}
+	ss.store.afterCommit(ss, evs)
 	ss.sinceSnap += len(evs)
 	if ss.sinceSnap >= ss.store.opts.SnapshotEvery {
 		ss.snapshotLocked()

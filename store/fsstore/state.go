@@ -26,6 +26,9 @@ type state struct {
 	// expiry, the epoch of that lease, so that a late ack from it is told
 	// lease_expired, not merely "not leased" (G7).
 	Expired map[string]uint64 `json:"expired,omitempty"`
+	// Front holds the queued runs submitted with policy interrupt: they
+	// run next in the session, ahead of earlier queued runs.
+	Front map[string]bool `json:"front,omitempty"`
 
 	runs       map[string]*belay.Run
 	deliveries map[string]*belay.Delivery
@@ -87,6 +90,12 @@ type (
 		Input    json.RawMessage   `json:"input,omitempty"`
 		Tags     []string          `json:"tags,omitempty"`
 		Meta     map[string]string `json:"meta,omitempty"`
+		// Front: submitted with policy interrupt, it runs next.
+		Front bool `json:"front,omitempty"`
+	}
+	runCancelRequested struct {
+		Reason string `json:"reason"`
+		By     string `json:"by,omitempty"`
 	}
 	runLeased struct {
 		Owner     string    `json:"owner"`
@@ -94,7 +103,8 @@ type (
 		Takeover  uint64    `json:"takeover,omitempty"`
 	}
 	runRenewed struct {
-		ExpiresAt time.Time `json:"expiresAt"`
+		ExpiresAt time.Time          `json:"expiresAt"`
+		Activity  *belay.RunActivity `json:"activity,omitempty"`
 	}
 	runUpdated struct {
 		Phase   belay.RunPhase         `json:"phase,omitempty"`
@@ -135,7 +145,7 @@ func reserved(typ string) bool {
 	case store.EventSessionCreated, store.EventRunCreated, store.EventRunLeased,
 		store.EventRunRenewed, store.EventRunReleased, store.EventRunUpdated,
 		store.EventDeliveryPosted, store.EventDeliveryLeased, store.EventDeliverySettled,
-		store.EventDeliveryExpired, store.EventDeliveryReturned:
+		store.EventDeliveryExpired, store.EventDeliveryReturned, store.EventRunCancelRequested:
 		return true
 	}
 	return false
@@ -187,6 +197,26 @@ func (st *state) apply(e *belay.Event) error {
 		if p.Key != "" {
 			st.RunKeys[p.Key] = r.ID
 		}
+		if p.Front {
+			if st.Front == nil {
+				st.Front = map[string]bool{}
+			}
+			st.Front[r.ID] = true
+		}
+	case store.EventRunCancelRequested:
+		r, err := st.run(e)
+		if err != nil {
+			return err
+		}
+		var p runCancelRequested
+		if err := decode(e, &p); err != nil {
+			return err
+		}
+		if r.Status.Terminal() {
+			return corrupt(e, fmt.Sprintf("run %s is already %s", r.ID, r.Status))
+		}
+		r.CancelRequest = &belay.CancelRequest{Reason: p.Reason, By: p.By, At: e.TS}
+		r.UpdatedAt = e.TS
 	case store.EventRunLeased:
 		r, err := st.run(e)
 		if err != nil {
@@ -204,6 +234,7 @@ func (st *state) apply(e *belay.Event) error {
 		if r.Phase == belay.PhaseQueued {
 			r.Phase, r.Status = belay.PhaseAdmitted, belay.RunRunning
 			r.StartedAt = e.TS
+			delete(st.Front, r.ID)
 		}
 		r.UpdatedAt = e.TS
 	case store.EventRunRenewed:
@@ -217,6 +248,9 @@ func (st *state) apply(e *belay.Event) error {
 		}
 		if r.Lease != nil {
 			r.Lease.ExpiresAt = p.ExpiresAt
+		}
+		if p.Activity != nil {
+			r.Activity = p.Activity
 		}
 		r.UpdatedAt = e.TS
 	case store.EventRunReleased:
@@ -257,6 +291,7 @@ func (st *state) apply(e *belay.Event) error {
 		if r.Status.Terminal() {
 			r.Lease = nil
 			r.EndedAt = e.TS
+			delete(st.Front, r.ID)
 		}
 		r.UpdatedAt = e.TS
 	case store.EventDeliveryPosted:
@@ -409,6 +444,14 @@ func copyRun(r *belay.Run) belay.Run {
 	if r.Error != nil {
 		e := *r.Error
 		c.Error = &e
+	}
+	if r.CancelRequest != nil {
+		cr := *r.CancelRequest
+		c.CancelRequest = &cr
+	}
+	if r.Activity != nil {
+		a := *r.Activity
+		c.Activity = &a
 	}
 	c.Tags, c.Meta = slices.Clone(r.Tags), maps.Clone(r.Meta)
 	return c

@@ -101,6 +101,10 @@ type Store struct {
 	syncer      journal.Syncer
 	closeSyncer func() error
 
+	claims  claims        // admission, owners, rescue (claims.go)
+	feed    feed          // the change feed (claims.go)
+	closing chan struct{} // closed by Close
+
 	idxMu       sync.RWMutex      // innermost: guards the id indexes
 	runs        map[string]string // run id -> session id
 	deliveries  map[string]string // delivery id -> session id
@@ -133,7 +137,10 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		runs:        map[string]string{},
 		deliveries:  map[string]string{},
 		sessionKeys: map[string]string{},
+		closing:     make(chan struct{}),
 	}
+	s.claims.init()
+	s.feed.init()
 	switch opts.Sync {
 	case "", SyncFile:
 	case SyncFilesystem:
@@ -174,6 +181,12 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		_ = s.Close()
 		return nil, err
 	}
+	all, err := s.allSessions()
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	s.schedule(all)
 	return s, nil
 }
 
@@ -281,6 +294,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	sessions := s.sessions
 	s.mu.Unlock()
 	var errs []error
@@ -391,6 +405,7 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 		_ = ss.close()
 		return belay.Session{}, err
 	}
+	s.created(ss)
 	return ss.snapshotSession(), nil
 }
 
@@ -428,7 +443,7 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 		// The session and its first run are one durable write: a failed
 		// create leaves neither.
 		var e belay.Event
-		if e, _, err = runCreatedEvent(*in.FirstRun, in.Provider, in.Model); err == nil {
+		if e, _, err = runCreatedEvent(*in.FirstRun, in.Provider, in.Model, false); err == nil {
 			evs = append(evs, e)
 		}
 	}

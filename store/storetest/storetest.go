@@ -373,7 +373,7 @@ func testRunLeases(t *testing.T, h Harness) {
 	// A live owner that renews is never reclaimed, however long it runs.
 	for i := 0; i < 10; i++ {
 		b.clk.Advance(50 * time.Second)
-		_, err := b.s.RenewRunLease(b.ctx, r.ID, l1.Epoch, time.Minute)
+		_, err := b.s.RenewRunLease(b.ctx, r.ID, l1.Epoch, time.Minute, nil)
 		require.NoError(t, err)
 		_, err = b.s.AcquireRunLease(b.ctx, r.ID, "w2", time.Minute, 0)
 		require.ErrorIs(t, err, belay.ErrLeaseHeld)
@@ -389,7 +389,7 @@ func testRunLeases(t *testing.T, h Harness) {
 	var stale *belay.StaleEpochError
 	_, err = b.s.UpdateRun(b.ctx, r.ID, l1.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming})
 	require.ErrorAs(t, err, &stale)
-	_, err = b.s.RenewRunLease(b.ctx, r.ID, l1.Epoch, time.Minute)
+	_, err = b.s.RenewRunLease(b.ctx, r.ID, l1.Epoch, time.Minute, nil)
 	require.ErrorIs(t, err, belay.ErrStaleEpoch)
 	_, err = b.s.ReleaseRunLease(b.ctx, r.ID, l1.Epoch)
 	require.ErrorIs(t, err, belay.ErrStaleEpoch)

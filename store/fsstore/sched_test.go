@@ -1,4 +1,4 @@
-package runtime
+package fsstore
 
 import (
 	"fmt"
@@ -8,33 +8,35 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay/store"
 )
 
 // model is a naive reference scheduler: it rescans everything.
 type model struct {
-	limits   Limits
+	limits   store.Limits
 	order    uint64
 	active   map[string]*job
 	sessionQ map[string][]*job
 }
 
-func (m *model) submit(j *job, p Policy) []string {
+func (m *model) submit(j *job, p store.Policy) []string {
 	var cancel []string
 	switch p {
-	case PolicyInterrupt:
+	case store.PolicyInterrupt:
 		for _, a := range m.active {
 			if a.session == j.session {
 				cancel = append(cancel, a.id)
 			}
 		}
-	case PolicyReplace:
+	case store.PolicyReplace:
 		for _, q := range m.sessionQ[j.session] {
 			cancel = append(cancel, q.id)
 		}
 	}
 	m.order++
 	j.order = m.order
-	if p == PolicyInterrupt {
+	if p == store.PolicyInterrupt {
 		m.sessionQ[j.session] = append([]*job{j}, m.sessionQ[j.session]...)
 	} else {
 		m.sessionQ[j.session] = append(m.sessionQ[j.session], j)
@@ -121,10 +123,10 @@ func TestSchedulerRandomized(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(seed, 99))
-			limits := Limits{Global: 1 + rng.IntN(8), PerProvider: map[string]int{"a": 1 + rng.IntN(3), "b": 1 + rng.IntN(5)}}
+			limits := store.Limits{Global: 1 + rng.IntN(8), PerProvider: map[string]int{"a": 1 + rng.IntN(3), "b": 1 + rng.IntN(5)}}
 			s := newScheduler(limits)
 			m := &model{limits: limits, active: map[string]*job{}, sessionQ: map[string][]*job{}}
-			policies := []Policy{PolicyEnqueue, PolicyEnqueue, PolicyEnqueue, PolicyReject, PolicyInterrupt, PolicyReplace}
+			policies := []store.Policy{store.PolicyEnqueue, store.PolicyEnqueue, store.PolicyEnqueue, store.PolicyReject, store.PolicyInterrupt, store.PolicyReplace}
 			providers := []string{"a", "b", "c"}
 			var n int
 			for op := 0; op < 3000; op++ {
@@ -137,8 +139,8 @@ func TestSchedulerRandomized(t *testing.T) {
 					prio := rng.IntN(3)
 					pol := policies[rng.IntN(len(policies))]
 					res, err := s.submit(id, sess, prov, prio, pol)
-					if pol == PolicyReject && (m.sessionActive(sess) || len(m.sessionQ[sess]) > 0) {
-						require.ErrorIs(t, err, ErrConversationBusy)
+					if pol == store.PolicyReject && (m.sessionActive(sess) || len(m.sessionQ[sess]) > 0) {
+						require.ErrorIs(t, err, store.ErrConversationBusy)
 						continue
 					}
 					require.NoError(t, err)
@@ -175,7 +177,7 @@ func TestSchedulerRandomized(t *testing.T) {
 						m.remove(id)
 					}
 				}
-				got := s.promote()
+				got := s.promote(0)
 				want := m.promote()
 				require.Equal(t, want, got, "op %d: promotion differs from the model", op)
 				checkInvariants(t, s, m)
@@ -225,37 +227,37 @@ func checkInvariants(t *testing.T, s *scheduler, m *model) {
 
 func TestSchedulerPolicies(t *testing.T) {
 	t.Parallel()
-	s := newScheduler(Limits{})
-	_, err := s.submit("r1", "s", "p", 0, PolicyEnqueue)
+	s := newScheduler(store.Limits{})
+	_, err := s.submit("r1", "s", "p", 0, store.PolicyEnqueue)
 	require.NoError(t, err)
-	require.Equal(t, []string{"r1"}, s.promote())
+	require.Equal(t, []string{"r1"}, s.promote(0))
 	_, err = s.submit("r2", "s", "p", 0, "")
 	require.NoError(t, err)
-	_, err = s.submit("r3", "s", "p", 0, PolicyEnqueue)
+	_, err = s.submit("r3", "s", "p", 0, store.PolicyEnqueue)
 	require.NoError(t, err)
-	require.Empty(t, s.promote(), "one active run per session")
-	_, err = s.submit("r4", "s", "p", 0, PolicyReject)
-	require.ErrorIs(t, err, ErrConversationBusy)
+	require.Empty(t, s.promote(0), "one active run per session")
+	_, err = s.submit("r4", "s", "p", 0, store.PolicyReject)
+	require.ErrorIs(t, err, store.ErrConversationBusy)
 
-	res, err := s.submit("r5", "s", "p", 0, PolicyReplace)
+	res, err := s.submit("r5", "s", "p", 0, store.PolicyReplace)
 	require.NoError(t, err)
 	require.Equal(t, []string{"r2", "r3"}, res.Cancel)
 	for _, c := range res.Cancel {
 		require.True(t, s.remove(c))
 	}
-	res, err = s.submit("r6", "s", "p", 0, PolicyInterrupt)
+	res, err = s.submit("r6", "s", "p", 0, store.PolicyInterrupt)
 	require.NoError(t, err)
 	require.Equal(t, []string{"r1"}, res.Cancel)
 	s.finish("r1")
-	require.Equal(t, []string{"r6"}, s.promote(), "the interrupting run goes first")
+	require.Equal(t, []string{"r6"}, s.promote(0), "the interrupting run goes first")
 	s.finish("r6")
-	require.Equal(t, []string{"r5"}, s.promote())
+	require.Equal(t, []string{"r5"}, s.promote(0))
 	require.Zero(t, s.queuedCount())
 }
 
 func TestSchedulerPriorityAndCaps(t *testing.T) {
 	t.Parallel()
-	s := newScheduler(Limits{Global: 2, PerProvider: map[string]int{"slow": 1}})
+	s := newScheduler(store.Limits{Global: 2, PerProvider: map[string]int{"slow": 1}})
 	for i, sub := range []struct {
 		prov string
 		prio int
@@ -263,9 +265,48 @@ func TestSchedulerPriorityAndCaps(t *testing.T) {
 		_, err := s.submit(fmt.Sprint("r", i), fmt.Sprint("s", i), sub.prov, sub.prio, "")
 		require.NoError(t, err)
 	}
-	require.Equal(t, []string{"r3", "r1"}, s.promote(), "priority first, within caps")
+	require.Equal(t, []string{"r3", "r1"}, s.promote(0), "priority first, within caps")
 	s.finish("r1")
-	require.Equal(t, []string{"r0"}, s.promote(), "slow's cap frees for its parked run")
+	require.Equal(t, []string{"r0"}, s.promote(0), "slow's cap frees for its parked run")
 	s.finish("r3")
-	require.Equal(t, []string{"r2"}, s.promote())
+	require.Equal(t, []string{"r2"}, s.promote(0))
 }
+
+// submitResult says what submitting a run requires of the runtime.
+type submitResult struct {
+	// Cancel lists runs to cancel: the active run (interrupt) or queued
+	// ones (replace).
+	Cancel []string
+}
+
+// busy reports whether a session has a run queued or running.
+func (s *scheduler) busy(session string) bool {
+	_, active := s.bySession[session]
+	return active || len(s.sessionQ[session]) > 0
+}
+
+// submit queues a run under a policy, as Submit decides it, and says
+// what to cancel. It does not start it: call promote.
+func (s *scheduler) submit(id, session, provider string, priority int, p store.Policy) (submitResult, error) {
+	var res submitResult
+	if s.queued[id] != nil || s.active[id] != nil {
+		return res, nil
+	}
+	switch p {
+	case store.PolicyReject:
+		if s.busy(session) {
+			return res, store.ErrConversationBusy
+		}
+	case store.PolicyInterrupt:
+		if a, ok := s.bySession[session]; ok {
+			res.Cancel = append(res.Cancel, a)
+		}
+	case store.PolicyReplace:
+		for _, q := range s.sessionQ[session] {
+			res.Cancel = append(res.Cancel, q.id)
+		}
+	}
+	s.add(id, session, provider, priority, p == store.PolicyInterrupt)
+	return res, nil
+}
+

@@ -1,43 +1,11 @@
-package runtime
+package fsstore
 
 import (
 	"container/heap"
-	"fmt"
+	"maps"
 
-	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/store"
 )
-
-// Policy says what a new run does when its session already has a run
-// queued or running (G4).
-type Policy string
-
-// Follow-up policies.
-const (
-	// PolicyEnqueue queues the new run behind the session's others (FIFO).
-	PolicyEnqueue Policy = "enqueue"
-	// PolicyReject refuses the new run with ErrConversationBusy.
-	PolicyReject Policy = "reject"
-	// PolicyInterrupt cancels the active run and runs the new one next.
-	PolicyInterrupt Policy = "interrupt"
-	// PolicyReplace cancels the session's queued runs; the active one goes
-	// on and the new one runs after it.
-	PolicyReplace Policy = "replace"
-)
-
-// Valid reports whether p is a known policy ("" counts as enqueue).
-func (p Policy) Valid() bool {
-	switch p {
-	case "", PolicyEnqueue, PolicyReject, PolicyInterrupt, PolicyReplace:
-		return true
-	}
-	return false
-}
-
-// Limits are the admission caps (G5). Zero means unlimited.
-type Limits struct {
-	Global      int            `json:"global"`
-	PerProvider map[string]int `json:"perProvider,omitempty"`
-}
 
 // job is a run as the scheduler sees it.
 type job struct {
@@ -64,7 +32,7 @@ type job struct {
 // So promotion pops only runs that start, plus at most one parked run per
 // provider, and never scans the whole queue.
 type scheduler struct {
-	limits     Limits
+	limits     store.Limits
 	order      uint64
 	active     map[string]*job   // run id -> active job
 	bySession  map[string]string // session -> active run id
@@ -75,7 +43,7 @@ type scheduler struct {
 	parked     map[string]*jobHeap // provider -> heads waiting for capacity
 }
 
-func newScheduler(l Limits) *scheduler {
+func newScheduler(l store.Limits) *scheduler {
 	return &scheduler{
 		limits:     l,
 		active:     map[string]*job{},
@@ -87,45 +55,15 @@ func newScheduler(l Limits) *scheduler {
 	}
 }
 
-// ErrConversationBusy is returned for a run submitted with PolicyReject to
-// a session that has a run queued or running.
-var ErrConversationBusy = fmt.Errorf("%w: the session already has a run; submit with policy enqueue, interrupt or replace", belay.ErrActive)
-
-// submitResult says what submitting a run requires of the runtime.
-type submitResult struct {
-	// Cancel lists runs to cancel: the active run (interrupt) or queued
-	// ones (replace).
-	Cancel []string
-}
-
-// busy reports whether a session has a run queued or running.
-func (s *scheduler) busy(session string) bool {
-	_, active := s.bySession[session]
-	return active || len(s.sessionQ[session]) > 0
-}
-
-// submit queues a run under a policy. It does not start it: call promote.
-func (s *scheduler) submit(id, session, provider string, priority int, p Policy) (submitResult, error) {
-	var res submitResult
+// add queues a run at the end of its session's queue, or, if front, at
+// its head (ahead of earlier queued follow-ups). It does not start it:
+// call promote.
+func (s *scheduler) add(id, session, provider string, priority int, front bool) {
 	if s.queued[id] != nil || s.active[id] != nil {
-		return res, nil
-	}
-	switch p {
-	case PolicyReject:
-		if s.busy(session) {
-			return res, ErrConversationBusy
-		}
-	case PolicyInterrupt:
-		if a, ok := s.bySession[session]; ok {
-			res.Cancel = append(res.Cancel, a)
-		}
-	case PolicyReplace:
-		for _, q := range s.sessionQ[session] {
-			res.Cancel = append(res.Cancel, q.id)
-		}
+		return
 	}
 	s.order++
-	j := &job{id: id, session: session, provider: provider, priority: priority, order: s.order, front: p == PolicyInterrupt}
+	j := &job{id: id, session: session, provider: provider, priority: priority, order: s.order, front: front}
 	s.queued[id] = j
 	q := s.sessionQ[session]
 	if j.front && len(q) > 0 {
@@ -137,7 +75,6 @@ func (s *scheduler) submit(id, session, provider string, priority int, p Policy)
 	}
 	s.sessionQ[session] = q
 	s.offerHead(session)
-	return res, nil
 }
 
 // offerHead puts a session's head into the ready heap if the session has
@@ -219,11 +156,27 @@ func (s *scheduler) providerFull(provider string) bool {
 	return c > 0 && s.byProvider[provider] >= c
 }
 
-// promote starts every queued run that may start now, in order of
-// priority, then submission, and returns their ids.
-func (s *scheduler) promote() []string {
+// setLimits changes the caps. Runs parked under the old caps get another
+// look.
+func (s *scheduler) setLimits(l store.Limits) {
+	if l.Global == s.limits.Global && maps.Equal(l.PerProvider, s.limits.PerProvider) {
+		return
+	}
+	s.limits = store.Limits{Global: l.Global, PerProvider: maps.Clone(l.PerProvider)}
+	for _, p := range s.parked {
+		for p.Len() > 0 {
+			heap.Push(&s.ready, heap.Pop(p))
+		}
+	}
+}
+
+// promote starts up to max queued runs that may start now (max <= 0: no
+// bound), in order of priority, then submission, and returns their ids.
+// They count as active at once: the caller leases them, and gives back
+// with unstart those it could not.
+func (s *scheduler) promote(max int) []string {
 	var started []string
-	for s.ready.Len() > 0 {
+	for s.ready.Len() > 0 && (max <= 0 || len(started) < max) {
 		if s.limits.Global > 0 && len(s.active) >= s.limits.Global {
 			break
 		}
@@ -237,18 +190,91 @@ func (s *scheduler) promote() []string {
 			heap.Push(p, j)
 			continue
 		}
-		delete(s.queued, j.id)
-		if q := s.sessionQ[j.session][1:]; len(q) == 0 {
-			delete(s.sessionQ, j.session)
-		} else {
-			s.sessionQ[j.session] = q
-		}
-		s.active[j.id] = j
-		s.bySession[j.session] = j.id
-		s.byProvider[j.provider]++
+		s.start(j)
 		started = append(started, j.id)
 	}
 	return started
+}
+
+// start moves the head of its session's queue to active.
+func (s *scheduler) start(j *job) {
+	delete(s.queued, j.id)
+	q := s.sessionQ[j.session]
+	for i, o := range q {
+		if o == j {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(s.sessionQ, j.session)
+	} else {
+		s.sessionQ[j.session] = q
+	}
+	s.active[j.id] = j
+	s.bySession[j.session] = j.id
+	s.byProvider[j.provider]++
+}
+
+// activate makes a queued run active outside promote (a lease taken
+// directly), whatever the caps: the store records what happened.
+func (s *scheduler) activate(id string) {
+	j, ok := s.queued[id]
+	if !ok {
+		return
+	}
+	unheap(j)
+	s.start(j)
+}
+
+// unstart gives back a run promote started whose lease was not granted:
+// it heads its session's queue again.
+func (s *scheduler) unstart(id string) {
+	j, ok := s.active[id]
+	if !ok {
+		return
+	}
+	delete(s.active, id)
+	if s.bySession[j.session] == id {
+		delete(s.bySession, j.session)
+	}
+	if s.byProvider[j.provider]--; s.byProvider[j.provider] <= 0 {
+		delete(s.byProvider, j.provider)
+	}
+	s.queued[id] = j
+	s.sessionQ[j.session] = append([]*job{j}, s.sessionQ[j.session]...)
+	if q := s.sessionQ[j.session]; len(q) > 1 {
+		unheap(q[1])
+	}
+	s.offerHead(j.session)
+}
+
+// end forgets a run that ended, queued or active.
+func (s *scheduler) end(id string) {
+	if !s.remove(id) {
+		s.finish(id)
+	}
+}
+
+// activeIn returns the session's active run, if any.
+func (s *scheduler) activeIn(session string) string { return s.bySession[session] }
+
+// queuedIn returns the session's queued runs, in conversation order.
+func (s *scheduler) queuedIn(session string) []string {
+	var ids []string
+	for _, j := range s.sessionQ[session] {
+		ids = append(ids, j.id)
+	}
+	return ids
+}
+
+// activeIDs returns the active runs.
+func (s *scheduler) activeIDs() []string {
+	ids := make([]string, 0, len(s.active))
+	for id := range s.active {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // queuedCount returns how many runs are queued.

@@ -1,0 +1,276 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/store"
+)
+
+// A runtime does not assume it is alone (issue 14): every decision that
+// must hold across instances over one store is the store's. The runtime
+// keeps an owner record alive (ownerLoop), claims what the store admits
+// for it, rescued runs of gone owners included (claimLoop), and follows
+// the store's change feed (feedLoop) to learn of new and ended runs, inbox
+// changes and cancel requests, whichever instance they came from. Its own
+// memory holds only the runners it executes.
+
+// claimBatch bounds one ClaimRuns call.
+const claimBatch = 64
+
+// ownerTTL is how long the owner record lives without a heartbeat: the
+// run lease's TTL, so a dead owner's runs are rescued within one lease.
+func (r *Runtime) ownerTTL() time.Duration { return r.opts.LeaseTTL }
+
+// join registers this runtime as an owner, arms the inbox timer from the
+// persisted delivery leases, and starts the claim, feed and heartbeat
+// loops. The first claim rescues what a previous incarnation left.
+func (r *Runtime) join(ctx, bg context.Context) error {
+	if err := r.store.HeartbeatOwner(ctx, r.opts.Incarnation, r.ownerTTL()); err != nil {
+		return fmt.Errorf("runtime: register owner: %w", err)
+	}
+	head, err := r.store.ChangeHead(ctx)
+	if err != nil {
+		return fmt.Errorf("runtime: change feed: %w", err)
+	}
+	_, next, err := r.store.ExpireDeliveryLeases(ctx)
+	if err != nil {
+		return fmt.Errorf("runtime: expire delivery leases: %w", err)
+	}
+	r.inbox.arm(next)
+	r.wg.Add(3)
+	go func() { defer r.wg.Done(); r.ownerLoop(bg) }()
+	go func() { defer r.wg.Done(); r.claimLoop(bg) }()
+	go func() { defer r.wg.Done(); r.feedLoop(bg, head) }()
+	r.claimSoon()
+	return nil
+}
+
+// leave retires the owner record once the runners have stopped, so that
+// another instance may rescue the runs it left at once.
+func (r *Runtime) leave(ctx context.Context) error {
+	r.mu.Lock()
+	started := r.started
+	r.mu.Unlock()
+	if !started {
+		return nil
+	}
+	if err := r.store.RetireOwner(ctx, r.opts.Incarnation); err != nil && !errors.Is(err, belay.ErrStoreClosed) {
+		return fmt.Errorf("runtime: retire owner: %w", err)
+	}
+	return nil
+}
+
+// claimSoon wakes the claim loop.
+func (r *Runtime) claimSoon() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// rescueEvery is how often the claim loop looks for runs to rescue when
+// nothing else wakes it.
+func (r *Runtime) rescueEvery() time.Duration { return max(r.opts.LeaseTTL/4, 10*time.Millisecond) }
+
+// claimLoop claims runs whenever woken, and now and then to rescue runs of
+// owners that died.
+func (r *Runtime) claimLoop(ctx context.Context) {
+	tick := make(chan struct{}, 1)
+	var arm func()
+	arm = func() {
+		r.clk.AfterFunc(r.rescueEvery(), func() {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		})
+	}
+	arm()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-tick:
+			arm()
+		}
+		if !r.claim(ctx) && ctx.Err() == nil {
+			// The store refused: try again after a pause, not in a spin.
+			r.clk.AfterFunc(time.Second, r.claimSoon)
+		}
+	}
+}
+
+// claim takes what the store admits for this runtime and starts runners
+// for it. It reports false when the store refused.
+func (r *Runtime) claim(ctx context.Context) bool {
+	for {
+		r.mu.Lock()
+		stopping := r.stopping
+		r.mu.Unlock()
+		if stopping {
+			return true
+		}
+		cs, err := r.store.ClaimRuns(ctx, store.Claim{Owner: r.opts.Incarnation, Max: claimBatch, TTL: r.opts.LeaseTTL, Limits: r.opts.Limits})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("claim runs", "err", err)
+			}
+			return false
+		}
+		r.mu.Lock()
+		for _, c := range cs {
+			if r.stopping {
+				break // leased to this owner: the next start or a peer rescues it
+			}
+			if _, ok := r.runners[c.Run.ID]; ok {
+				continue
+			}
+			mode := startFresh
+			if c.Rescued {
+				mode = startReclaim
+			}
+			run := c.Run
+			r.startLocked(run.ID, mode, &run)
+		}
+		r.mu.Unlock()
+		if len(cs) < claimBatch {
+			return true
+		}
+	}
+}
+
+// ownerLoop keeps the owner record alive. A heartbeat the store refuses
+// is retried at the next tick; runs stay safe meanwhile because each
+// runner fences itself when it cannot renew its own lease.
+func (r *Runtime) ownerLoop(ctx context.Context) {
+	every := max(r.ownerTTL()/4, 10*time.Millisecond)
+	for {
+		done := make(chan struct{})
+		t := r.clk.AfterFunc(every, func() { close(done) })
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-done:
+		}
+		if err := r.store.HeartbeatOwner(ctx, r.opts.Incarnation, r.ownerTTL()); err != nil && ctx.Err() == nil {
+			r.log.Warn("owner heartbeat", "err", err)
+		}
+	}
+}
+
+// feedLoop follows the store's change feed from cursor.
+func (r *Runtime) feedLoop(ctx context.Context, cursor uint64) {
+	for {
+		if err := r.store.WaitChanges(ctx, cursor); err != nil {
+			if ctx.Err() != nil || errors.Is(err, belay.ErrStoreClosed) {
+				return
+			}
+			r.log.Warn("change feed", "err", err)
+			if !r.pause(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		changes, next, err := r.store.Changes(ctx, cursor, 1024)
+		switch {
+		case errors.Is(err, store.ErrCursorExpired):
+			// Fell behind the feed: reread what it would have said.
+			if cursor, err = r.store.ChangeHead(ctx); err == nil {
+				r.resync(ctx)
+			}
+			continue
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn("change feed", "err", err)
+			if !r.pause(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		cursor = next
+		claim, inbox := false, false
+		for _, c := range changes {
+			switch c.Type {
+			case store.EventRunCancelRequested:
+				r.cancelLocal(c.Run)
+			case store.EventRunCreated, store.EventRunReleased:
+				claim = true
+			case store.EventRunUpdated:
+				if c.Ended {
+					claim, inbox = true, true // its slot freed; items waiting for its end are ready
+				}
+			case store.EventDeliveryPosted, store.EventDeliverySettled, store.EventDeliveryExpired,
+				store.EventDeliveryReturned, store.EventDeliveryLeased:
+				inbox = true
+			}
+		}
+		if claim {
+			r.claimSoon()
+		}
+		if inbox {
+			r.inbox.notify()
+		}
+	}
+}
+
+// resync acts on what a follower that fell behind the feed may have
+// missed: claims, inbox waiters, and cancel requests on its runs.
+func (r *Runtime) resync(ctx context.Context) {
+	r.claimSoon()
+	r.inbox.notify()
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.runners))
+	for id := range r.runners {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		if run, err := r.store.Run(ctx, id); err == nil && run.CancelRequest != nil {
+			r.cancelLocal(id)
+		}
+	}
+}
+
+// pause waits d on the runtime's clock; it reports false if ctx ended.
+func (r *Runtime) pause(ctx context.Context, d time.Duration) bool {
+	done := make(chan struct{})
+	t := r.clk.AfterFunc(d, func() { close(done) })
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-done:
+		return true
+	}
+}
+
+// cancelLocal carries out a run's cancel request if its runner is here.
+func (r *Runtime) cancelLocal(id string) {
+	r.mu.Lock()
+	rn := r.runners[id]
+	r.mu.Unlock()
+	if rn == nil {
+		return
+	}
+	run, err := r.store.Run(context.Background(), id)
+	if err != nil || run.CancelRequest == nil {
+		return
+	}
+	rn.cancel(cancelCause(run.CancelRequest))
+}
+
+// cancelCause is the error a cancel request stops a runner with.
+func cancelCause(cr *belay.CancelRequest) error {
+	if cr.By != "" {
+		return &interruptError{by: cr.By}
+	}
+	return &cancelError{reason: cr.Reason}
+}
