@@ -309,4 +309,3 @@ func (s *scheduler) submit(id, session, provider string, priority int, p store.P
 	s.add(id, session, provider, priority, p == store.PolicyInterrupt)
 	return res, nil
 }
-

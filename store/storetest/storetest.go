@@ -73,6 +73,13 @@ func (b *bundle) run(session string) belay.Run {
 func Run(t *testing.T, h Harness) {
 	tests := map[string]func(t *testing.T, h Harness){
 		"Sessions":             testSessions,
+		"SubmitPolicies":       testSubmitPolicies,
+		"ClaimOrderAndCaps":    testClaimOrderAndCaps,
+		"ClaimRescue":          testClaimRescue,
+		"ClaimRace":            testClaimRace,
+		"RequestCancel":        testRequestCancel,
+		"ActivityPersisted":    testActivityPersisted,
+		"ChangeFeed":           testChangeFeed,
 		"SessionIdempotency":   testSessionIdempotency,
 		"SessionWithFirstRun":  testSessionWithFirstRun,
 		"Events":               testEvents,

@@ -1,0 +1,360 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/store"
+)
+
+// The tests in this file hold a store to the decisions it makes for every
+// runtime over it (issue 14): submit under a policy, claims under the caps,
+// rescue of gone owners' runs, durable cancel, and the change feed.
+
+func (b *bundle) submit(session string, p store.Policy, key string) store.SubmitResult {
+	b.t.Helper()
+	res, err := b.s.Submit(b.ctx, store.SubmitInput{Policy: p, RunInput: belay.RunInput{
+		Session: session, IdempotencyKey: key, Input: json.RawMessage(`{"prompt":"hi"}`),
+	}})
+	require.NoError(b.t, err)
+	return res
+}
+
+func (b *bundle) claim(owner string, max int, l store.Limits) []store.Claimed {
+	b.t.Helper()
+	require.NoError(b.t, b.s.HeartbeatOwner(b.ctx, owner, time.Hour))
+	cs, err := b.s.ClaimRuns(b.ctx, store.Claim{Owner: owner, Max: max, TTL: time.Minute, Limits: l})
+	require.NoError(b.t, err)
+	return cs
+}
+
+func claimedIDs(cs []store.Claimed) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Run.ID
+	}
+	return out
+}
+
+func (b *bundle) finish(c store.Claimed) {
+	b.t.Helper()
+	_, err := b.s.UpdateRun(b.ctx, c.Run.ID, c.Run.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(b.t, err)
+}
+
+func testSubmitPolicies(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	first := b.submit(sess.ID, store.PolicyEnqueue, "a")
+	require.True(t, first.Created)
+	require.Equal(t, belay.RunQueued, first.Run.Status)
+
+	// The same key is the same run, whatever the policy.
+	again := b.submit(sess.ID, store.PolicyReject, "a")
+	require.False(t, again.Created)
+	require.Equal(t, first.Run.ID, again.Run.ID)
+
+	// Reject refuses while the session has a queued run, and creates nothing.
+	_, err := b.s.Submit(b.ctx, store.SubmitInput{Policy: store.PolicyReject, RunInput: belay.RunInput{Session: sess.ID}})
+	require.ErrorIs(t, err, store.ErrConversationBusy)
+	runs, err := b.s.Runs(b.ctx, belay.RunFilter{Session: sess.ID})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+
+	// Replace cancels the queued runs in the same write.
+	second := b.submit(sess.ID, store.PolicyEnqueue, "")
+	repl := b.submit(sess.ID, store.PolicyReplace, "")
+	require.ElementsMatch(t, []string{first.Run.ID, second.Run.ID}, repl.Cancelled)
+	for _, id := range repl.Cancelled {
+		r, err := b.s.Run(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, belay.RunCancelled, r.Status)
+		require.Contains(t, r.Reason, repl.Run.ID)
+	}
+
+	// Interrupt asks the running run to cancel and runs next, ahead of
+	// the runs queued before it.
+	cs := b.claim("w1", 0, store.Limits{})
+	require.Equal(t, []string{repl.Run.ID}, claimedIDs(cs))
+	queued := b.submit(sess.ID, store.PolicyEnqueue, "")
+	intr := b.submit(sess.ID, store.PolicyInterrupt, "")
+	require.Equal(t, repl.Run.ID, intr.Interrupted)
+	running, err := b.s.Run(b.ctx, repl.Run.ID)
+	require.NoError(t, err)
+	require.NotNil(t, running.CancelRequest)
+	require.Equal(t, intr.Run.ID, running.CancelRequest.By)
+	require.Empty(t, b.claim("w1", 0, store.Limits{}), "one active run per session")
+	b.finish(cs[0])
+	require.Equal(t, []string{intr.Run.ID}, claimedIDs(b.claim("w1", 0, store.Limits{})), "the interrupting run goes first")
+
+	// The order survives a restart.
+	b.reopen()
+	r, err := b.s.Run(b.ctx, intr.Run.ID)
+	require.NoError(t, err)
+	_, err = b.s.UpdateRun(b.ctx, r.ID, r.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	require.Equal(t, []string{queued.Run.ID}, claimedIDs(b.claim("w2", 0, store.Limits{})))
+
+	_, err = b.s.Submit(b.ctx, store.SubmitInput{Policy: "sideways", RunInput: belay.RunInput{Session: sess.ID}})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+}
+
+func testClaimOrderAndCaps(t *testing.T, h Harness) {
+	b := setup(t, h)
+	type sub struct {
+		prov string
+		prio int
+	}
+	subs := []sub{{"slow", 0}, {"fast", 0}, {"slow", 5}, {"fast", 9}, {"slow", 0}}
+	var want []string
+	for _, s := range subs {
+		sess, err := b.s.CreateSession(b.ctx, belay.SessionInput{Provider: s.prov})
+		require.NoError(t, err)
+		res, err := b.s.Submit(b.ctx, store.SubmitInput{RunInput: belay.RunInput{Session: sess.ID, Priority: s.prio, Input: json.RawMessage(`{}`)}})
+		require.NoError(t, err)
+		want = append(want, res.Run.ID)
+	}
+	limits := store.Limits{Global: 3, PerProvider: map[string]int{"slow": 1}}
+	cs := b.claim("w1", 0, limits)
+	// Priority first, within caps: fast/9, slow/5 (slow is then full),
+	// fast/0.
+	require.Equal(t, []string{want[3], want[2], want[1]}, claimedIDs(cs))
+	for _, c := range cs {
+		require.Equal(t, belay.RunRunning, c.Run.Status)
+		require.Equal(t, "w1", c.Run.Lease.Owner)
+		require.False(t, c.Rescued)
+	}
+	n, err := b.s.Counts(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.Counts{Queued: 2, Running: 3}, n)
+	require.Empty(t, b.claim("w2", 0, limits), "the global cap counts every owner's runs")
+	b.finish(cs[1]) // slow/5 ends: slow has room again
+	require.Equal(t, []string{want[0]}, claimedIDs(b.claim("w2", 0, limits)), "FIFO among equals")
+	// Max bounds one claim; without caps the last slow run starts.
+	b.finish(cs[0])
+	b.finish(cs[2])
+	require.Equal(t, []string{want[4]}, claimedIDs(b.claim("w2", 1, store.Limits{})))
+	require.Empty(t, b.claim("w2", 1, store.Limits{}))
+}
+
+func testClaimRescue(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	r := b.submit(sess.ID, store.PolicyEnqueue, "")
+	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "w1", time.Minute))
+	cs, err := b.s.ClaimRuns(b.ctx, store.Claim{Owner: "w1", TTL: 10 * time.Minute})
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	epoch := cs[0].Run.Epoch
+
+	// A live owner's run under its lease is never rescued.
+	require.Empty(t, b.claim("w2", 0, store.Limits{}))
+	owners, err := b.s.Owners(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, owners, 2)
+
+	// The owner's record expires (it stopped heartbeating): rescued, with a
+	// new epoch that fences the old owner's writes.
+	b.clk.Advance(2 * time.Minute)
+	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "w2", time.Hour))
+	cs2, err := b.s.ClaimRuns(b.ctx, store.Claim{Owner: "w2", TTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, cs2, 1)
+	require.True(t, cs2[0].Rescued)
+	require.Equal(t, r.Run.ID, cs2[0].Run.ID)
+	require.Greater(t, cs2[0].Run.Epoch, epoch)
+	_, err = b.s.UpdateRun(b.ctx, r.Run.ID, epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+
+	// A live owner whose lease expired (it could not renew) loses it too.
+	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "w3", time.Hour))
+	b.clk.Advance(2 * time.Minute)
+	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "w2", time.Hour))
+	cs3 := b.claim("w3", 0, store.Limits{})
+	require.Len(t, cs3, 1)
+	require.True(t, cs3[0].Rescued)
+
+	// A retired owner's runs are rescued at once, and the claimer's own
+	// runs never are.
+	require.Empty(t, b.claim("w3", 0, store.Limits{}))
+	require.NoError(t, b.s.RetireOwner(b.ctx, "w3"))
+	cs4 := b.claim("w1", 0, store.Limits{})
+	require.Len(t, cs4, 1)
+	b.finish(cs4[0])
+}
+
+func testRequestCancel(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	q := b.submit(sess.ID, store.PolicyEnqueue, "")
+	// Queued: cancelled at once.
+	r, err := b.s.RequestCancel(b.ctx, q.Run.ID, "no longer needed")
+	require.NoError(t, err)
+	require.Equal(t, belay.RunCancelled, r.Status)
+	require.Equal(t, "no longer needed", r.Reason)
+	_, err = b.s.RequestCancel(b.ctx, q.Run.ID, "again")
+	require.ErrorIs(t, err, belay.ErrTerminal)
+
+	// Running: a durable request the owner carries out.
+	q2 := b.submit(sess.ID, store.PolicyEnqueue, "")
+	cs := b.claim("w1", 0, store.Limits{})
+	require.Len(t, cs, 1)
+	r, err = b.s.RequestCancel(b.ctx, q2.Run.ID, "stop")
+	require.NoError(t, err)
+	require.Equal(t, belay.RunRunning, r.Status)
+	require.NotNil(t, r.CancelRequest)
+	require.Equal(t, "stop", r.CancelRequest.Reason)
+	again, err := b.s.RequestCancel(b.ctx, q2.Run.ID, "other")
+	require.NoError(t, err)
+	require.Equal(t, "stop", again.CancelRequest.Reason, "idempotent: the first request stands")
+	b.reopen()
+	r, err = b.s.Run(b.ctx, q2.Run.ID)
+	require.NoError(t, err)
+	require.NotNil(t, r.CancelRequest, "the request is durable")
+}
+
+func testActivityPersisted(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	b.submit(sess.ID, store.PolicyEnqueue, "")
+	cs := b.claim("w1", 0, store.Limits{})
+	require.Len(t, cs, 1)
+	at := Start.Add(-3 * time.Second)
+	_, err := b.s.RenewRunLease(b.ctx, cs[0].Run.ID, cs[0].Run.Epoch, time.Minute, &belay.RunActivity{LastProgress: at, Tier: "streaming"})
+	require.NoError(t, err)
+	b.reopen()
+	r, err := b.s.Run(b.ctx, cs[0].Run.ID)
+	require.NoError(t, err)
+	require.NotNil(t, r.Activity)
+	require.True(t, at.Equal(r.Activity.LastProgress))
+	require.Equal(t, "streaming", r.Activity.Tier)
+}
+
+func testChangeFeed(t *testing.T, h Harness) {
+	b := setup(t, h)
+	head, err := b.s.ChangeHead(b.ctx)
+	require.NoError(t, err)
+	sess := b.session()
+	q := b.submit(sess.ID, store.PolicyEnqueue, "")
+	cs := b.claim("w1", 0, store.Limits{})
+	require.Len(t, cs, 1)
+	_, err = b.s.RequestCancel(b.ctx, q.Run.ID, "stop")
+	require.NoError(t, err)
+	_, err = b.s.UpdateRun(b.ctx, q.Run.ID, cs[0].Run.Epoch, belay.RunUpdate{Phase: belay.PhaseCancelled})
+	require.NoError(t, err)
+	d := post(t, b, sess.ID, "ui.click", "", 0)
+
+	var got []store.Change
+	cursor := head
+	for len(got) < 6 {
+		require.NoError(t, b.s.WaitChanges(b.ctx, cursor))
+		chs, next, err := b.s.Changes(b.ctx, cursor, 2)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(chs), 2)
+		for i, c := range chs {
+			require.Equal(t, cursor+uint64(i)+1, c.Cursor, "no gaps")
+		}
+		got, cursor = append(got, chs...), next
+	}
+	types := []string{}
+	for _, c := range got {
+		types = append(types, c.Type)
+		require.Equal(t, sess.ID, c.Session)
+	}
+	require.Equal(t, []string{store.EventSessionCreated, store.EventRunCreated, store.EventRunLeased,
+		store.EventRunCancelRequested, store.EventRunUpdated, store.EventDeliveryPosted}, types)
+	require.Equal(t, q.Run.ID, got[3].Run)
+	require.True(t, got[4].Ended)
+	require.Equal(t, d.ID, got[5].Delivery)
+	for i := 1; i < len(got); i++ {
+		require.Greater(t, got[i].Seq, got[i-1].Seq, "in seq order within a session")
+	}
+	// Nothing more: a wait blocks until the next change.
+	chs, next, err := b.s.Changes(b.ctx, cursor, 0)
+	require.NoError(t, err)
+	require.Empty(t, chs)
+	require.Equal(t, cursor, next)
+	woke := make(chan error, 1)
+	go func() { woke <- b.s.WaitChanges(b.ctx, cursor) }()
+	b.session()
+	require.NoError(t, <-woke)
+}
+
+func testClaimRace(t *testing.T, h Harness) {
+	b := setup(t, h)
+	const sessions, perSession, owners = 8, 4, 4
+	limits := store.Limits{Global: 5, PerProvider: map[string]int{"fake": 3}}
+	for range sessions {
+		sess := b.session()
+		for range perSession {
+			b.submit(sess.ID, store.PolicyEnqueue, "")
+		}
+	}
+	for o := range owners {
+		require.NoError(t, b.s.HeartbeatOwner(b.ctx, string(rune('a'+o)), time.Hour))
+	}
+	var mu sync.Mutex
+	running := map[string]string{} // session -> run
+	done := 0
+	var wg sync.WaitGroup
+	errs := make(chan error, owners)
+	for o := range owners {
+		wg.Go(func() {
+			owner := string(rune('a' + o))
+			for {
+				mu.Lock()
+				finished := done == sessions*perSession
+				mu.Unlock()
+				if finished {
+					return
+				}
+				cs, err := b.s.ClaimRuns(b.ctx, store.Claim{Owner: owner, TTL: time.Hour, Limits: limits})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, c := range cs {
+					if other, ok := running[c.Run.Session]; ok {
+						mu.Unlock()
+						errs <- errors.New("two runs active in session " + c.Run.Session + ": " + other + " and " + c.Run.ID)
+						return
+					}
+					running[c.Run.Session] = c.Run.ID
+				}
+				if len(running) > limits.Global {
+					mu.Unlock()
+					errs <- errors.New("the global cap was exceeded")
+					return
+				}
+				mu.Unlock()
+				// Finish them; the map forgets a run before the store frees
+				// its slot, so an overlap is always caught.
+				for _, c := range cs {
+					mu.Lock()
+					delete(running, c.Run.Session)
+					done++
+					mu.Unlock()
+					if _, err := b.s.UpdateRun(b.ctx, c.Run.ID, c.Run.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	n, err := b.s.Counts(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.Counts{}, n)
+}
