@@ -49,3 +49,18 @@ func TestBadSyncMode(t *testing.T) {
 	_, err := Open(context.Background(), t.TempDir(), Options{Sync: "sometimes"})
 	require.ErrorIs(t, err, belay.ErrInvalid)
 }
+
+// TestPeers runs the peer suite on one store shared by runtime instances
+// in one process: fsstore serves one process per data directory (a second
+// process is refused by its lock, see TestSecondOpenNamesTheHolder).
+func TestPeers(t *testing.T) {
+	storetest.RunPeers(t, storetest.PeerHarness{New: func(t *testing.T, clk *clock.Fake, n int) []store.Store {
+		s, err := Open(context.Background(), t.TempDir(), Options{Clock: clk})
+		require.NoError(t, err)
+		out := make([]store.Store, n)
+		for i := range out {
+			out[i] = s
+		}
+		return out
+	}})
+}
