@@ -522,8 +522,10 @@ type Activity struct {
 	Tier         Tier           `json:"tier"`
 }
 
-// Activity returns the liveness of an active run (G8): from its runner
-// when it runs here, else as its owner last persisted it.
+// Activity returns the liveness of a queued or running run (G8): from its
+// runner when it runs here, else from the store, as its owner last
+// persisted it (with lease renewals) or, before that, since the run was
+// created or started.
 func (r *Runtime) Activity(id string) (Activity, bool) {
 	r.mu.Lock()
 	rn := r.runners[id]
@@ -532,11 +534,17 @@ func (r *Runtime) Activity(id string) (Activity, bool) {
 		return rn.activity(), true
 	}
 	run, err := r.store.Run(context.Background(), id)
-	if err != nil || run.Status != belay.RunRunning || run.Activity == nil {
+	if err != nil || run.Status.Terminal() {
 		return Activity{}, false
 	}
-	return Activity{Run: id, Phase: run.Phase, Attempt: run.Attempt,
-		LastProgress: run.Activity.LastProgress, Tier: Tier(run.Activity.Tier)}, true
+	a := Activity{Run: id, Phase: run.Phase, Attempt: run.Attempt, LastProgress: run.CreatedAt, Tier: TierAwaitingFirst}
+	switch {
+	case run.Activity != nil:
+		a.LastProgress, a.Tier = run.Activity.LastProgress, Tier(run.Activity.Tier)
+	case !run.StartedAt.IsZero():
+		a.LastProgress = run.StartedAt
+	}
+	return a, true
 }
 
 // Stats counts what the runtime is doing.
