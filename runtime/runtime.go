@@ -24,10 +24,13 @@ type Options struct {
 	Providers provider.Registry
 	// Clock drives every timer: watchdog, deadlines, backoff, leases.
 	Clock clock.Clock
-	// Incarnation names this runtime's process in run leases; runs leased
-	// by another incarnation are reclaimed at Start. Default: a new id.
+	// Incarnation names this runtime in run leases and its owner record;
+	// runs of an owner that is gone are rescued by the next claim of any
+	// runtime over the store. Default: a new id.
 	Incarnation string
-	Limits      Limits
+	// Limits are the admission caps; the store enforces them over every
+	// runtime's runs, so runtimes sharing a store should agree on them.
+	Limits Limits
 	Tiers       Tiers
 	Retry       RetryPolicy
 	Recovery    RecoveryPolicy
