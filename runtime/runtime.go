@@ -30,10 +30,10 @@ type Options struct {
 	Incarnation string
 	// Limits are the admission caps; the store enforces them over every
 	// runtime's runs, so runtimes sharing a store should agree on them.
-	Limits Limits
-	Tiers       Tiers
-	Retry       RetryPolicy
-	Recovery    RecoveryPolicy
+	Limits   Limits
+	Tiers    Tiers
+	Retry    RetryPolicy
+	Recovery RecoveryPolicy
 	// LeaseTTL is the run lease's TTL; leases are renewed at half of it.
 	LeaseTTL time.Duration
 	// DefaultDeadline bounds a run without its own deadline. Deadlines
