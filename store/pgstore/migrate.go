@@ -40,7 +40,8 @@ type AppliedMigration struct {
 type MigrationStatus struct {
 	// Current is the newest applied version (0: none).
 	Current int `json:"current"`
-	// Latest is the newest version this binary knows.
+	// Latest is the newest version this binary knows (versions may skip
+	// numbers: compare Pending, not counts).
 	Latest  int                `json:"latest"`
 	Applied []AppliedMigration `json:"applied"`
 	Pending []Migration        `json:"pending"`
@@ -69,10 +70,13 @@ func Migrations() ([]Migration, error) {
 		}
 		out = append(out, Migration{Version: v, Name: name, SQL: string(raw)})
 	}
+	// Applied in version order, by number, not by file name; versions may
+	// skip numbers (a migration written on another branch lands later)
+	// but never repeat.
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	for i := range out {
-		if out[i].Version != i+1 {
-			return nil, fmt.Errorf("pgstore: migrations are not numbered 1..n: %d at position %d", out[i].Version, i+1)
+	for i := 1; i < len(out); i++ {
+		if out[i].Version == out[i-1].Version {
+			return nil, fmt.Errorf("pgstore: two migrations are numbered %d: %s and %s", out[i].Version, out[i-1].Name, out[i].Name)
 		}
 	}
 	return out, nil
@@ -119,8 +123,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	if newest := maxKey(applied); newest > len(all) {
-		return nil, fmt.Errorf("pgstore: the database is at schema version %d, newer than this belay knows (%d); upgrade belay", newest, len(all))
+	if newest, latest := maxKey(applied), latestVersion(all); newest > latest {
+		return nil, fmt.Errorf("pgstore: the database is at schema version %d, newer than this belay knows (%d); upgrade belay", newest, latest)
 	}
 	var done []Migration
 	for _, m := range all {
@@ -159,6 +163,14 @@ func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]AppliedMigrat
 	return out, rows.Err()
 }
 
+// latestVersion is the newest version of all (sorted), 0 if none.
+func latestVersion(all []Migration) int {
+	if len(all) == 0 {
+		return 0
+	}
+	return all[len(all)-1].Version
+}
+
 func maxKey(m map[int]AppliedMigration) int {
 	n := 0
 	for k := range m {
@@ -183,7 +195,7 @@ func status(ctx context.Context, pool *pgxpool.Pool) (MigrationStatus, error) {
 	if err != nil {
 		return MigrationStatus{}, err
 	}
-	st := MigrationStatus{Latest: len(all), Applied: []AppliedMigration{}, Pending: []Migration{}}
+	st := MigrationStatus{Latest: latestVersion(all), Applied: []AppliedMigration{}, Pending: []Migration{}}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return st, wrapConn(err)

@@ -44,7 +44,7 @@ func TestMigrateConcurrently(t *testing.T) {
 		require.NoError(t, errs[i])
 		total += len(applied[i])
 	}
-	require.Equal(t, st.Latest, total, "each migration is applied once")
+	require.Equal(t, len(st.Pending), total, "each migration is applied once")
 
 	st, err = pgstore.Status(ctx, url)
 	require.NoError(t, err)

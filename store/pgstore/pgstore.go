@@ -81,6 +81,10 @@ type Options struct {
 	// MaxConns caps the connection pool (DefaultMaxConns if 0; the URL's
 	// pool_max_conns wins over both).
 	MaxConns int
+	// KeepChanges is how many of the latest changes the change feed keeps
+	// (DefaultKeepChanges if 0): a follower further behind gets
+	// store.ErrCursorExpired and rereads the state it follows.
+	KeepChanges int
 }
 
 // Store is the PostgreSQL store.
@@ -89,6 +93,10 @@ type Store struct {
 	clock clock.Clock
 	url   string
 	poll  time.Duration
+	// keepChanges is how many changes the feed keeps; sinceTrim counts the
+	// changes this node committed since it last trimmed the feed.
+	keepChanges int64
+	sinceTrim   atomic.Int64
 
 	// runSessions and deliverySessions cache which session holds a run
 	// or a delivery (it never changes), saving a lookup per write.
@@ -101,6 +109,8 @@ type Store struct {
 	notifyKick chan struct{}
 	stopNotify context.CancelFunc
 	notifyDone chan struct{}
+	// trimDue asks the notifier to trim the change feed.
+	trimDue atomic.Bool
 
 	// fenced, once set, refuses every write: this node lost its writer
 	// lock and must not change the database any more.
@@ -109,6 +119,8 @@ type Store struct {
 	mu      sync.Mutex
 	closed  bool
 	waiters map[string]map[*waiter]struct{}
+	// feedWaiters wait for the change feed (WaitChanges).
+	feedWaiters map[*waiter]struct{}
 	// listening is true while the LISTEN connection is up; listenStarted
 	// once it was started (lazily, by the first WaitEvents).
 	listening     bool
@@ -129,7 +141,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.PollEvery <= 0 {
 		opts.PollEvery = DefaultPollEvery
 	}
-	s := &Store{pool: pool, clock: opts.Clock, url: url, poll: opts.PollEvery, waiters: map[string]map[*waiter]struct{}{},
+	if opts.KeepChanges <= 0 {
+		opts.KeepChanges = DefaultKeepChanges
+	}
+	s := &Store{pool: pool, clock: opts.Clock, url: url, poll: opts.PollEvery, keepChanges: int64(opts.KeepChanges),
+		waiters: map[string]map[*waiter]struct{}{}, feedWaiters: map[*waiter]struct{}{},
 		toNotify: map[string]struct{}{}, runSessions: map[string]string{}, deliverySessions: map[string]string{}, notifyKick: make(chan struct{}, 1), notifyDone: make(chan struct{})}
 	if opts.Migrate {
 		if _, err := migrate(ctx, pool); err != nil {
@@ -224,13 +240,9 @@ func (s *Store) Close() error {
 	s.closed = true
 	stop, done := s.stopListen, s.listenDone
 	for _, set := range s.waiters {
-		for w := range set {
-			select {
-			case w.ch <- struct{}{}:
-			default:
-			}
-		}
+		fire(set)
 	}
+	fire(s.feedWaiters)
 	s.mu.Unlock()
 	if stop != nil {
 		stop()
@@ -288,6 +300,8 @@ type tx struct {
 	now             time.Time
 	lastSeq         uint64
 	evs             []belay.Event
+	// changes are the change-feed rows of the state-changing events.
+	changes []store.Change
 	// changed says a store event was emitted (updated_at moves).
 	changed bool
 	// final holds the queued statements sent with the commit.
@@ -312,6 +326,7 @@ func (t *tx) emit(e belay.Event) (uint64, error) {
 	e.Seq, e.TS = t.lastSeq, t.now
 	if reserved(e.Type) {
 		t.changed = true
+		t.changes = append(t.changes, changeOf(t.session, &e))
 	}
 	t.evs = append(t.evs, e)
 	return e.Seq, nil
@@ -373,6 +388,9 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		for _, f := range t.tail {
 			f(&t.final)
 		}
+		// Last before COMMIT: the feed's cursors are taken under a lock
+		// held until the commit is visible.
+		queueChanges(&t.final, t.changes)
 		t.final.Queue(`COMMIT`)
 		return t.SendBatch(ctx, &t.final).Close()
 	}()
@@ -386,7 +404,7 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		}
 		return s.wrap(err)
 	}
-	s.committed(session)
+	s.committed(len(t.changes), session)
 	return nil
 }
 
@@ -433,16 +451,31 @@ func (s *Store) recall(m map[string]string, id string) (string, bool) {
 	return session, ok
 }
 
-// committed announces a commit to a session: its waiters on this node are
-// woken at once, those on other nodes by a NOTIFY sent after the commit.
-// The NOTIFY is not part of the write's transaction: PostgreSQL serializes
-// the commits of notifying transactions (a global lock held through the
-// WAL flush), which would cap the whole database at one commit per fsync.
-func (s *Store) committed(session string) {
-	s.wake(session)
+// committed announces a commit to sessions, with changes rows in the
+// change feed: their waiters on this node are woken at once, those on
+// other nodes by a NOTIFY sent after the commit. The NOTIFY is not part of
+// the write's transaction: PostgreSQL serializes the commits of notifying
+// transactions (a global lock held through the WAL flush), which would cap
+// the whole database at one commit per fsync.
+func (s *Store) committed(changes int, sessions ...string) {
 	s.notifyMu.Lock()
-	s.toNotify[session] = struct{}{}
+	for _, id := range sessions {
+		s.toNotify[id] = struct{}{}
+	}
+	if changes > 0 {
+		s.toNotify[feedPayload] = struct{}{}
+	}
 	s.notifyMu.Unlock()
+	for _, id := range sessions {
+		s.wake(id)
+	}
+	if changes > 0 {
+		s.wakeFeed()
+		if s.sinceTrim.Add(int64(changes)) >= max(s.keepChanges/8, 1) {
+			s.sinceTrim.Store(0)
+			s.trimDue.Store(true)
+		}
+	}
 	select {
 	case s.notifyKick <- struct{}{}:
 	default:
@@ -467,10 +500,14 @@ func (s *Store) notifier(ctx context.Context) {
 		}
 		clear(s.toNotify)
 		s.notifyMu.Unlock()
-		if len(batch) == 0 {
-			continue
+		if len(batch) > 0 {
+			_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, batch)
 		}
-		_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, batch)
+		if s.trimDue.Swap(false) {
+			// A failed trim is tried again after the next changes; the
+			// feed only grows meanwhile.
+			_ = s.trimChanges(ctx)
+		}
 	}
 }
 
@@ -532,6 +569,8 @@ func (s *Store) WaitEvents(ctx context.Context, id string, after uint64) error {
 	}
 }
 
+// addWaiter registers a waiter for session id, or for the change feed
+// (id feedPayload), and starts the listener if it is not yet.
 func (s *Store) addWaiter(id string) (*waiter, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -545,6 +584,10 @@ func (s *Store) addWaiter(id string) (*waiter, error) {
 		go s.listen(ctx)
 	}
 	w := &waiter{ch: make(chan struct{}, 1)}
+	if id == feedPayload {
+		s.feedWaiters[w] = struct{}{}
+		return w, nil
+	}
 	set := s.waiters[id]
 	if set == nil {
 		set = map[*waiter]struct{}{}
@@ -557,6 +600,10 @@ func (s *Store) addWaiter(id string) (*waiter, error) {
 func (s *Store) dropWaiter(id string, w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if id == feedPayload {
+		delete(s.feedWaiters, w)
+		return
+	}
 	if set := s.waiters[id]; set != nil {
 		delete(set, w)
 		if len(set) == 0 {
@@ -570,21 +617,32 @@ func (s *Store) dropWaiter(id string, w *waiter) {
 func (s *Store) wake(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fire := func(set map[*waiter]struct{}) {
-		for w := range set {
-			select {
-			case w.ch <- struct{}{}:
-			default:
-			}
-		}
-	}
 	if id == "" {
 		for _, set := range s.waiters {
 			fire(set)
 		}
+		fire(s.feedWaiters)
 		return
 	}
 	fire(s.waiters[id])
+}
+
+// wakeFeed signals the change feed's waiters.
+func (s *Store) wakeFeed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fire(s.feedWaiters)
+}
+
+// fire signals each waiter of set; a signal is kept until its waiter
+// takes it. s.mu is held.
+func fire(set map[*waiter]struct{}) {
+	for w := range set {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // listen holds one connection in LISTEN and wakes the waiters of every
@@ -634,6 +692,10 @@ func (s *Store) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.wake(n.Payload)
+		if n.Payload == feedPayload {
+			s.wakeFeed()
+		} else {
+			s.wake(n.Payload)
+		}
 	}
 }

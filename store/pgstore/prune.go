@@ -114,5 +114,10 @@ func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (store.PruneRepo
 		}
 		rep.Pruned = append(rep.Pruned, item)
 	}
+	if !p.DryRun {
+		if err := s.trimChanges(ctx); err != nil {
+			return rep, err
+		}
+	}
 	return rep, nil
 }

@@ -16,19 +16,34 @@ import (
 
 const runCols = `id, session, coalesce(idem_key, ''), status, phase, priority, provider, model, epoch,
 	lease_owner, lease_granted_at, lease_expires_at, attempt, error_class, error_message, reason,
-	deadline, input_seq, ref, created_at, updated_at, started_at, ended_at`
+	deadline, input_seq, ref, created_at, updated_at, started_at, ended_at,
+	cancel_reason, cancel_by, cancel_at, activity`
 
 func scanRun(row pgx.Row) (belay.Run, error) {
 	var r belay.Run
 	var epoch, inputSeq int64
 	var owner, errClass, errMsg *string
 	var granted, expires, deadline, started, ended *time.Time
-	var ref []byte
+	var ref, activity []byte
+	var cancelReason *string
+	var cancelBy string
+	var cancelAt *time.Time
 	err := row.Scan(&r.ID, &r.Session, &r.IdempotencyKey, &r.Status, &r.Phase, &r.Priority, &r.Provider, &r.Model, &epoch,
 		&owner, &granted, &expires, &r.Attempt, &errClass, &errMsg, &r.Reason,
-		&deadline, &inputSeq, &ref, &r.CreatedAt, &r.UpdatedAt, &started, &ended)
+		&deadline, &inputSeq, &ref, &r.CreatedAt, &r.UpdatedAt, &started, &ended,
+		&cancelReason, &cancelBy, &cancelAt, &activity)
 	if err != nil {
 		return r, err
+	}
+	if cancelReason != nil {
+		r.CancelRequest = &belay.CancelRequest{Reason: *cancelReason, By: cancelBy, At: utc(cancelAt)}
+	}
+	if len(activity) > 0 {
+		r.Activity = &belay.RunActivity{}
+		if err := json.Unmarshal(activity, r.Activity); err != nil {
+			return r, fmt.Errorf("%w: run %s activity: %v", belay.ErrCorruptRecord, r.ID, err)
+		}
+		r.Activity.LastProgress = r.Activity.LastProgress.UTC()
 	}
 	r.Epoch, r.InputSeq = uint64(epoch), uint64(inputSeq)
 	if owner != nil {
@@ -76,54 +91,16 @@ func checkRun(id string) error {
 // CreateRun creates a queued run, or returns the one its idempotency key
 // already made.
 func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bool, error) {
-	if err := checkJSON("run input", in.Input); err != nil {
-		return belay.Run{}, false, err
-	}
-	if len(in.Tags) > 0 || len(in.Meta) > 0 {
-		// Not stored here yet: refused rather than dropped.
-		return belay.Run{}, false, fmt.Errorf("%w: pgstore does not keep run tags and metadata yet", belay.ErrInvalid)
-	}
-	if err := checkSession(in.Session); err != nil {
-		return belay.Run{}, false, err
-	}
-	var id string
-	var out belay.Run
-	created := false
-	err := s.withSession(ctx, in.Session, belay.Sync, func(t *tx) error {
-		if in.IdempotencyKey != "" {
-			err := t.QueryRow(ctx, `SELECT id FROM belay_runs WHERE session = $1 AND idem_key = $2`, in.Session, in.IdempotencyKey).Scan(&id)
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-		}
-		var err error
-		id, err = s.createRun(t, in, t.provider, t.model)
-		created = err == nil
-		t.tail = append(t.tail, func(b *pgx.Batch) {
-			b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
-				out, err = scanRun(row)
-				return err
-			})
-		})
-		return err
-	})
-	if err != nil {
-		return belay.Run{}, false, err
-	}
-	if !created {
-		out, err = s.Run(ctx, id)
-	}
-	return out, created, err
+	res, err := s.Submit(ctx, store.SubmitInput{RunInput: in, Policy: store.PolicyEnqueue})
+	return res.Run, res.Created, err
 }
 
-// createRun journals run.created and inserts the run row in t.
-func (s *Store) createRun(t *tx, in belay.RunInput, sessProvider, sessModel string) (string, error) {
+// createRun journals run.created and inserts the run row in t. A front
+// run goes ahead of the session's queued runs.
+func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, sessModel string, front bool) error {
 	p := runCreated{
-		ID: ids.New(ids.Run), Key: in.IdempotencyKey, Priority: in.Priority,
-		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input,
+		ID: id, Key: in.IdempotencyKey, Priority: in.Priority,
+		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input, Front: front,
 	}
 	if p.Provider == "" {
 		p.Provider, p.Model = sessProvider, sessModel
@@ -133,7 +110,7 @@ func (s *Store) createRun(t *tx, in belay.RunInput, sessProvider, sessModel stri
 	}
 	data, err := marshal(p)
 	if err != nil {
-		return "", err
+		return err
 	}
 	e := belay.Event{Type: store.EventRunCreated, Run: p.ID, Data: data}
 	var key any
@@ -143,13 +120,13 @@ func (s *Store) createRun(t *tx, in belay.RunInput, sessProvider, sessModel stri
 	}
 	seq, err := t.emit(e)
 	if err != nil {
-		return "", err
+		return err
 	}
-	t.queue(`INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at)
-		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9)`,
-		p.ID, t.session, key, p.Priority, p.Provider, p.Model, int64(seq), nullTime(p.Deadline), t.now)
+	t.queue(`INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front)
+		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9, $10)`,
+		p.ID, t.session, key, p.Priority, p.Provider, p.Model, int64(seq), nullTime(p.Deadline), t.now, front)
 	s.remember(s.runSessions, p.ID, t.session)
-	return p.ID, nil
+	return nil
 }
 
 // Run returns one run.
@@ -222,6 +199,8 @@ type lockedRun struct {
 	epoch  uint64
 	owner  *string
 	expiry *time.Time
+	// cancelRequested says the run carries a cancel request.
+	cancelRequested bool
 }
 
 // withRun runs fn under the lock of the session that holds run id, with
@@ -255,9 +234,9 @@ func (s *Store) withRun(ctx context.Context, id string, fn func(t *tx, r *locked
 		})
 		// Read after the lock is granted (statements of a pipeline run in
 		// order), so the run is as the last writer left it.
-		b.Queue(`SELECT status, phase, epoch, lease_owner, lease_expires_at FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
+		b.Queue(`SELECT status, phase, epoch, lease_owner, lease_expires_at, cancel_reason IS NOT NULL FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
 			var epoch int64
-			err := row.Scan(&r.status, &r.phase, &epoch, &r.owner, &r.expiry)
+			err := row.Scan(&r.status, &r.phase, &epoch, &r.owner, &r.expiry, &r.cancelRequested)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
 			}
@@ -324,8 +303,9 @@ func leased(id string, r *lockedRun, epoch uint64) error {
 	return nil
 }
 
-// RenewRunLease extends the lease of the given epoch.
-func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration) (belay.Run, error) {
+// RenewRunLease extends the lease of the given epoch and records the
+// run's activity when act is not nil.
+func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl time.Duration, act *belay.RunActivity) (belay.Run, error) {
 	if ttl <= 0 {
 		return belay.Run{}, fmt.Errorf("%w: ttl must be positive", belay.ErrInvalid)
 	}
@@ -333,15 +313,27 @@ func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl 
 		if err := leased(id, r, epoch); err != nil {
 			return err
 		}
-		expires := t.now.Add(ttl)
-		data, err := marshal(runRenewed{ExpiresAt: expires})
+		p := runRenewed{ExpiresAt: t.now.Add(ttl)}
+		var activity any
+		if act != nil {
+			a := *act
+			a.LastProgress = a.LastProgress.UTC()
+			p.Activity = &a
+			raw, err := json.Marshal(a)
+			if err != nil {
+				return err
+			}
+			activity = string(raw)
+		}
+		data, err := marshal(p)
 		if err != nil {
 			return err
 		}
 		if _, err := t.emit(belay.Event{Type: store.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return err
 		}
-		t.queue(`UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3 WHERE id = $1`, id, expires, t.now)
+		t.queue(`UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3, activity = coalesce($4::jsonb, activity) WHERE id = $1`,
+			id, p.ExpiresAt, t.now, activity)
 		return nil
 	})
 }

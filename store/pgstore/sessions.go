@@ -38,6 +38,12 @@ type (
 		Model    string          `json:"model,omitempty"`
 		Deadline time.Time       `json:"deadline,omitzero"`
 		Input    json.RawMessage `json:"input,omitempty"`
+		// Front: submitted with policy interrupt, it runs next.
+		Front bool `json:"front,omitempty"`
+	}
+	runCancelRequested struct {
+		Reason string `json:"reason"`
+		By     string `json:"by,omitempty"`
 	}
 	runLeased struct {
 		Owner     string    `json:"owner"`
@@ -45,7 +51,8 @@ type (
 		Takeover  uint64    `json:"takeover,omitempty"`
 	}
 	runRenewed struct {
-		ExpiresAt time.Time `json:"expiresAt"`
+		ExpiresAt time.Time          `json:"expiresAt"`
+		Activity  *belay.RunActivity `json:"activity,omitempty"`
 	}
 	runUpdated struct {
 		Phase   belay.RunPhase         `json:"phase,omitempty"`
@@ -84,7 +91,7 @@ func reserved(typ string) bool {
 	case store.EventSessionCreated, store.EventRunCreated, store.EventRunLeased,
 		store.EventRunRenewed, store.EventRunReleased, store.EventRunUpdated,
 		store.EventDeliveryPosted, store.EventDeliveryLeased, store.EventDeliverySettled,
-		store.EventDeliveryExpired, store.EventDeliveryReturned:
+		store.EventDeliveryExpired, store.EventDeliveryReturned, store.EventRunCancelRequested:
 		return true
 	}
 	return false
@@ -207,7 +214,7 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 			return err
 		}
 		if in.FirstRun != nil {
-			if _, err := s.createRun(t, *in.FirstRun, in.Provider, in.Model); err != nil {
+			if err := s.createRun(t, ids.New(ids.Run), *in.FirstRun, in.Provider, in.Model, false); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,550 @@
+package pgstore
+
+import (
+	"context"
+		"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/store"
+)
+
+// This file holds the decisions that must hold across nodes (issue 14):
+// submit under a follow-up policy, claims under the caps with one running
+// run per session, owner records and the rescue of their runs, durable
+// cancel requests. Each is one transaction; every time is the database's.
+
+// claimLock is the advisory lock key that serializes claims across nodes:
+// a claim counts the running runs (the caps, one per session) from the
+// claims committed before it. Claims are short; a session busy with
+// another write is skipped (SKIP LOCKED), not waited for.
+const claimLock int64 = 0x62656c6179_03 // "belay", 3
+
+// defaultClaimMax bounds one claim when the caller names no maximum, as
+// in fsstore.
+const defaultClaimMax = 64
+
+// queuedOrder is the order of a session's queued runs: front runs first,
+// the newest first, then the others first in, first out.
+const queuedOrder = `front DESC, CASE WHEN front THEN -ord ELSE ord END`
+
+// Submit creates a run under a follow-up policy (see store.Store), in one
+// transaction under the session's lock.
+func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitResult, error) {
+	var res store.SubmitResult
+	if !in.Policy.Valid() {
+		return res, fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, in.Policy)
+	}
+	if err := checkJSON("run input", in.Input); err != nil {
+		return res, err
+	}
+	if len(in.Tags) > 0 || len(in.Meta) > 0 {
+		// Not stored here yet: refused rather than dropped.
+		return res, fmt.Errorf("%w: pgstore does not keep run tags and metadata yet", belay.ErrInvalid)
+	}
+	if err := checkSession(in.Session); err != nil {
+		return res, err
+	}
+	id := ids.New(ids.Run)
+	var existing string
+	err := s.withSession(ctx, in.Session, belay.Sync, func(t *tx) error {
+		if in.IdempotencyKey != "" {
+			err := t.QueryRow(ctx, `SELECT id FROM belay_runs WHERE session = $1 AND idem_key = $2`, in.Session, in.IdempotencyKey).Scan(&existing)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		front := false
+		if p := in.Policy; p == store.PolicyReject || p == store.PolicyReplace || p == store.PolicyInterrupt {
+			rows, err := t.Query(ctx, `SELECT id, status, cancel_reason IS NOT NULL FROM belay_runs
+				WHERE session = $1 AND status IN ('queued', 'running') ORDER BY status = 'running' DESC, `+queuedOrder, in.Session)
+			if err != nil {
+				return err
+			}
+			var active string
+			var activeAsked bool
+			var queued []string
+			for rows.Next() {
+				var rid, status string
+				var asked bool
+				if err := rows.Scan(&rid, &status, &asked); err != nil {
+					rows.Close()
+					return err
+				}
+				if belay.RunStatus(status) == belay.RunRunning {
+					if active == "" {
+						active, activeAsked = rid, asked
+					}
+				} else {
+					queued = append(queued, rid)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			switch p {
+			case store.PolicyReject:
+				if active != "" || len(queued) > 0 {
+					return store.ErrConversationBusy
+				}
+			case store.PolicyReplace:
+				reason := "replaced by " + id
+				for _, q := range queued {
+					err := s.updateRun(t, q, 0, &lockedRun{status: belay.RunQueued, phase: belay.PhaseQueued}, belay.RunUpdate{
+						Phase: belay.PhaseCancelled, Reason: reason,
+						Error: &belay.RunError{Class: belay.ClassCancelled, Message: reason},
+					})
+					if err != nil {
+						return err
+					}
+				}
+				res.Cancelled = queued
+			case store.PolicyInterrupt:
+				front = true
+				if active != "" {
+					res.Interrupted = active
+					if !activeAsked {
+						if err := s.requestCancel(t, active, "interrupted by run "+id, id); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
+		if err := s.createRun(t, id, in.RunInput, t.provider, t.model, front); err != nil {
+			return err
+		}
+		t.tail = append(t.tail, func(b *pgx.Batch) {
+			b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
+				res.Run, err = scanRun(row)
+				return err
+			})
+		})
+		res.Created = true
+		return nil
+	})
+	if err != nil {
+		return store.SubmitResult{}, err
+	}
+	if existing != "" {
+		run, err := s.Run(ctx, existing)
+		return store.SubmitResult{Run: run}, err
+	}
+	return res, nil
+}
+
+// requestCancel journals run.cancel_requested on a running run in t.
+func (s *Store) requestCancel(t *tx, id, reason, by string) error {
+	data, err := marshal(runCancelRequested{Reason: reason, By: by})
+	if err != nil {
+		return err
+	}
+	if _, err := t.emit(belay.Event{Type: store.EventRunCancelRequested, Run: id, Data: data}); err != nil {
+		return err
+	}
+	t.queue(`UPDATE belay_runs SET cancel_reason = $2, cancel_by = $3, cancel_at = $4, updated_at = $4 WHERE id = $1`, id, reason, by, t.now)
+	return nil
+}
+
+// RequestCancel cancels a queued run at once, and records a durable cancel
+// request on a running one.
+func (s *Store) RequestCancel(ctx context.Context, id, reason string) (belay.Run, error) {
+	if reason == "" {
+		reason = "cancelled by request"
+	}
+	var terminal error
+	run, err := s.withRun(ctx, id, func(t *tx, r *lockedRun) error {
+		switch {
+		case r.status.Terminal():
+			terminal = fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, id, r.status)
+			return nil
+		case r.cancelRequested:
+			return nil
+		case r.status == belay.RunQueued && r.owner == nil:
+			return s.updateRun(t, id, 0, r, belay.RunUpdate{
+				Phase: belay.PhaseCancelled, Reason: reason,
+				Error: &belay.RunError{Class: belay.ClassCancelled, Message: reason},
+			})
+		}
+		return s.requestCancel(t, id, reason, "")
+	})
+	if err != nil {
+		return belay.Run{}, err
+	}
+	return run, terminal
+}
+
+// Counts returns how many runs are queued and running.
+func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
+	if s.isClosed() {
+		return store.Counts{}, belay.ErrStoreClosed
+	}
+	var c store.Counts
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'queued'), count(*) FILTER (WHERE status = 'running')
+		FROM belay_runs WHERE status IN ('queued', 'running')`).Scan(&c.Queued, &c.Running)
+	return c, s.wrap(err)
+}
+
+// HeartbeatOwner records that owner is alive for ttl more, by the
+// database clock.
+func (s *Store) HeartbeatOwner(ctx context.Context, owner string, ttl time.Duration) error {
+	if owner == "" || ttl <= 0 {
+		return fmt.Errorf("%w: an owner heartbeat needs an owner and a positive ttl", belay.ErrInvalid)
+	}
+	if err := s.writable(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO belay_owners AS o (id, since, heartbeat, expires_at)
+		SELECT $1, n, n, n + $2::interval FROM (SELECT coalesce($3::timestamptz, clock_timestamp()) AS n) AS now
+		ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, expires_at = excluded.expires_at`,
+		owner, ttl, s.nowArg())
+	return s.wrap(err)
+}
+
+// RetireOwner ends owner's record: its runs may be rescued at once.
+func (s *Store) RetireOwner(ctx context.Context, owner string) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `DELETE FROM belay_owners WHERE id = $1`, owner)
+	return s.wrap(err)
+}
+
+// Owners lists the owner records, oldest first, live or not.
+func (s *Store) Owners(ctx context.Context) ([]store.Owner, error) {
+	if s.isClosed() {
+		return nil, belay.ErrStoreClosed
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, since, heartbeat, expires_at, expires_at > coalesce($1::timestamptz, clock_timestamp())
+		FROM belay_owners ORDER BY since, id`, s.nowArg())
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Owner, error) {
+		var o store.Owner
+		err := row.Scan(&o.ID, &o.Since, &o.Heartbeat, &o.ExpiresAt, &o.Live)
+		o.Since, o.Heartbeat, o.ExpiresAt = o.Since.UTC(), o.Heartbeat.UTC(), o.ExpiresAt.UTC()
+		return o, err
+	})
+	if out == nil {
+		out = []store.Owner{}
+	}
+	return out, s.wrap(err)
+}
+
+// grant is a lease ClaimRuns grants.
+type grant struct {
+	id, session string
+	epoch       uint64 // the new epoch
+	takeover    uint64 // the rescued lease's epoch (rescues only)
+	rescued     bool
+	seq         uint64
+}
+
+// ClaimRuns leases runnable runs to c.Owner (see store.Store) in one
+// transaction: the claim lock, then runs to rescue, then queued runs
+// within the caps, each under its session's row lock, with their
+// run.leased events and changes.
+func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, error) {
+	if c.Owner == "" || c.TTL <= 0 {
+		return nil, fmt.Errorf("%w: a claim needs an owner and a positive ttl", belay.ErrInvalid)
+	}
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
+	max := c.Max
+	if max <= 0 {
+		max = defaultClaimMax
+	}
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer pc.Release()
+	q := pc.Conn()
+	var out []store.Claimed
+	var sessions []string
+	nchanges := 0
+	err = func() error {
+		if _, err := q.Exec(ctx, `BEGIN`); err != nil {
+			return err
+		}
+		var now time.Time
+		// The clock is read once the lock is held: a claim that waited
+		// for it judges expiry and grants leases as of now, not as of
+		// when it began.
+		if err := q.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), coalesce($2::timestamptz, clock_timestamp())`, claimLock, s.nowArg()).Scan(nil, &now); err != nil {
+			return err
+		}
+		now = now.UTC()
+		grants, err := s.rescuable(ctx, q, c.Owner, now, max)
+		if err != nil {
+			return err
+		}
+		if len(grants) < max {
+			more, err := s.claimable(ctx, q, c.Limits, max-len(grants), grants)
+			if err != nil {
+				return err
+			}
+			grants = append(grants, more...)
+		}
+		if len(grants) == 0 {
+			_, err := q.Exec(ctx, `COMMIT`)
+			return err
+		}
+		var changes []store.Change
+		out, sessions, changes, err = s.lease(ctx, q, grants, c.Owner, now, now.Add(c.TTL))
+		nchanges = len(changes)
+		return err
+	}()
+	if err != nil {
+		if !q.IsClosed() && q.PgConn().TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = q.Exec(rctx, `ROLLBACK`)
+			cancel()
+		}
+		return nil, s.wrap(err)
+	}
+	if len(sessions) > 0 {
+		s.committed(nchanges, sessions...)
+	}
+	return out, nil
+}
+
+// rescuable locks the sessions of up to max running runs to rescue, and
+// returns those runs as they are under the locks: runs whose lease
+// expired, whose owner has no live record, or that have no lease — never
+// the claimer's own, never a live owner's under an unexpired lease.
+func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now time.Time, max int) ([]grant, error) {
+	const cond = `r.status = 'running' AND (r.lease_owner IS NULL OR (r.lease_owner <> $1 AND (r.lease_expires_at <= $2
+		OR NOT EXISTS (SELECT 1 FROM belay_owners o WHERE o.id = r.lease_owner AND o.expires_at > $2))))`
+	// Lock first (the session lock comes first, as in every write), then
+	// read the runs again under the locks: the statement that locked saw
+	// them as of before the wait.
+	rows, err := q.Query(ctx, `SELECT r.id FROM belay_runs r JOIN belay_sessions s ON s.id = r.session
+		WHERE `+cond+` ORDER BY r.ord LIMIT $3 FOR UPDATE OF s SKIP LOCKED`, owner, now, max)
+	if err != nil {
+		return nil, err
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(locked) == 0 {
+		return nil, err
+	}
+	rows, err = q.Query(ctx, `SELECT r.id, r.session, r.epoch FROM belay_runs r WHERE r.id = ANY($3) AND `+cond+` ORDER BY r.ord`, owner, now, locked)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (grant, error) {
+		var g grant
+		var epoch int64
+		err := row.Scan(&g.id, &g.session, &epoch)
+		g.takeover, g.epoch, g.rescued = uint64(epoch), uint64(epoch)+1, true
+		return g, err
+	})
+}
+
+// candidate is a session's next queued run.
+type candidate struct {
+	id, session, provider string
+	epoch                 uint64
+}
+
+// claimable picks up to max queued runs to start, in the order of the
+// scheduler (fsstore): only the next run of a session (front runs first,
+// then FIFO) and only in a session with no running run, by priority then
+// submit order; never more running runs than the caps allow, counting
+// every owner's (and the rescued runs, already running). It locks each
+// candidate's session, skipping sessions busy with another write.
+func (s *Store) claimable(ctx context.Context, q *pgx.Conn, lim store.Limits, max int, rescued []grant) ([]grant, error) {
+	running, byProvider := 0, map[string]int{}
+	rows, err := q.Query(ctx, `SELECT provider, count(*) FROM belay_runs WHERE status = 'running' GROUP BY provider`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var p string
+		var n int
+		if err := rows.Scan(&p, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		byProvider[p], running = n, running+n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	full := func(p string) bool {
+		c := lim.PerProvider[p]
+		return c > 0 && byProvider[p] >= c
+	}
+	var out []grant
+	taken := map[string]bool{} // sessions with a grant
+	for _, g := range rescued {
+		taken[g.session] = true
+	}
+	var seen []string
+	for len(out) < max {
+		if lim.Global > 0 && running >= lim.Global {
+			break
+		}
+		var fullProviders []string
+		for p := range lim.PerProvider {
+			if full(p) {
+				fullProviders = append(fullProviders, p)
+			}
+		}
+		// A page of candidates, their sessions locked. Providers at their
+		// cap are left out, so a page is never all runs that cannot start.
+		page := 2*max + 8
+		rows, err := q.Query(ctx, `SELECT r.id FROM belay_runs r JOIN belay_sessions s ON s.id = r.session
+			WHERE r.status = 'queued' AND r.provider <> ALL($1) AND r.id <> ALL($2)
+			  AND r.id = (SELECT n.id FROM belay_runs n WHERE n.session = r.session AND n.status = 'queued' ORDER BY `+queuedOrder+` LIMIT 1)
+			  AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running')
+			ORDER BY r.priority DESC, r.ord
+			LIMIT $3
+			FOR UPDATE OF s SKIP LOCKED`, fullProviders, seen, page)
+		if err != nil {
+			return nil, err
+		}
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, err
+		}
+		if len(locked) == 0 {
+			break
+		}
+		seen = append(seen, locked...)
+		// Under the locks, the same test on a fresh snapshot.
+		rows, err = q.Query(ctx, `SELECT r.id, r.session, r.provider, r.epoch FROM belay_runs r
+			WHERE r.id = ANY($1) AND r.status = 'queued'
+			  AND r.id = (SELECT n.id FROM belay_runs n WHERE n.session = r.session AND n.status = 'queued' ORDER BY `+queuedOrder+` LIMIT 1)
+			  AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running')
+			ORDER BY r.priority DESC, r.ord`, locked)
+		if err != nil {
+			return nil, err
+		}
+		cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
+			var c candidate
+			var epoch int64
+			err := row.Scan(&c.id, &c.session, &c.provider, &epoch)
+			c.epoch = uint64(epoch)
+			return c, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cands {
+			if len(out) >= max || lim.Global > 0 && running >= lim.Global {
+				break
+			}
+			if taken[c.session] || full(c.provider) {
+				continue
+			}
+			out = append(out, grant{id: c.id, session: c.session, epoch: c.epoch + 1})
+			taken[c.session] = true
+			running++
+			byProvider[c.provider]++
+		}
+		if len(locked) < page {
+			break // no more candidates
+		}
+	}
+	return out, nil
+}
+
+// lease grants the leases: one run.leased event per run with its
+// session's next seq, the run rows, the sessions' counters and the
+// changes, then reads the runs back and commits.
+func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner string, now, expires time.Time) ([]store.Claimed, []string, []store.Change, error) {
+	var sessions []string
+	for _, g := range grants {
+		if !slices.Contains(sessions, g.session) {
+			sessions = append(sessions, g.session)
+		}
+	}
+	lastSeq := map[string]uint64{}
+	rows, err := q.Query(ctx, `SELECT id, last_seq FROM belay_sessions WHERE id = ANY($1)`, sessions)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for rows.Next() {
+		var id string
+		var seq int64
+		if err := rows.Scan(&id, &seq); err != nil {
+			rows.Close()
+			return nil, nil, nil, err
+		}
+		lastSeq[id] = uint64(seq)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, nil, err
+	}
+	n := len(grants)
+	evSessions, seqs, runs, epochs, data := make([]string, n), make([]int64, n), make([]string, n), make([]int64, n), make([]string, n)
+	changes := make([]store.Change, n)
+	for i := range grants {
+		g := &grants[i]
+		lastSeq[g.session]++
+		g.seq = lastSeq[g.session]
+		raw, err := marshal(runLeased{Owner: owner, ExpiresAt: expires, Takeover: g.takeover})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		evSessions[i], seqs[i], runs[i], epochs[i], data[i] = g.session, int64(g.seq), g.id, int64(g.epoch), string(raw)
+		changes[i] = store.Change{Session: g.session, Seq: g.seq, Type: store.EventRunLeased, Run: g.id}
+	}
+	counters := make([]int64, len(sessions))
+	for i, id := range sessions {
+		counters[i] = int64(lastSeq[id])
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO belay_events (session, seq, ts, type, run, epoch, data)
+		SELECT e.session, e.seq, $1, $2, e.run, e.epoch, e.data::json
+		FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::text[]) AS e(session, seq, run, epoch, data)`,
+		now, store.EventRunLeased, evSessions, seqs, runs, epochs, data)
+	b.Queue(`UPDATE belay_runs r SET epoch = g.epoch, lease_owner = $1, lease_granted_at = $2, lease_expires_at = $3, updated_at = $2,
+			phase = CASE WHEN r.phase = 'queued' THEN 'admitted' ELSE r.phase END,
+			status = CASE WHEN r.phase = 'queued' THEN 'running' ELSE r.status END,
+			started_at = CASE WHEN r.phase = 'queued' THEN $2 ELSE r.started_at END,
+			front = false
+		FROM unnest($4::text[], $5::bigint[]) AS g(id, epoch) WHERE r.id = g.id`, owner, now, expires, runs, epochs)
+	b.Queue(`UPDATE belay_sessions s SET last_seq = c.seq, updated_at = $1, last_event_at = $1
+		FROM unnest($2::text[], $3::bigint[]) AS c(id, seq) WHERE s.id = c.id`, now, sessions, counters)
+	byID := map[string]belay.Run{}
+	b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = ANY($1)`, runs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			r, err := scanRun(rows)
+			if err != nil {
+				return err
+			}
+			byID[r.ID] = r
+		}
+		return rows.Err()
+	})
+	// Last: the feed's cursors, under the head's lock until COMMIT.
+	queueChanges(b, changes)
+	b.Queue(`COMMIT`)
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, nil, err
+	}
+	out := make([]store.Claimed, 0, n)
+	for _, g := range grants {
+		r, ok := byID[g.id]
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("pgstore: claimed run %s vanished", g.id)
+		}
+		out = append(out, store.Claimed{Run: r, Rescued: g.rescued})
+	}
+	return out, sessions, changes, nil
+}
