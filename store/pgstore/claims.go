@@ -2,7 +2,7 @@ package pgstore
 
 import (
 	"context"
-		"errors"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -392,12 +392,12 @@ func (s *Store) claimable(ctx context.Context, q *pgx.Conn, lim store.Limits, ma
 	for _, g := range rescued {
 		taken[g.session] = true
 	}
-	var seen []string
+	seen := []string{} // not nil: NULL would make <> ALL false
 	for len(out) < max {
 		if lim.Global > 0 && running >= lim.Global {
 			break
 		}
-		var fullProviders []string
+		fullProviders := []string{}
 		for p := range lim.PerProvider {
 			if full(p) {
 				fullProviders = append(fullProviders, p)

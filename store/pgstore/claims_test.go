@@ -1,0 +1,583 @@
+package pgstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/store/pgstore"
+)
+
+// claimIDs returns the ids of what a claim leased.
+func claimIDs(cs []store.Claimed) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Run.ID)
+	}
+	return out
+}
+
+// TestClaimOrder: one claim takes priority then FIFO, one run per
+// session, within the caps, and journals run.leased with the session's
+// next seq.
+func TestClaimOrder(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	mk := func(provider string, prio int) (belay.Session, belay.Run) {
+		sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: provider})
+		require.NoError(t, err)
+		r, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID, Priority: prio, Input: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		return sess, r
+	}
+	_, low := mk("a", 0)
+	sessHigh, high := mk("a", 5)
+	next, _, err := s.CreateRun(ctx, belay.RunInput{Session: sessHigh.ID, Priority: 9}) // same session: waits its turn
+	require.NoError(t, err)
+	_, b1 := mk("b", 1)
+	_, b2 := mk("b", 1)
+	lim := store.Limits{PerProvider: map[string]int{"b": 1}}
+	// Live owners: neither rescues the other's runs.
+	require.NoError(t, s.HeartbeatOwner(ctx, "o1", time.Hour))
+	require.NoError(t, s.HeartbeatOwner(ctx, "o2", time.Hour))
+
+	got, err := s.ClaimRuns(ctx, store.Claim{Owner: "o1", Max: 10, TTL: time.Minute, Limits: lim})
+	require.NoError(t, err)
+	require.Equal(t, []string{high.ID, b1.ID, low.ID}, claimIDs(got), "priority then FIFO; one run per session; b capped at 1")
+	for _, c := range got {
+		require.False(t, c.Rescued)
+		require.Equal(t, uint64(1), c.Run.Epoch)
+		require.Equal(t, belay.RunRunning, c.Run.Status)
+		require.Equal(t, belay.PhaseAdmitted, c.Run.Phase)
+		require.Equal(t, "o1", c.Run.Lease.Owner)
+	}
+	counts, err := s.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.Counts{Queued: 2, Running: 3}, counts)
+
+	evs, err := s.Events(ctx, sessHigh.ID, 0, 0)
+	require.NoError(t, err)
+	last := evs[len(evs)-1]
+	require.Equal(t, store.EventRunLeased, last.Type)
+	require.Equal(t, uint64(len(evs)), last.Seq, "gap-free with the store's own writes")
+	require.Equal(t, uint64(1), last.Epoch)
+
+	// The claimed lease is the store's lease: the owner writes under it.
+	_, err = s.UpdateRun(ctx, high.ID, 1, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	again, err := s.ClaimRuns(ctx, store.Claim{Owner: "o1", Max: 10, TTL: time.Minute, Limits: lim})
+	require.NoError(t, err)
+	require.Equal(t, []string{next.ID}, claimIDs(again), "the session's next run; b stays at its cap")
+	require.NotContains(t, claimIDs(again), b2.ID)
+
+	// The global cap counts every running run.
+	_, err = s.UpdateRun(ctx, b1.ID, 1, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	none, err := s.ClaimRuns(ctx, store.Claim{Owner: "o2", Max: 10, TTL: time.Minute, Limits: store.Limits{Global: 2}})
+	require.NoError(t, err)
+	require.Empty(t, none, "two running (low, next): at the global cap")
+	one, err := s.ClaimRuns(ctx, store.Claim{Owner: "o2", Max: 10, TTL: time.Minute, Limits: store.Limits{Global: 3}})
+	require.NoError(t, err)
+	require.Equal(t, []string{b2.ID}, claimIDs(one))
+
+	_, err = s.ClaimRuns(ctx, store.Claim{Owner: "", TTL: time.Minute})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+}
+
+// TestSubmitPolicies: reject, replace and interrupt decide in one write;
+// an interrupting run goes next, the newest first; idempotency keys win
+// over the policy.
+func TestSubmitPolicies(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	submit := func(p store.Policy, key string) store.SubmitResult {
+		t.Helper()
+		res, err := s.Submit(ctx, store.SubmitInput{Policy: p, RunInput: belay.RunInput{Session: sess.ID, IdempotencyKey: key, Input: json.RawMessage(`{"n":1}`)}})
+		require.NoError(t, err)
+		return res
+	}
+	claimOne := func() string {
+		t.Helper()
+		cs, err := s.ClaimRuns(ctx, store.Claim{Owner: "o", Max: 10, TTL: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, cs, 1)
+		return cs[0].Run.ID
+	}
+	r1 := submit(store.PolicyReject, "k1")
+	require.True(t, r1.Created)
+	_, err = s.Submit(ctx, store.SubmitInput{Policy: store.PolicyReject, RunInput: belay.RunInput{Session: sess.ID}})
+	require.ErrorIs(t, err, store.ErrConversationBusy)
+	dup := submit(store.PolicyReject, "k1")
+	require.False(t, dup.Created, "a known key returns the original whatever the policy")
+	require.Equal(t, r1.Run.ID, dup.Run.ID)
+	_, err = s.Submit(ctx, store.SubmitInput{Policy: "sideways", RunInput: belay.RunInput{Session: sess.ID}})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+
+	require.Equal(t, r1.Run.ID, claimOne())
+	q1, q2 := submit(store.PolicyEnqueue, ""), submit("", "")
+	rep := submit(store.PolicyReplace, "")
+	require.Equal(t, []string{q1.Run.ID, q2.Run.ID}, rep.Cancelled)
+	for _, id := range rep.Cancelled {
+		r, err := s.Run(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, belay.RunCancelled, r.Status)
+		require.Equal(t, "replaced by "+rep.Run.ID, r.Reason)
+	}
+
+	i1 := submit(store.PolicyInterrupt, "")
+	require.Equal(t, r1.Run.ID, i1.Interrupted)
+	running, err := s.Run(ctx, r1.Run.ID)
+	require.NoError(t, err)
+	require.NotNil(t, running.CancelRequest)
+	require.Equal(t, i1.Run.ID, running.CancelRequest.By)
+	require.Equal(t, "interrupted by run "+i1.Run.ID, running.CancelRequest.Reason)
+	i2 := submit(store.PolicyInterrupt, "")
+	require.Equal(t, r1.Run.ID, i2.Interrupted)
+	again, err := s.Run(ctx, r1.Run.ID)
+	require.NoError(t, err)
+	require.Equal(t, i1.Run.ID, again.CancelRequest.By, "the first request stands")
+
+	_, err = s.UpdateRun(ctx, r1.Run.ID, 1, belay.RunUpdate{Phase: belay.PhaseCancelled, Error: &belay.RunError{Class: belay.ClassCancelled}})
+	require.NoError(t, err)
+	// Conversation order now: i2 (newest front), i1, then rep (FIFO).
+	for _, want := range []string{i2.Run.ID, i1.Run.ID, rep.Run.ID} {
+		id := claimOne()
+		require.Equal(t, want, id)
+		r, err := s.Run(ctx, id)
+		require.NoError(t, err)
+		_, err = s.UpdateRun(ctx, id, r.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+		require.NoError(t, err)
+	}
+}
+
+// TestClaimRace: claimers on two stores (two nodes, two pools) race while
+// runs finish; the caps and one running run per session are never
+// exceeded and no run is claimed twice.
+func TestClaimRace(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b := open(t, url, nil)
+	defer b.Close()
+	const sessions, perSession = 12, 4
+	for i := 0; i < sessions; i++ {
+		sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: []string{"p", "q", "r"}[i%3]})
+		require.NoError(t, err)
+		for j := 0; j < perSession; j++ {
+			_, _, err := a.CreateRun(ctx, belay.RunInput{Session: sess.ID, Priority: j % 2})
+			require.NoError(t, err)
+		}
+	}
+	lim := store.Limits{Global: 5, PerProvider: map[string]int{"p": 2, "q": 1}}
+	var mu sync.Mutex
+	claims := map[string]int{}
+	check := func() {
+		var running, maxPerSession, p, q int
+		require.NoError(t, a.Pool().QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM belay_runs WHERE status = 'running'),
+			coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM belay_runs WHERE status = 'running' GROUP BY session) x), 0),
+			(SELECT count(*) FROM belay_runs WHERE status = 'running' AND provider = 'p'),
+			(SELECT count(*) FROM belay_runs WHERE status = 'running' AND provider = 'q')`).Scan(&running, &maxPerSession, &p, &q))
+		require.LessOrEqual(t, running, 5)
+		require.LessOrEqual(t, maxPerSession, 1)
+		require.LessOrEqual(t, p, 2)
+		require.LessOrEqual(t, q, 1)
+	}
+	var wg sync.WaitGroup
+	for w, st := range []*pgstore.Store{a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := fmt.Sprintf("o%d", w)
+			if err := st.HeartbeatOwner(ctx, owner, time.Hour); err != nil {
+				t.Error(err)
+				return
+			}
+			for round := 0; round < 400; round++ {
+				got, err := st.ClaimRuns(ctx, store.Claim{Owner: owner, Max: 2, TTL: time.Minute, Limits: lim})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, cl := range got {
+					mu.Lock()
+					claims[cl.Run.ID]++
+					mu.Unlock()
+					if _, err := st.UpdateRun(ctx, cl.Run.ID, cl.Run.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				c, err := st.Counts(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if c.Queued+c.Running == 0 {
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for finished := false; !finished; {
+		select {
+		case <-done:
+			finished = true
+		default:
+			check()
+		}
+	}
+	require.Len(t, claims, sessions*perSession, "every run was claimed")
+	for id, n := range claims {
+		require.Equal(t, 1, n, id)
+	}
+}
+
+// TestRescue: a live owner's runs are never rescued; once its record
+// expires (by the store's clock) another node rescues them under a new
+// epoch, fencing the old owner; a retired owner's runs are rescued at
+// once; a claimer never rescues its own runs.
+func TestRescue(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	clk := clock.NewFake(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	a := open(t, url, clk)
+	defer a.Close()
+	b := open(t, url, clk)
+	defer b.Close()
+	sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	r, _, err := a.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+	require.NoError(t, a.HeartbeatOwner(ctx, "A", time.Minute))
+	require.NoError(t, b.HeartbeatOwner(ctx, "B", time.Hour))
+	got, err := a.ClaimRuns(ctx, store.Claim{Owner: "A", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, []string{r.ID}, claimIDs(got))
+
+	got, err = b.ClaimRuns(ctx, store.Claim{Owner: "B", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, got, "A is live and its lease unexpired")
+
+	clk.Advance(2 * time.Minute) // A stopped heartbeating
+	owners, err := b.Owners(ctx)
+	require.NoError(t, err)
+	require.Len(t, owners, 2)
+	require.Equal(t, "A", owners[0].ID)
+	require.False(t, owners[0].Live)
+	require.True(t, owners[1].Live)
+	got, err = a.ClaimRuns(ctx, store.Claim{Owner: "A", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, got, "never the claimer's own run")
+
+	got, err = b.ClaimRuns(ctx, store.Claim{Owner: "B", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.True(t, got[0].Rescued)
+	require.Equal(t, uint64(2), got[0].Run.Epoch)
+	require.Equal(t, "B", got[0].Run.Lease.Owner)
+	require.Equal(t, belay.RunRunning, got[0].Run.Status)
+	evs, err := b.Events(ctx, sess.ID, 0, 0)
+	require.NoError(t, err)
+	var leased struct {
+		Owner    string `json:"owner"`
+		Takeover uint64 `json:"takeover"`
+	}
+	require.NoError(t, json.Unmarshal(evs[len(evs)-1].Data, &leased))
+	require.Equal(t, "B", leased.Owner)
+	require.Equal(t, uint64(1), leased.Takeover)
+	_, err = a.UpdateRun(ctx, r.ID, 1, belay.RunUpdate{Phase: belay.PhaseComplete})
+	var stale *belay.StaleEpochError
+	require.ErrorAs(t, err, &stale, "the old owner is fenced")
+
+	// B retires: its run is rescued at once by a live owner.
+	require.NoError(t, b.RetireOwner(ctx, "B"))
+	require.NoError(t, a.HeartbeatOwner(ctx, "A", time.Minute))
+	got, err = a.ClaimRuns(ctx, store.Claim{Owner: "A", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.True(t, got[0].Rescued)
+	require.Equal(t, uint64(3), got[0].Run.Epoch)
+
+	// An expired lease of a live owner is rescued too.
+	require.NoError(t, b.HeartbeatOwner(ctx, "B", time.Hour))
+	clk.Advance(time.Hour + time.Second)
+	require.NoError(t, a.HeartbeatOwner(ctx, "A", time.Hour))
+	got, err = b.ClaimRuns(ctx, store.Claim{Owner: "B", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, got, 1, "A is live but let its lease expire")
+	require.True(t, got[0].Rescued)
+}
+
+// TestRescueByDatabaseClock: without an injected clock, owner expiry is
+// judged by the database's clock: a rescuer on another node takes the run
+// once the owner's short record has expired.
+func TestRescueByDatabaseClock(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b := open(t, url, nil)
+	defer b.Close()
+	sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	r, _, err := a.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+	require.NoError(t, a.HeartbeatOwner(ctx, "A", 300*time.Millisecond))
+	got, err := a.ClaimRuns(ctx, store.Claim{Owner: "A", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	var rescued []store.Claimed
+	require.Eventually(t, func() bool {
+		rescued, err = b.ClaimRuns(ctx, store.Claim{Owner: "B", TTL: time.Hour})
+		require.NoError(t, err)
+		return len(rescued) == 1
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, r.ID, rescued[0].Run.ID)
+	require.True(t, rescued[0].Rescued)
+	owners, err := b.Owners(ctx)
+	require.NoError(t, err)
+	require.Len(t, owners, 1)
+	require.False(t, owners[0].Live)
+	require.True(t, owners[0].ExpiresAt.Before(time.Now().Add(time.Minute)))
+}
+
+// TestCancelAcrossNodes: a cancel requested on node A is durable on the
+// run and reaches node B through the change feed, in order and gap-free;
+// B's waiter is woken by the notification (it never polls).
+func TestCancelAcrossNodes(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b, err := pgstore.Open(ctx, url, pgstore.Options{PollEvery: time.Hour})
+	require.NoError(t, err)
+	defer b.Close()
+	sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	r, _, err := a.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+	queued, _, err := a.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+	got, err := b.ClaimRuns(ctx, store.Claim{Owner: "B", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	head, err := b.ChangeHead(ctx)
+	require.NoError(t, err)
+
+	woke := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		woke <- b.WaitChanges(wctx, head)
+	}()
+	run, err := a.RequestCancel(ctx, r.ID, "stop it")
+	require.NoError(t, err)
+	require.Equal(t, belay.RunRunning, run.Status, "running: the owner carries it out")
+	require.Equal(t, "stop it", run.CancelRequest.Reason)
+	require.NoError(t, <-woke)
+	again, err := a.RequestCancel(ctx, r.ID, "twice")
+	require.NoError(t, err)
+	require.Equal(t, "stop it", again.CancelRequest.Reason, "idempotent")
+	q, err := a.RequestCancel(ctx, queued.ID, "")
+	require.NoError(t, err)
+	require.Equal(t, belay.RunCancelled, q.Status, "queued: cancelled at once")
+
+	changes, next, err := b.Changes(ctx, head, 0)
+	require.NoError(t, err)
+	require.Len(t, changes, 2)
+	require.Equal(t, head+2, next)
+	require.Equal(t, store.Change{Cursor: head + 1, Session: sess.ID, Seq: changes[0].Seq, Type: store.EventRunCancelRequested, Run: r.ID}, changes[0])
+	require.Equal(t, store.Change{Cursor: head + 2, Session: sess.ID, Seq: changes[0].Seq + 1, Type: store.EventRunUpdated, Run: queued.ID, Ended: true}, changes[1])
+	seen, err := b.Run(ctx, r.ID)
+	require.NoError(t, err)
+	require.NotNil(t, seen.CancelRequest)
+	require.False(t, seen.CancelRequest.At.IsZero())
+
+	_, err = b.UpdateRun(ctx, r.ID, got[0].Run.Epoch, belay.RunUpdate{Phase: belay.PhaseCancelled, Error: &belay.RunError{Class: belay.ClassCancelled}})
+	require.NoError(t, err)
+	ended, err := a.RequestCancel(ctx, r.ID, "late")
+	require.ErrorIs(t, err, belay.ErrTerminal)
+	require.Equal(t, r.ID, ended.ID, "the run comes back with the refusal")
+	require.Equal(t, belay.RunCancelled, ended.Status)
+}
+
+// TestFeedGapFreeUnderLoad: writers on two nodes change many sessions at
+// once while a follower on a third reads the feed: it sees every change
+// exactly once, cursors without holes, each session's in seq order.
+func TestFeedGapFreeUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b := open(t, url, nil)
+	defer b.Close()
+	f := open(t, url, nil)
+	defer f.Close()
+	start, err := f.ChangeHead(ctx)
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	followed := make(chan []store.Change, 1)
+	go func() {
+		var all []store.Change
+		cursor := start
+		defer func() { followed <- all }()
+		for {
+			changes, next, err := f.Changes(ctx, cursor, 7)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			all = append(all, changes...)
+			cursor = next
+			if len(changes) > 0 {
+				continue
+			}
+			select {
+			case <-stop:
+				// Drain what the writers committed before they stopped.
+				rest, _, err := f.Changes(ctx, cursor, 0)
+				if err != nil {
+					t.Error(err)
+				}
+				all = append(all, rest...)
+				return
+			default:
+			}
+			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			_ = f.WaitChanges(wctx, cursor)
+			cancel()
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := 0; w < 6; w++ {
+		st := []*pgstore.Store{a, b}[w%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := 0; i < 15; i++ {
+				if _, _, err := st.PostDelivery(ctx, belay.DeliveryInput{Session: sess.ID, Type: "t"}); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, _, err := st.CreateRun(ctx, belay.RunInput{Session: sess.ID}); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := st.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "note"}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	all := <-followed
+	require.Len(t, all, 6*(1+2*15), "every state change once; caller events are not in the feed")
+	lastSeq := map[string]uint64{}
+	for i, c := range all {
+		require.Equal(t, start+uint64(i)+1, c.Cursor, "no holes")
+		require.Greater(t, c.Seq, lastSeq[c.Session], "a session's changes in seq order")
+		lastSeq[c.Session] = c.Seq
+		if c.Type == store.EventDeliveryPosted {
+			require.NotEmpty(t, c.Delivery)
+		}
+	}
+}
+
+// TestFeedTrim: the feed keeps the latest changes; a cursor behind them
+// is refused with ErrCursorExpired, as is one ahead of the feed.
+func TestFeedTrim(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	s, err := pgstore.Open(ctx, url, pgstore.Options{Migrate: true, KeepChanges: 4})
+	require.NoError(t, err)
+	defer s.Close()
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	for i := 0; i < 10; i++ {
+		_, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+		require.NoError(t, err)
+	}
+	_, err = s.Prune(ctx, store.PrunePolicy{})
+	require.NoError(t, err)
+	head, err := s.ChangeHead(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(11), head)
+	_, _, err = s.Changes(ctx, 0, 0)
+	require.ErrorIs(t, err, store.ErrCursorExpired)
+	changes, next, err := s.Changes(ctx, head-4, 0)
+	require.NoError(t, err)
+	require.Len(t, changes, 4)
+	require.Equal(t, head, next)
+	_, _, err = s.Changes(ctx, head+1, 0)
+	require.ErrorIs(t, err, store.ErrCursorExpired)
+}
+
+// TestActivityAcrossNodes: the activity a runner reports with a renewal is
+// visible from another node, and journaled in run.renewed.
+func TestActivityAcrossNodes(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b := open(t, url, nil)
+	defer b.Close()
+	sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	_, _, err = a.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+	got, err := a.ClaimRuns(ctx, store.Claim{Owner: "A", TTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	run := got[0].Run
+	require.Nil(t, run.Activity)
+	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.FixedZone("x", 3600))
+	_, err = a.RenewRunLease(ctx, run.ID, run.Epoch, time.Minute, &belay.RunActivity{LastProgress: at, Tier: "quiet"})
+	require.NoError(t, err)
+	_, err = a.RenewRunLease(ctx, run.ID, run.Epoch, time.Minute, nil)
+	require.NoError(t, err)
+	seen, err := b.Run(ctx, run.ID)
+	require.NoError(t, err)
+	require.NotNil(t, seen.Activity, "a renewal without activity keeps the last")
+	require.True(t, at.Equal(seen.Activity.LastProgress))
+	require.Equal(t, "quiet", seen.Activity.Tier)
+	evs, err := b.Events(ctx, sess.ID, 0, 0)
+	require.NoError(t, err)
+	var renewed map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(evs[len(evs)-2].Data, &renewed))
+	require.Contains(t, renewed, "expiresAt")
+	require.JSONEq(t, `{"lastProgress":"2026-11-23T09:00:00Z","tier":"quiet"}`, string(renewed["activity"]))
+}
+
+// TestMigrationsOrderedByNumber: migrations are applied by version number.
+func TestMigrationsOrderedByNumber(t *testing.T) {
+	all, err := pgstore.Migrations()
+	require.NoError(t, err)
+	for i := 1; i < len(all); i++ {
+		require.Less(t, all[i-1].Version, all[i].Version)
+	}
+	require.Equal(t, "claims", all[len(all)-1].Name)
+}
