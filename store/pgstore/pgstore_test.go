@@ -98,3 +98,17 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+// TestPeers runs the peer suite with one store per runtime instance over
+// one database: each has its own connection pool and listener, as nodes
+// on separate machines do.
+func TestPeers(t *testing.T) {
+	storetest.RunPeers(t, storetest.PeerHarness{New: func(t *testing.T, clk *clock.Fake, n int) []store.Store {
+		url := database(t)
+		out := make([]store.Store, n)
+		for i := range out {
+			out[i] = open(t, url, clk)
+		}
+		return out
+	}})
+}
