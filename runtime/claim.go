@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -76,6 +77,11 @@ func (r *Runtime) claimSoon() {
 // nothing else wakes it.
 func (r *Runtime) rescueEvery() time.Duration { return max(r.opts.LeaseTTL/4, 10*time.Millisecond) }
 
+// claimWorkers bounds the claims in flight at once. A claim waits for its
+// lease writes to be durable; several in flight keep admission going while
+// one waits, so that admission is not bounded by one sync at a time.
+const claimWorkers = 8
+
 // claimLoop claims runs whenever woken, and now and then to rescue runs of
 // owners that died.
 func (r *Runtime) claimLoop(ctx context.Context) {
@@ -90,6 +96,9 @@ func (r *Runtime) claimLoop(ctx context.Context) {
 		})
 	}
 	arm()
+	sem := make(chan struct{}, claimWorkers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -98,50 +107,59 @@ func (r *Runtime) claimLoop(ctx context.Context) {
 		case <-tick:
 			arm()
 		}
-		if !r.claim(ctx) && ctx.Err() == nil {
-			// The store refused: try again after a pause, not in a spin.
-			r.clk.AfterFunc(time.Second, r.claimSoon)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			full, ok := r.claim(ctx)
+			switch {
+			case !ok && ctx.Err() == nil:
+				// The store refused: try again after a pause, not in a spin.
+				r.clk.AfterFunc(time.Second, r.claimSoon)
+			case full:
+				r.claimSoon() // there may be more: another worker takes them
+			}
+		})
 	}
 }
 
-// claim takes what the store admits for this runtime and starts runners
-// for it. It reports false when the store refused.
-func (r *Runtime) claim(ctx context.Context) bool {
-	for {
-		r.mu.Lock()
-		stopping := r.stopping
-		r.mu.Unlock()
-		if stopping {
-			return true
-		}
-		cs, err := r.store.ClaimRuns(ctx, store.Claim{Owner: r.opts.Incarnation, Max: claimBatch, TTL: r.opts.LeaseTTL, Limits: r.opts.Limits})
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Warn("claim runs", "err", err)
-			}
-			return false
-		}
-		r.mu.Lock()
-		for _, c := range cs {
-			if r.stopping {
-				break // leased to this owner: the next start or a peer rescues it
-			}
-			if _, ok := r.runners[c.Run.ID]; ok {
-				continue
-			}
-			mode := startFresh
-			if c.Rescued {
-				mode = startReclaim
-			}
-			run := c.Run
-			r.startLocked(run.ID, mode, &run)
-		}
-		r.mu.Unlock()
-		if len(cs) < claimBatch {
-			return true
-		}
+// claim takes one batch of what the store admits for this runtime and
+// starts runners for it. It reports whether the batch was full (there may
+// be more), and false in ok when the store refused.
+func (r *Runtime) claim(ctx context.Context) (full, ok bool) {
+	r.mu.Lock()
+	stopping := r.stopping
+	r.mu.Unlock()
+	if stopping {
+		return false, true
 	}
+	cs, err := r.store.ClaimRuns(ctx, store.Claim{Owner: r.opts.Incarnation, Max: claimBatch, TTL: r.opts.LeaseTTL, Limits: r.opts.Limits})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("claim runs", "err", err)
+		}
+		return false, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range cs {
+		if r.stopping {
+			break // leased to this owner: the next start or a peer rescues it
+		}
+		if _, ok := r.runners[c.Run.ID]; ok {
+			continue
+		}
+		mode := startFresh
+		if c.Rescued {
+			mode = startReclaim
+		}
+		run := c.Run
+		r.startLocked(run.ID, mode, &run)
+	}
+	return len(cs) == claimBatch, true
 }
 
 // ownerLoop keeps the owner record alive. A heartbeat the store refuses

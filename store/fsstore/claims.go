@@ -267,17 +267,33 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 	s.claims.sched.setLimits(c.Limits)
 	picked := s.claims.sched.promote(max - len(out))
 	s.claims.mu.Unlock()
+	// The picked runs are in different sessions: their lease writes go
+	// to different journals and are synced side by side, not one after
+	// another.
+	type lease struct {
+		run belay.Run
+		ok  bool
+		err error
+	}
+	leases := make([]lease, len(picked))
+	var wg sync.WaitGroup
+	for i, id := range picked {
+		wg.Go(func() {
+			run, ok, err := s.leaseQueued(ctx, id, c.Owner, c.TTL)
+			leases[i] = lease{run, ok, err}
+		})
+	}
+	wg.Wait()
 	var back []string
-	for _, id := range picked {
-		run, ok, err := s.leaseQueued(ctx, id, c.Owner, c.TTL)
+	for i, l := range leases {
 		switch {
-		case err != nil:
-			back = append(back, id)
+		case l.err != nil:
+			back = append(back, picked[i])
 			if firstErr == nil {
-				firstErr = err
+				firstErr = l.err
 			}
-		case ok:
-			out = append(out, store.Claimed{Run: run})
+		case l.ok:
+			out = append(out, store.Claimed{Run: l.run})
 		}
 	}
 	if len(back) > 0 {
