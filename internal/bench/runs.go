@@ -57,6 +57,13 @@ type RunsResult struct {
 	P50Millis   float64 `json:"submit_to_complete_p50_ms"`
 	P99Millis   float64 `json:"submit_to_complete_p99_ms"`
 	SyncsPerRun float64 `json:"journal_events_per_run"`
+	// The raw baseline, measured in the same run on the same filesystem:
+	// 4 KiB append + fdatasync loops on one file, and on Submitters files
+	// at once. RunsPerFsync is RunsPerSec over FsyncPerSec: the figure that
+	// reads the same on a faster disk.
+	FsyncPerSec         float64 `json:"fdatasync_per_sec"`
+	ParallelFsyncPerSec float64 `json:"parallel_fdatasync_per_sec"`
+	RunsPerFsync        float64 `json:"runs_per_fdatasync"`
 	// Idle sessions: RSS growth after loading them, per session.
 	IdleSessions      int     `json:"idle_sessions,omitempty"`
 	IdleRSSBytes      int64   `json:"idle_rss_bytes,omitempty"`
@@ -95,8 +102,15 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 	} else if cfg.Store != "" && cfg.Store != "file:" {
 		return nil, fmt.Errorf("%w: store %q is not file: or postgres://USER@HOST/DB", belay.ErrInvalid, cfg.Store)
 	}
+	cfg.Progress("measuring the raw fdatasync rate of the filesystem (baseline)")
+	if err := fsyncBaseline(filepath.Join(root, "baseline"), cfg.Submitters, res); err != nil {
+		return nil, err
+	}
 	if err := benchRuns(ctx, cfg, filepath.Join(root, "runs"), res); err != nil {
 		return nil, err
+	}
+	if res.FsyncPerSec > 0 {
+		res.RunsPerFsync = res.RunsPerSec / res.FsyncPerSec
 	}
 	if cfg.IdleSessions > 0 && res.Store == "file" {
 		if err := benchIdle(ctx, cfg, filepath.Join(root, "idle"), res); err != nil {
@@ -107,6 +121,23 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 }
 
 // openRunsStore opens the store the runs bench runs on.
+// fsyncBaseline measures the filesystem's fdatasync rate, serial on one
+// file and parallel on files files, for a second each.
+func fsyncBaseline(dir string, files int, res *RunsResult) error {
+	const size, d = 4 << 10, time.Second
+	n, took, err := rawBaseline(filepath.Join(dir, "one"), 1, 1, d, size)
+	if err != nil {
+		return fmt.Errorf("bench: baseline: %w", err)
+	}
+	res.FsyncPerSec = float64(n) / took.Seconds()
+	n, took, err = rawBaseline(filepath.Join(dir, "many"), files, 1, d, size)
+	if err != nil {
+		return fmt.Errorf("bench: baseline: %w", err)
+	}
+	res.ParallelFsyncPerSec = float64(n) / took.Seconds()
+	return os.RemoveAll(dir)
+}
+
 func openRunsStore(ctx context.Context, cfg RunsConfig, dir string) (store.Store, error) {
 	if pgstore.IsURL(cfg.Store) {
 		return pgstore.Open(ctx, cfg.Store, pgstore.Options{Migrate: true, MaxConns: 2 * cfg.Submitters})

@@ -90,6 +90,9 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters, store %s, %d node(s)\n\n", res.Runs, res.Sessions, res.Submitters, res.Store, res.Nodes)
 	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run")
 	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun)
+	fmt.Fprintln(w, "\nbaseline (same filesystem, same run)\tfdatasync/s\truns/s ÷ fdatasync/s")
+	fmt.Fprintf(w, "1 file, 4 KiB appends\t%.0f\t%.2f\n", res.FsyncPerSec, res.RunsPerFsync)
+	fmt.Fprintf(w, "%d files at once\t%.0f\t%.2f\n", res.Submitters, res.ParallelFsyncPerSec, res.RunsPerSec/max(res.ParallelFsyncPerSec, 1))
 	if res.IdleSessions > 0 {
 		fmt.Fprintln(w, "\nidle sessions\tRSS\tper session\tload time\topen files")
 		fmt.Fprintf(w, "%d\t%s\t%.0f B\t%.2f s\t%d\n", res.IdleSessions, sizeString(res.IdleRSSBytes), res.IdleBytesPerSess, res.IdleLoadSeconds, res.IdleOpenJournals)
