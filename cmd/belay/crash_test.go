@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -159,4 +160,112 @@ func TestDaemonCrashWithWatchers(t *testing.T) {
 			require.Equal(t, 1, k, "delivery %s settled %d times", id, k)
 		}
 	}
+}
+
+// TestSIGKILLAtPeakThroughput SIGKILLs the daemon while 16 submitters push
+// no-op runs as fast as it takes them, restarts it, and checks that no
+// acknowledged submit is lost, no completion a client saw is taken back
+// (same end time), and no idempotency key made two runs (issue 15).
+func TestSIGKILLAtPeakThroughput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "belay")
+	require.NoError(t, os.Symlink(os.Args[0], bin))
+	daemon := startServe(t, bin, dir)
+	defer func() { _ = daemon.Process.Kill(); _ = daemon.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
+
+	const sessions, submitters = 100, 16
+	sess := make([]string, sessions)
+	for i := range sess {
+		s, err := c.CreateSession(ctx, api.CreateSessionRequest{Provider: "fake"}, "")
+		require.NoError(t, err)
+		sess[i] = s.ID
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var (
+		mu    sync.Mutex
+		acked = map[string]string{} // idempotency key -> run
+		ended = map[string]time.Time{}
+		next  atomic.Int64
+		peak  = make(chan struct{})
+		once  sync.Once
+	)
+	var wg sync.WaitGroup
+	for range submitters {
+		wg.Go(func() {
+			for loadCtx.Err() == nil {
+				i := next.Add(1)
+				key := fmt.Sprintf("peak-%d", i)
+				r, err := c.CreateRun(loadCtx, api.CreateRunRequest{Session: sess[i%sessions], Prompt: "ok", Script: json.RawMessage(`{"reply":"ok","tokens":1}`)}, key)
+				if err != nil {
+					return // the daemon is gone: this submit was never acknowledged
+				}
+				mu.Lock()
+				acked[key] = r.ID
+				mu.Unlock()
+			}
+		})
+	}
+	// A client watching completions as they happen.
+	wg.Go(func() {
+		for loadCtx.Err() == nil {
+			page, err := c.ListRuns(loadCtx, api.RunQuery{RunFilter: belay.RunFilter{Status: belay.RunComplete}, Limit: 1000})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			for _, r := range page.Runs {
+				ended[r.ID] = r.EndedAt
+			}
+			if len(acked) >= 400 && len(ended) >= 150 {
+				once.Do(func() { close(peak) })
+			}
+			mu.Unlock()
+		}
+	})
+	select {
+	case <-peak:
+	case <-ctx.Done():
+		t.Fatal("the load never reached its peak")
+	}
+	require.NoError(t, daemon.Process.Signal(syscall.SIGKILL))
+	_ = daemon.Wait()
+	stopLoad()
+	wg.Wait()
+	daemon = startServe(t, bin, dir)
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("killed at %d acknowledged submits, %d completions seen", len(acked), len(ended))
+	for key, id := range acked {
+		r, err := c.WaitRun(ctx, id, time.Minute)
+		require.NoError(t, err, "acknowledged run %s (key %s)", id, key)
+		require.Equal(t, belay.RunComplete, r.Status, "run %s: %s", id, r.Reason)
+		require.Equal(t, key, r.IdempotencyKey)
+	}
+	for id, at := range ended {
+		r, err := c.Run(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, belay.RunComplete, r.Status)
+		require.True(t, at.Equal(r.EndedAt), "run %s: the completion a client saw at %s was taken back (now %s)", id, at, r.EndedAt)
+	}
+	byKey := map[string]int{}
+	for _, s := range sess {
+		runs, err := c.Runs(ctx, s)
+		require.NoError(t, err)
+		for _, r := range runs {
+			byKey[r.IdempotencyKey]++
+		}
+	}
+	for key, n := range byKey {
+		require.Equal(t, 1, n, "idempotency key %s made %d runs", key, n)
+	}
+	require.NoError(t, daemon.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, daemon.Wait())
 }
