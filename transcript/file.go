@@ -522,7 +522,7 @@ func copyExcept(w io.Writer, r *os.File, size int64, bad []badLine) error {
 func replace(path string, fi fs.FileInfo, rep *FileReport, opts FileOptions, write func(io.Writer) error) error {
 	if !opts.NoBackup {
 		backup := path + ".bak-" + opts.Now().UTC().Format("20060102T150405.000000000Z")
-		if err := copyFile(backup, path, fi); err != nil {
+		if err := keepBackup(backup, path, fi); err != nil {
 			return fmt.Errorf("transcript: keep backup %s: %w", backup, err)
 		}
 		rep.Backup = backup
@@ -555,6 +555,23 @@ func copyInto(w io.Writer, path string) error {
 	defer in.Close()
 	_, err = io.Copy(w, in)
 	return err
+}
+
+// keepBackup makes dst the backup of src; an existing dst is not
+// replaced. It is a hard link to src's bytes where the filesystem allows
+// one: repair never writes into src (it renames a new file over it), so
+// the link keeps the original bytes, mode and owner without copying them.
+// The rename's directory fsync makes the link durable with the repair.
+// Elsewhere it is a copy (copyFile).
+func keepBackup(dst, src string, fi fs.FileInfo) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return fmt.Errorf("%s already exists", dst)
+	}
+	err := os.Link(src, dst)
+	if err == nil || errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return copyFile(dst, src, fi)
 }
 
 // copyFile writes the backup dst of src, atomically, with src's mode and
