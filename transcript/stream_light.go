@@ -36,7 +36,6 @@ func (lb *lightBlock) input(f Format) bool {
 // read reads a line of format f, which is valid JSON (the scan checked it).
 func (ll *lightLine) read(f Format, line []byte) {
 	*ll = lightLine{blocks: ll.blocks[:0]}
-	var content []byte
 	walkObject(line, 0, func(key []byte, v int) int {
 		switch string(key) {
 		case "type":
@@ -47,12 +46,16 @@ func (ll *lightLine) read(f Format, line []byte) {
 			ll.apiError = line[v] == 't'
 		case "message":
 			return walkObject(line, v, func(key []byte, v int) int {
+				if string(key) == "content" {
+					// The last content wins, as in encoding/json.
+					var e int
+					ll.blocks, e = lightBlocks(line, v, ll.blocks[:0])
+					return e
+				}
 				e := skipValue(line, v)
 				switch string(key) {
 				case "role":
 					ll.role = line[v:e]
-				case "content":
-					content = line[v:e]
 				case "stopReason":
 					if f == FormatPi {
 						ll.stop = line[v:e]
@@ -71,7 +74,6 @@ func (ll *lightLine) read(f Format, line []byte) {
 		}
 		return skipValue(line, v)
 	})
-	ll.blocks = lightBlocks(content, ll.blocks)
 }
 
 // user reports whether the line's text blocks are user text (whose
@@ -293,6 +295,9 @@ func (lb *lightBlock) blankText(user bool) bool {
 	if !user {
 		return false
 	}
+	if len(lb.text) >= 2 && lb.text[0] == '"' && bytes.IndexByte(lb.text, '\\') < 0 {
+		return len(bytes.TrimSpace(lb.text[1:len(lb.text)-1])) == 0
+	}
 	s, _ := jsonString(lb.text)
 	return strings.TrimSpace(s) == ""
 }
@@ -365,46 +370,52 @@ func walkObject(b []byte, i int, fn func(key []byte, v int) int) int {
 	return i
 }
 
-// lightBlocks reads content (a string or an array of blocks) of any of the
-// block shapes pi, Claude Code and Anthropic use into out.
-func lightBlocks(c []byte, out []lightBlock) []lightBlock {
-	if isNullish(c) {
-		return out
+// lightBlocks reads the content value at b[i] (a string or an array of
+// blocks, of any of the block shapes pi, Claude Code and Anthropic use)
+// into out, and returns where the value ends.
+func lightBlocks(b []byte, i int, out []lightBlock) ([]lightBlock, int) {
+	if i >= len(b) {
+		return out, i
 	}
-	if c[0] == '"' {
-		return append(out, lightBlock{obj: true, typ: []byte(`"text"`), text: c})
+	switch b[i] {
+	case '"':
+		e := skipString(b, i)
+		return append(out, lightBlock{obj: true, typ: []byte(`"text"`), text: b[i:e]}), e
+	case '[':
+	default:
+		return out, skipValue(b, i)
 	}
-	if c[0] != '[' {
-		return out
-	}
-	i := skipSpace(c, 1)
-	for i < len(c) && c[i] != ']' {
-		lb := lightBlock{obj: c[i] == '{'}
-		i = walkObject(c, i, func(key []byte, v int) int {
-			e := skipValue(c, v)
+	i = skipSpace(b, i+1)
+	for i < len(b) && b[i] != ']' {
+		lb := lightBlock{obj: b[i] == '{'}
+		i = walkObject(b, i, func(key []byte, v int) int {
+			e := skipValue(b, v)
 			switch string(key) {
 			case "type":
-				lb.typ = c[v:e]
+				lb.typ = b[v:e]
 			case "id":
-				lb.id = c[v:e]
+				lb.id = b[v:e]
 			case "name":
-				lb.name = c[v:e]
+				lb.name = b[v:e]
 			case "text":
-				lb.text = c[v:e]
+				lb.text = b[v:e]
 			case "tool_use_id":
-				lb.useID = c[v:e]
+				lb.useID = b[v:e]
 			case "input":
-				lb.hasInput = lb.hasInput || !isNullish(c[v:e])
+				lb.hasInput = lb.hasInput || !isNullish(b[v:e])
 			case "arguments":
-				lb.hasArgs = lb.hasArgs || !isNullish(c[v:e])
+				lb.hasArgs = lb.hasArgs || !isNullish(b[v:e])
 			}
 			return e
 		})
-		i = skipSpace(c, i)
-		if i < len(c) && c[i] == ',' {
-			i = skipSpace(c, i+1)
+		i = skipSpace(b, i)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
 		}
 		out = append(out, lb)
 	}
-	return out
+	if i < len(b) {
+		i++ // ]
+	}
+	return out, i
 }
