@@ -562,15 +562,19 @@ func copyInto(w io.Writer, path string) error {
 // one: repair never writes into src (it renames a new file over it), so
 // the link keeps the original bytes, mode and owner without copying them.
 // The rename's directory fsync makes the link durable with the repair.
-// Where link fails (a filesystem without hard links) it is a copy
-// (copyFile). link is os.Link but in tests.
+// Where link fails (a filesystem without hard links), or src is a
+// symlink, it is a copy (copyFile). link is os.Link but in tests.
 func keepBackup(dst, src string, fi fs.FileInfo, link func(oldname, newname string) error) error {
 	if _, err := os.Lstat(dst); err == nil {
 		return fmt.Errorf("%s already exists", dst)
 	}
-	err := link(src, dst)
-	if err == nil || errors.Is(err, fs.ErrExist) {
-		return err
+	// A link to a symlink would be a symlink (link(2) does not follow it):
+	// its target's bytes are copied instead.
+	if li, err := os.Lstat(src); err == nil && li.Mode().IsRegular() {
+		err := link(src, dst)
+		if err == nil || errors.Is(err, fs.ErrExist) {
+			return err
+		}
 	}
 	return copyFile(dst, src, fi)
 }

@@ -272,4 +272,18 @@ func TestRepairFileBackup(t *testing.T) {
 	require.False(t, os.SameFile(fi, cfi), "copied")
 	require.Equal(t, os.FileMode(0o640), cfi.Mode().Perm())
 	require.ErrorContains(t, keepBackup(dst, src, fi, os.Link), "already exists")
+
+	// Through a symlink, the backup is a copy of the target's bytes, not a
+	// second symlink.
+	target := copyFixture(t, "pi_broken.jsonl", 0o640)
+	link := filepath.Join(t.TempDir(), "link.jsonl")
+	require.NoError(t, os.Symlink(target, link))
+	rep, err = RepairFile(link, FileOptions{Now: fixed})
+	require.NoError(t, err)
+	li, err := os.Lstat(rep.Backup)
+	require.NoError(t, err)
+	require.True(t, li.Mode().IsRegular())
+	got, err = os.ReadFile(rep.Backup)
+	require.NoError(t, err)
+	require.Equal(t, before, got)
 }
