@@ -280,7 +280,8 @@ func simpleClean(items []fitem, started bool) bool {
 		}
 	}
 	if started {
-		var seen []uint64 // the frame's call ids (hashes)
+		var buf [16]uint64
+		seen := buf[:0] // the frame's call ids (hashes)
 		for skip(); i < n && items[i].p.role == RoleAssistant; skip() {
 			p := &items[i].p
 			if p.errored || p.over {
