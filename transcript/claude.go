@@ -30,13 +30,13 @@ func claudeCheckKeys(line []byte, k *keyCheck) string {
 	if why := k.check(line); why != "" {
 		return why
 	}
-	typ, ok := str(line, k.topAt[0])
-	if !ok || typ == "" {
+	typ, ok := strBytes(line, k.topAt[0])
+	if !ok || len(typ) == 0 {
 		return `line has no "type"`
 	}
-	if typ == "user" || typ == "assistant" {
+	if string(typ) == "user" || string(typ) == "assistant" {
 		if !object(line, k.topAt[4]) {
-			return typ + ` line has no "message" object`
+			return string(typ) + ` line has no "message" object`
 		}
 		if k.bad {
 			return ambiguous

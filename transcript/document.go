@@ -197,7 +197,8 @@ func (d *Document) splitLines() error {
 		}
 		d.entries = append(d.entries, e)
 	}
-	if d.codec.hasHeader() && d.header == nil && len(d.entries) > 0 {
+	// Blank lines only: nothing to check, as in streaming repair.
+	if d.codec.hasHeader() && d.header == nil && slices.ContainsFunc(d.entries, func(e *entry) bool { return !e.blank }) {
 		return fmt.Errorf("%w: no header line; the file was not changed", ErrInvalidHeader)
 	}
 	return nil

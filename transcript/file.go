@@ -522,7 +522,7 @@ func copyExcept(w io.Writer, r *os.File, size int64, bad []badLine) error {
 func replace(path string, fi fs.FileInfo, rep *FileReport, opts FileOptions, write func(io.Writer) error) error {
 	if !opts.NoBackup {
 		backup := path + ".bak-" + opts.Now().UTC().Format("20060102T150405.000000000Z")
-		if err := copyFile(backup, path, fi); err != nil {
+		if err := keepBackup(backup, path, fi, os.Link); err != nil {
 			return fmt.Errorf("transcript: keep backup %s: %w", backup, err)
 		}
 		rep.Backup = backup
@@ -555,6 +555,28 @@ func copyInto(w io.Writer, path string) error {
 	defer in.Close()
 	_, err = io.Copy(w, in)
 	return err
+}
+
+// keepBackup makes dst the backup of src; an existing dst is not
+// replaced. It is a hard link to src's bytes where the filesystem allows
+// one: repair never writes into src (it renames a new file over it), so
+// the link keeps the original bytes, mode and owner without copying them.
+// The rename's directory fsync makes the link durable with the repair.
+// Where link fails (a filesystem without hard links), or src is a
+// symlink, it is a copy (copyFile). link is os.Link but in tests.
+func keepBackup(dst, src string, fi fs.FileInfo, link func(oldname, newname string) error) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return fmt.Errorf("%s already exists", dst)
+	}
+	// A link to a symlink would be a symlink (link(2) does not follow it):
+	// its target's bytes are copied instead.
+	if li, err := os.Lstat(src); err == nil && li.Mode().IsRegular() {
+		err := link(src, dst)
+		if err == nil || errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return copyFile(dst, src, fi)
 }
 
 // copyFile writes the backup dst of src, atomically, with src's mode and

@@ -2,6 +2,7 @@ package transcript
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,4 +234,56 @@ func TestParallelScanMatchesSequential(t *testing.T) {
 	require.NotEmpty(t, seq)
 	require.Equal(t, seq, par)
 	require.Equal(t, seqC, parC)
+}
+
+// TestRepairFileBackup: the backup is a hard link to the original bytes
+// (repair renames a new file over the path, so the link keeps them), or a
+// copy where links fail; either keeps the bytes and mode, and an existing
+// backup is never replaced.
+func TestRepairFileBackup(t *testing.T) {
+	t.Parallel()
+	path := copyFixture(t, "pi_broken.jsonl", 0o640)
+	before, err := os.ReadFile(path)
+	require.NoError(t, err)
+	orig, err := os.Stat(path)
+	require.NoError(t, err)
+	rep, err := RepairFile(path, FileOptions{Now: fixed})
+	require.NoError(t, err)
+	bfi, err := os.Stat(rep.Backup)
+	require.NoError(t, err)
+	require.True(t, os.SameFile(orig, bfi), "the backup is the original file, linked")
+	nfi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.False(t, os.SameFile(nfi, bfi), "the repaired file is a new one")
+
+	dir := t.TempDir()
+	src := filepath.Join(dir, "s.jsonl")
+	require.NoError(t, os.WriteFile(src, before, 0o640))
+	fi, err := os.Stat(src)
+	require.NoError(t, err)
+	noLinks := func(string, string) error { return errors.New("operation not permitted") }
+	dst := src + ".bak"
+	require.NoError(t, keepBackup(dst, src, fi, noLinks))
+	got, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	require.Equal(t, before, got)
+	cfi, err := os.Stat(dst)
+	require.NoError(t, err)
+	require.False(t, os.SameFile(fi, cfi), "copied")
+	require.Equal(t, os.FileMode(0o640), cfi.Mode().Perm())
+	require.ErrorContains(t, keepBackup(dst, src, fi, os.Link), "already exists")
+
+	// Through a symlink, the backup is a copy of the target's bytes, not a
+	// second symlink.
+	target := copyFixture(t, "pi_broken.jsonl", 0o640)
+	link := filepath.Join(t.TempDir(), "link.jsonl")
+	require.NoError(t, os.Symlink(target, link))
+	rep, err = RepairFile(link, FileOptions{Now: fixed})
+	require.NoError(t, err)
+	li, err := os.Lstat(rep.Backup)
+	require.NoError(t, err)
+	require.True(t, li.Mode().IsRegular())
+	got, err = os.ReadFile(rep.Backup)
+	require.NoError(t, err)
+	require.Equal(t, before, got)
 }

@@ -116,3 +116,29 @@ func FuzzRepairFile(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSkipString holds skipString (quotes found many bytes at a time) to
+// reading the string a byte at a time, escapes consuming the byte after
+// them, on any bytes.
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b"`, `"a\\"b`, `"\\\\\"x"`, `"abc\`, `"`, `"\u0022"`, `"x\\\"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' {
+			b = append([]byte{'"'}, b...)
+		}
+		want := len(b)
+		for i := 1; i < len(b); i++ {
+			if b[i] == '\\' {
+				i++
+				continue
+			}
+			if b[i] == '"' {
+				want = i + 1
+				break
+			}
+		}
+		require.Equal(t, want, skipString(b, 0), "%q", b)
+	})
+}

@@ -2,7 +2,6 @@ package transcript
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"strconv"
 )
@@ -29,24 +28,26 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index after the string that starts at b[i] ('"').
+// skipString returns the index after the string that starts at b[i] ('"'),
+// or len(b) if it does not end. A quote ends it unless an odd run of
+// backslashes comes right before it; the search for quotes is
+// bytes.IndexByte's, many bytes at a time.
 func skipString(b []byte, i int) int {
-	i++
-	for i < len(b) {
-		for i+8 <= len(b) && !special8(binary.LittleEndian.Uint64(b[i:]), false) {
-			i += 8
-		}
-		if i >= len(b) {
+	start := i + 1
+	for j := start; j < len(b); {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
 			break
 		}
-		switch b[i] {
-		case '\\':
-			i += 2
-			continue
-		case '"':
-			return i + 1
+		q := j + k
+		n := 0
+		for p := q - 1; p >= start && b[p] == '\\'; p-- {
+			n++
 		}
-		i++
+		if n%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
 	}
 	return len(b)
 }

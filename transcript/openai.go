@@ -17,7 +17,7 @@ func checkRoleLine(line []byte) string {
 	if why := k.check(line); why != "" {
 		return why
 	}
-	if _, ok := str(line, k.topAt[0]); !ok {
+	if _, ok := strBytes(line, k.topAt[0]); !ok {
 		return `message has no string "role"`
 	}
 	if k.bad {

@@ -43,21 +43,21 @@ func piCheckKeys(line []byte, k *keyCheck) string {
 	if why := k.check(line); why != "" {
 		return why
 	}
-	typ, ok := str(line, k.topAt[0])
-	if !ok || typ == "" {
+	typ, ok := strBytes(line, k.topAt[0])
+	if !ok || len(typ) == 0 {
 		return `entry has no "type"`
 	}
-	if typ == "session" {
+	if string(typ) == "session" {
 		return "a second session header"
 	}
 	if k.bad {
 		return ambiguous
 	}
-	if typ == "message" {
+	if string(typ) == "message" {
 		if !object(line, k.topAt[4]) {
 			return `message entry has no "message" object`
 		}
-		if _, ok := str(line, k.subAt[0]); !ok {
+		if _, ok := strBytes(line, k.subAt[0]); !ok {
 			return `message has no "role"`
 		}
 	}

@@ -15,9 +15,11 @@ type lineChunk struct {
 	data  []byte
 	recs  []lineRec
 	// Filled by the work function, read by the consumer.
-	scan []scanLine
-	msgs [][]*Message
-	done chan struct{}
+	scan   []scanLine
+	light  lightLine
+	parts  []lightPart
+	partAt [][2]int32 // per line: its parts, parts[from:to]
+	done   chan struct{}
 }
 
 // lineRec is one line of a chunk: its bytes data[start:end] (terminator

@@ -103,7 +103,7 @@ type streamRepair struct {
 	lost    map[uint64]*salvage
 	far     []farRef
 	win     []winSlot
-	winIdx  map[uint64]int32
+	winIdx  *idTable
 	winPos  int
 	bloom   []uint64 // every id, once the window has dropped some
 
@@ -153,11 +153,12 @@ func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 	s := &streamRepair{f: f, size: size, format: format, seed: maphash.MakeSeed(),
 		openBy: map[string][]*openCall{},
 		term:   "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
-		lost: map[uint64]*salvage{}, winIdx: map[uint64]int32{},
-		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
+		lost: map[uint64]*salvage{},
+		win:  make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
 	for i := range s.win {
 		s.win[i].line = -1
 	}
+	s.winIdx = newIDTable(len(s.win))
 	s.idKey, s.parK = "id", "parentId"
 	if format == FormatClaude {
 		s.idKey, s.parK = "uuid", "parentUuid"
@@ -355,7 +356,7 @@ func (s *streamRepair) drop(idx int, why string, line []byte) {
 // lookup finds the line of an id among the recent ones, or records a far
 // reference for the line idx (-1 for a salvaged parent).
 func (s *streamRepair) lookup(h uint64, idx int, raw []byte) int32 {
-	if slot, ok := s.winIdx[h]; ok {
+	if slot, ok := s.winIdx.get(h); ok {
 		return s.win[slot].line
 	}
 	str, _ := jsonString(raw)
@@ -376,7 +377,7 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 		return
 	}
 	h := r.h
-	if slot, ok := s.winIdx[h]; ok {
+	if slot, ok := s.winIdx.get(h); ok {
 		if s.win[slot].sum == r.sum {
 			s.flags[idx] |= fBad
 			s.parent[idx] = noParent
@@ -398,22 +399,29 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 	if s.bloom != nil {
 		s.bloomAdd(h)
 	}
-	if old.line >= 0 && s.winIdx[old.id] == int32(s.winPos) {
-		delete(s.winIdx, old.id)
+	if slot, ok := s.winIdx.get(old.id); old.line >= 0 && ok && slot == int32(s.winPos) {
+		s.winIdx.del(old.id)
 	}
 	s.win[s.winPos] = winSlot{id: h, line: int32(idx), sum: r.sum}
-	s.winIdx[h] = int32(s.winPos)
+	s.winIdx.put(h, int32(s.winPos))
 	s.winPos = (s.winPos + 1) % len(s.win)
 }
 
 // bloomBits is the size of the filter of ids kept once the window no
-// longer holds them all (2 MiB: for 400,000 ids, one false "maybe" in
-// about 2,000 lookups, which costs one more pass, never a wrong answer).
+// longer holds them all: 2 MiB, 5 bits per id. For 400,000 ids about one
+// lookup of an id not in the file in 40,000 says "maybe", which costs one
+// more pass, never a wrong answer.
 const bloomBits = 1 << 24
 
-func bloomPos(h uint64) [3]uint64 {
-	h2 := h*0x9e3779b97f4a7c15 | 1
-	return [3]uint64{h % bloomBits, (h + h2) % bloomBits, (h + 2*h2) % bloomBits}
+// bloomPos returns an id's bits in the filter: double hashing of the two
+// halves of its 64-bit hash, so the bits are independent of each other.
+func bloomPos(h uint64) [5]uint64 {
+	h1, h2 := h&0xffffffff, h>>32|1
+	var p [5]uint64
+	for i := range p {
+		p[i] = (h1 + uint64(i)*h2) % bloomBits
+	}
+	return p
 }
 
 func (s *streamRepair) bloomAdd(h uint64) {
@@ -444,7 +452,7 @@ func (s *streamRepair) resolveFar() error {
 	want := make(map[uint64]int32, len(s.far))
 	search := false
 	for _, r := range s.far {
-		switch slot, ok := s.winIdx[r.ph]; {
+		switch slot, ok := s.winIdx.get(r.ph); {
 		case ok:
 			want[r.ph] = s.win[slot].line
 		case s.bloom == nil || !s.bloomHas(r.ph):

@@ -1,6 +1,12 @@
 package transcript
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"slices"
 	"strings"
 )
 
@@ -9,7 +15,7 @@ import (
 // fitem is one item of the frame being read: a light message and where it
 // came from.
 type fitem struct {
-	m    *Message
+	p    lightPart
 	line int
 	off  int64
 	end  int64
@@ -21,7 +27,8 @@ type frameReader struct {
 	s           *streamRepair
 	cur         []fitem // the open frame (or the items before the first assistant)
 	started     bool    // cur holds a frame (it starts with an assistant part)
-	lastResp    string
+	lastResp    uint64  // hash of the last assistant part's response id
+	lastHasResp bool    // that id was not ""
 	sawOther    bool
 	held        []fitem // the last frame, not checked yet
 	heldStarted bool
@@ -39,14 +46,15 @@ func (s *streamRepair) check() error {
 		return p >= 0 && s.path.get(p) && !s.resCh.get(p) && s.flags[p]&fSide == s.flags[idx]&fSide
 	}
 	err := s.eachChunk(func(c *lineChunk) {
-		c.msgs = c.msgs[:0]
+		c.parts, c.partAt = c.parts[:0], c.partAt[:0]
 		for i, rec := range c.recs {
 			idx := c.first + i
-			var msgs []*Message
+			from := len(c.parts)
 			if !rec.tooLong && s.flags[idx]&fBad == 0 && (s.path.get(idx) || branch(idx)) {
-				msgs = lightMessages(s.format, c.line(i))
+				c.light.read(s.format, c.line(i))
+				c.parts = c.light.parts(s.format, s.seed, c.parts)
 			}
-			c.msgs = append(c.msgs, msgs)
+			c.partAt = append(c.partAt, [2]int32{int32(from), int32(len(c.parts))})
 		}
 	}, func(c *lineChunk) error {
 		for i, rec := range c.recs {
@@ -58,10 +66,11 @@ func (s *streamRepair) check() error {
 				v, _ := getString(c.line(i), s.idKey)
 				s.targets[idx] = v
 			}
+			parts := c.parts[c.partAt[i][0]:c.partAt[i][1]]
 			if s.path.get(idx) {
-				fr.add(idx, rec.off, rec.fend, c.msgs[i])
+				fr.add(idx, rec.off, rec.fend, parts)
 			} else if branch(idx) {
-				if err := fr.attach(idx, int(s.parent[idx]), rec.off, rec.fend, c.msgs[i]); err != nil {
+				if err := fr.attach(idx, int(s.parent[idx]), rec.off, rec.fend, parts); err != nil {
 					return err
 				}
 			}
@@ -71,31 +80,33 @@ func (s *streamRepair) check() error {
 	if err != nil {
 		return err
 	}
-	fr.close(true)
-	return nil
+	return fr.close(true)
 }
 
-func (fr *frameReader) add(idx int, off, end int64, msgs []*Message) {
-	for k, m := range msgs {
-		it := fitem{m: m, line: idx, off: off, end: end, part: k}
-		switch m.Role {
+func (fr *frameReader) add(idx int, off, end int64, parts []lightPart) error {
+	for k, p := range parts {
+		it := fitem{p: p, line: idx, off: off, end: end, part: k}
+		switch p.role {
 		case RoleAssistant:
-			same := fr.started && !fr.sawOther && m.Meta.ResponseID != "" && m.Meta.ResponseID == fr.lastResp
+			same := fr.started && !fr.sawOther && p.hasResp && fr.lastHasResp && p.resp == fr.lastResp
 			if !same {
-				fr.close(false)
+				if err := fr.close(false); err != nil {
+					return err
+				}
 				fr.started = true
 			}
-			fr.lastResp, fr.sawOther = m.Meta.ResponseID, false
+			fr.lastResp, fr.lastHasResp, fr.sawOther = p.resp, p.hasResp, false
 		case RoleUser, RoleSystem:
 			fr.sawOther = true
 		}
 		fr.cur = append(fr.cur, it)
 	}
+	return nil
 }
 
 // attach puts a result line that hangs on its call's line right after
 // that line (and the result lines attached to it before).
-func (fr *frameReader) attach(idx, p int, off, end int64, msgs []*Message) error {
+func (fr *frameReader) attach(idx, p int, off, end int64, parts []lightPart) error {
 	at := -1
 	for i, it := range fr.cur {
 		if it.line == p {
@@ -105,17 +116,16 @@ func (fr *frameReader) attach(idx, p int, off, end int64, msgs []*Message) error
 	if at < 0 {
 		return errNoStream // the result line came after its call's frame
 	}
-	call := fr.cur[at].m
-	if call.Role != RoleAssistant {
+	call := fr.cur[at]
+	if call.p.role != RoleAssistant {
 		return nil
 	}
-	calls := map[string]bool{}
-	for _, b := range call.ToolCalls() {
-		calls[b.ID] = true
+	calls, err := fr.callIDs(call)
+	if err != nil {
+		return err
 	}
-	for _, m := range msgs {
-		b, ok := resultOf(m)
-		if !ok || !calls[b.CallID] {
+	for _, m := range parts {
+		if !m.result || !slices.Contains(calls, m.resultID) {
 			return nil
 		}
 	}
@@ -124,51 +134,113 @@ func (fr *frameReader) attach(idx, p int, off, end int64, msgs []*Message) error
 	for at < len(fr.cur) && fr.s.flags[fr.cur[at].line]&fResult != 0 && !fr.s.path.get(fr.cur[at].line) {
 		at++
 	}
-	ins := make([]fitem, len(msgs))
-	for k, m := range msgs {
-		ins[k] = fitem{m: m, line: idx, off: off, end: end, part: k}
+	ins := make([]fitem, len(parts))
+	for k, m := range parts {
+		ins[k] = fitem{p: m, line: idx, off: off, end: end, part: k}
 	}
 	fr.cur = append(fr.cur[:at], append(ins, fr.cur[at:]...)...)
 	return nil
 }
 
+// callIDs returns the hashes of the ids of an assistant item's calls.
+func (fr *frameReader) callIDs(it fitem) ([]uint64, error) {
+	if !it.p.over {
+		out := make([]uint64, it.p.ncalls)
+		for i := range out {
+			out[i] = it.p.calls[i].id
+		}
+		return out, nil
+	}
+	m, err := fr.s.message(it)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, b := range m.ToolCalls() {
+		out = append(out, maphash.String(fr.s.seed, b.ID))
+	}
+	return out, nil
+}
+
+// message reads an item's message again, whole (as lightMessages does).
+func (s *streamRepair) message(it fitem) (*Message, error) {
+	msgs, err := s.lineMessages(it.off, it.end)
+	if err != nil {
+		return nil, err
+	}
+	if it.part >= len(msgs) {
+		return nil, fmt.Errorf("transcript: line %d changed while it was repaired", it.line+1)
+	}
+	return msgs[it.part], nil
+}
+
+// lineMessages reads the line at [off, end) (its terminator included)
+// again and returns its light messages.
+func (s *streamRepair) lineMessages(off, end int64) ([]*Message, error) {
+	b := make([]byte, end-off)
+	if _, err := s.f.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && off+int64(len(b)) == s.size) {
+		return nil, fmt.Errorf("transcript: %w", err)
+	}
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	b = bytes.TrimSuffix(b, []byte("\r"))
+	return lightMessages(s.format, b), nil
+}
+
 // close ends the open frame. It is held until the next frame is known:
 // a frame whose first part repair drops (every block a call without input
 // or id) merges into the frame before it, and the two are checked as one.
-func (fr *frameReader) close(last bool) {
+func (fr *frameReader) close(last bool) error {
 	if len(fr.cur) > 0 {
-		if fr.started && len(fr.held) > 0 && allCallsMalformed(fr.cur[0].m) {
+		if fr.started && len(fr.held) > 0 && fr.cur[0].p.malformed {
 			fr.held = append(fr.held, fr.cur...)
 		} else {
-			fr.finish(fr.held, fr.heldStarted)
-			fr.held = append(fr.held[:0:0], fr.cur...)
+			if err := fr.finish(fr.held, fr.heldStarted); err != nil {
+				return err
+			}
+			fr.held = append(fr.held[:0], fr.cur...)
 			fr.heldStarted = fr.started
 		}
 	}
 	fr.cur = fr.cur[:0]
-	fr.started, fr.sawOther, fr.lastResp = false, false, ""
+	fr.started, fr.sawOther, fr.lastResp, fr.lastHasResp = false, false, 0, false
 	if last {
-		fr.finish(fr.held, fr.heldStarted)
+		if err := fr.finish(fr.held, fr.heldStarted); err != nil {
+			return err
+		}
 		fr.held = nil
 		if fr.pending != nil {
 			fr.s.regions = append(fr.s.regions, fr.pending)
 			fr.pending = nil
 		}
 	}
+	return nil
 }
 
 // finish checks a frame. A frame that needs a change joins the region
 // being grown (or starts one); a clean one ends it.
-func (fr *frameReader) finish(items []fitem, started bool) {
+func (fr *frameReader) finish(items []fitem, started bool) error {
 	s := fr.s
 	if len(items) == 0 {
-		return
+		return nil
 	}
 	var changes []Change
 	if !simpleClean(items, started) {
+		// Read the frame's lines again as Messages.
 		light := make([]*Message, len(items))
+		read := map[int][]*Message{}
 		for i, it := range items {
-			light[i] = it.m
+			msgs, ok := read[it.line]
+			if !ok {
+				var err error
+				if msgs, err = s.lineMessages(it.off, it.end); err != nil {
+					return err
+				}
+				read[it.line] = msgs
+			}
+			if it.part >= len(msgs) {
+				return fmt.Errorf("transcript: line %d changed while it was repaired", it.line+1)
+			}
+			light[i] = msgs[it.part]
 		}
 		_, changes = repairItems(light, false)
 	}
@@ -192,6 +264,7 @@ func (fr *frameReader) finish(items []fitem, started bool) {
 		fr.settle(changes)
 	}
 	s.items += len(items)
+	return nil
 }
 
 // simpleClean reports, without running repair, whether a frame is in the
@@ -202,34 +275,29 @@ func (fr *frameReader) finish(items []fitem, started bool) {
 func simpleClean(items []fitem, started bool) bool {
 	i, n := 0, len(items)
 	skip := func() {
-		for i < n && items[i].m.opaque() {
+		for i < n && items[i].p.role == "" {
 			i++
 		}
 	}
 	if started {
-		var seen map[string]bool
-		for skip(); i < n && items[i].m.Role == RoleAssistant; skip() {
-			p := items[i].m
-			if p.Errored() {
+		var buf [16]uint64
+		seen := buf[:0] // the frame's call ids (hashes)
+		for skip(); i < n && items[i].p.role == RoleAssistant; skip() {
+			p := &items[i].p
+			if p.errored || p.over {
 				return false
 			}
 			i++
-			for _, b := range p.Blocks {
-				if b.Type != BlockToolCall {
-					continue
-				}
-				if inputMissing(b.Input) || strings.TrimSpace(b.ID) == "" || seen[b.ID] {
+			for _, c := range p.calls[:p.ncalls] {
+				if c.bad || slices.Contains(seen, c.id) {
 					return false
 				}
-				if seen == nil {
-					seen = map[string]bool{}
-				}
-				seen[b.ID] = true
+				seen = append(seen, c.id)
 				skip()
-				if i >= n || items[i].m.Role != RoleTool {
+				if i >= n || items[i].p.role != RoleTool {
 					return false
 				}
-				if r, ok := items[i].m.Result(); !ok || r.CallID != b.ID {
+				if r := &items[i].p; !r.result || r.resultID != c.id {
 					return false
 				}
 				i++
@@ -237,11 +305,11 @@ func simpleClean(items []fitem, started bool) bool {
 		}
 	}
 	for ; i < n; i++ {
-		switch m := items[i].m; m.Role {
+		switch m := &items[i].p; m.role {
 		case RoleTool, RoleAssistant:
 			return false
 		case RoleUser:
-			if blank(m) {
+			if m.blank {
 				return false
 			}
 		}
@@ -320,18 +388,4 @@ func (s *streamRepair) settleExt() {
 			}
 		}
 	}
-}
-
-// allCallsMalformed reports whether repair would drop every block of an
-// assistant message (all are tool calls without input or id).
-func allCallsMalformed(m *Message) bool {
-	if m.Role != RoleAssistant || m.Errored() || len(m.Blocks) == 0 {
-		return false
-	}
-	for _, b := range m.Blocks {
-		if b.Type != BlockToolCall || !(inputMissing(b.Input) || strings.TrimSpace(b.ID) == "") {
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -295,4 +296,75 @@ func TestStreamSmallWindow(t *testing.T) {
 			sameRepair(t, data, Format(strings.SplitN(name, "_", 2)[0]))
 		}
 	}
+}
+
+// wantParts is what the check pass's lightParts must say of a line: the
+// same as its light Messages.
+func wantParts(seed maphash.Seed, msgs []*Message) []lightPart {
+	var out []lightPart
+	for _, m := range msgs {
+		p := lightPart{role: m.Role, errored: m.Errored(), blank: m.Role == RoleUser && blank(m)}
+		if b, ok := resultOf(m); ok {
+			p.result, p.resultID = true, maphash.String(seed, b.CallID)
+		}
+		if m.Role == RoleAssistant && m.Meta.ResponseID != "" {
+			p.resp, p.hasResp = maphash.String(seed, m.Meta.ResponseID), true
+		}
+		calls := m.ToolCalls()
+		p.malformed = m.Role == RoleAssistant && !m.Errored() && len(m.Blocks) > 0 && len(calls) == len(m.Blocks)
+		for _, b := range calls {
+			c := lightCall{id: maphash.String(seed, b.ID), bad: inputMissing(b.Input) || strings.TrimSpace(b.ID) == ""}
+			p.malformed = p.malformed && c.bad
+			if p.ncalls < len(p.calls) {
+				p.calls[p.ncalls] = c
+			} else {
+				p.over = true
+			}
+			p.ncalls++
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func checkLightParts(t *testing.T, data []byte) {
+	seed := maphash.MakeSeed()
+	var ll lightLine
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if !validJSON(line) || line[skipSpace(line, 0)] != '{' {
+			continue
+		}
+		for _, f := range []Format{FormatPi, FormatClaude} {
+			ll.read(f, line)
+			got := ll.parts(f, seed, nil)
+			require.Equal(t, wantParts(seed, lightMessages(f, line)), got, "%s: %s", f, line)
+		}
+	}
+}
+
+// TestLightParts holds the check pass's reading of a line (lightParts,
+// which allocates nothing) to its light Messages, on every fixture line.
+func TestLightParts(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/*.jsonl")
+	require.NoError(t, err)
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		checkLightParts(t, data)
+	}
+	checkLightParts(t, []byte(`{"type":"assistant","isApiErrorMessage":true,"message":{"id":"r\u0031","content":[{"type":"tool_use","id":" ","input":{}},{"type":"tool_use","id":"a","input":null},{"type":"t\u0065xt","text":"x"},{"type":"tool_use","id":"b","input":{}},{"type":"tool_use","id":"c","input":{}},{"type":"tool_use","id":"d","input":{}}]}}
+{"type":"user","message":{"content":[{"type":"text","text":" \n"},{"type":"tool_result","tool_use_id":"a"},"x",{"type":"text","text":"\u00a0"},{"type":"tool_result","tool_use_id":"b\u0062"}]}}
+{"type":"message","message":{"role":"assistant","stopReason":"Aborted","content":[{"type":"toolCall","id":"a","arguments":{}},{"type":"tool_use","id":"b"}]}}
+{"type":"message","message":{"role":"user","content":"  "}}
+{"type":"message","message":{"role":"toolResult","toolCallId":"x"}}`))
+}
+
+// FuzzLightParts holds lightParts to light Messages on any line.
+func FuzzLightParts(f *testing.F) {
+	seedFixtures(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkLightParts(t, data)
+	})
 }

@@ -95,10 +95,13 @@ func (s *streamRepair) regionChanges() ([]Change, error) {
 }
 
 // write is the third pass: the file anew, into w. Each damaged region is
-// repaired when the pass reaches it; write returns their changes.
+// repaired when the pass reaches it; write returns their changes. Every
+// line is read (to find the parents that must change), but runs of lines
+// that stay as they were are copied file to file (copy_file_range on
+// Linux), not through this process.
 func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 	var changes []Change
-	bw := bufio.NewWriterSize(w, int(min(1<<20, max(4096, s.size))))
+	out := &spanWriter{w: w, src: s.f, bw: bufio.NewWriterSize(w, int(min(1<<20, max(4096, s.size))))}
 	relink := map[int]string{}
 	for l := range s.broken {
 		p := ""
@@ -121,12 +124,15 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 	ls := s.lines()
 	pendingTerm := "" // terminator owed by a last line written without one
 	started := false
-	put := func(b []byte, term string) {
+	owe := func() {
 		if started && pendingTerm == "" {
-			_, _ = bw.WriteString(s.term)
+			out.write([]byte(s.term))
 		}
-		_, _ = bw.Write(b)
-		_, _ = bw.WriteString(term)
+	}
+	put := func(b []byte, term string) {
+		owe()
+		out.write(b)
+		out.write([]byte(term))
 		pendingTerm, started = term, true
 	}
 	for idx := 0; ; idx++ {
@@ -147,10 +153,8 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 				changes = append(changes, rc...)
 				if len(b) > 0 {
 					// The region's lines carry their own terminators.
-					if started && pendingTerm == "" {
-						_, _ = bw.WriteString(s.term)
-					}
-					_, _ = bw.Write(b)
+					owe()
+					out.write(b)
 					started, pendingTerm = true, "\n"
 					if b[len(b)-1] != '\n' {
 						pendingTerm = ""
@@ -192,9 +196,70 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 				}
 			}
 		}
-		put(line, term)
+		if end == s.size && term == "\n" {
+			// The last line may end in a lone CR, which is read as a
+			// terminator and written as LF.
+			put(line, term)
+			continue
+		}
+		owe()
+		out.copy(off, end)
+		pendingTerm, started = term, true
 	}
-	return changes, bw.Flush()
+	return changes, out.flush()
+}
+
+// spanWriter writes bytes and spans of the source file in order; adjacent
+// spans are copied as one.
+type spanWriter struct {
+	w        io.Writer
+	src      *os.File
+	bw       *bufio.Writer
+	from, to int64 // the span not copied yet (empty when equal)
+	err      error
+}
+
+func (o *spanWriter) write(b []byte) {
+	if o.err != nil || len(b) == 0 {
+		return
+	}
+	o.copySpan()
+	_, o.err = o.bw.Write(b)
+}
+
+func (o *spanWriter) copy(off, end int64) {
+	if o.err != nil {
+		return
+	}
+	if o.from < o.to && o.to == off {
+		o.to = end
+		return
+	}
+	o.copySpan()
+	o.from, o.to = off, end
+}
+
+// copySpan copies the pending span, after what is buffered.
+func (o *spanWriter) copySpan() {
+	if o.err != nil || o.from >= o.to {
+		return
+	}
+	if o.err = o.bw.Flush(); o.err != nil {
+		return
+	}
+	if _, o.err = o.src.Seek(o.from, io.SeekStart); o.err != nil {
+		return
+	}
+	_, o.err = io.CopyN(o.w, o.src, o.to-o.from)
+	o.from, o.to = 0, 0
+}
+
+func (o *spanWriter) flush() error {
+	o.copySpan()
+	if o.err != nil {
+		return o.err
+	}
+	return o.bw.Flush()
 }
 
 // repairStream is RepairFile's default repair of pi and Claude Code

@@ -262,12 +262,18 @@ func (k *keyCheck) check(line []byte) string {
 	return ""
 }
 
-// str returns the string value at a recorded start (0: absent).
-func str(line []byte, at int) (string, bool) {
+// strBytes returns the string value at a recorded start (0: absent),
+// decoded; without escapes it is the line's own bytes.
+func strBytes(line []byte, at int) ([]byte, bool) {
 	if at == 0 || line[at-1] != '"' {
-		return "", false
+		return nil, false
 	}
-	return jsonString(line[at-1 : skipString(line, at-1)])
+	v := line[at-1 : skipString(line, at-1)]
+	if len(v) >= 2 && bytes.IndexByte(v, '\\') < 0 {
+		return v[1 : len(v)-1], true
+	}
+	s, ok := jsonString(v)
+	return []byte(s), ok
 }
 
 // object reports whether the value at a recorded start is an object.

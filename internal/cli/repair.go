@@ -54,8 +54,9 @@ results are dropped; delivered replies and errored turns are left alone.
 pi and Claude Code sessions are repaired streaming, in memory that does
 not grow with the file; docs/transcripts.md lists every check and change.
 
-Before any change the original is copied to FILE.bak-<UTC time>, then the
-file is replaced atomically with its mode and owner. A file with nothing to
+Before any change the original is kept as FILE.bak-<UTC time> (a hard
+link, or a copy where links fail), then the file is replaced atomically
+(temp file, fsync, rename) with its mode and owner. A file with nothing to
 fix is not touched. Exit status: 0 when every file is clean or repaired, 1
 when any was refused or missing.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
