@@ -13,9 +13,9 @@ import (
 
 // BenchmarkConcurrentCommits measures synced commits from many writers,
 // each on its own session, on a cluster with fsync on: "change" commits a
-// state change (CreateRun: the change feed's cursor lock is held through
-// the commit), "event" a caller event (Append: no feed row), the baseline
-// of the same run. Their ratio is what the feed's ordering costs.
+// state change (CreateRun, with its change-feed rows), "event" a caller
+// event (Append: no feed row), the baseline of the same run. Their ratio
+// is what the feed costs writers (docs/postgres.md).
 //
 //	go test -run '^$' -bench ConcurrentCommits -benchtime 2000x ./store/pgstore/
 func BenchmarkConcurrentCommits(b *testing.B) {
