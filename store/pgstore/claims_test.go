@@ -581,3 +581,26 @@ func TestMigrationsOrderedByNumber(t *testing.T) {
 	}
 	require.Equal(t, "claims", all[len(all)-1].Name)
 }
+
+// TestFeedNumbersWhatADeadNodeLeft: a change committed by a node that died
+// before its sequencer ran is numbered by the next reader on any node, in
+// order after what was numbered before.
+func TestFeedNumbersWhatADeadNodeLeft(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	head, err := s.ChangeHead(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), head)
+	// What a commit leaves before its node numbers it.
+	_, err = s.Pool().Exec(ctx, `INSERT INTO belay_changes (session, seq, type) VALUES ($1, 2, 'run.created'), ($1, 3, 'run.leased')`, sess.ID)
+	require.NoError(t, err)
+	changes, next, err := s.Changes(ctx, head, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), next)
+	require.Len(t, changes, 2)
+	require.Equal(t, store.Change{Cursor: 2, Session: sess.ID, Seq: 2, Type: store.EventRunCreated}, changes[0])
+	require.Equal(t, store.Change{Cursor: 3, Session: sess.ID, Seq: 3, Type: store.EventRunLeased}, changes[1])
+}
