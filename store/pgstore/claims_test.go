@@ -579,7 +579,7 @@ func TestMigrationsOrderedByNumber(t *testing.T) {
 	for i := 1; i < len(all); i++ {
 		require.Less(t, all[i-1].Version, all[i].Version)
 	}
-	require.Equal(t, "claims", all[len(all)-1].Name)
+	require.Equal(t, "change_sequencer", all[len(all)-1].Name)
 }
 
 // TestFeedNumbersWhatADeadNodeLeft: a change committed by a node that died

@@ -29,16 +29,15 @@ CREATE TABLE belay_owners (
 	expires_at timestamptz NOT NULL
 );
 
--- The change feed: one row per state-changing event, written in the
--- transaction of the event with cursor NULL (id is the order rows were
--- written in). A sequencer (any node, one at a time under an advisory
--- lock) numbers the committed rows it sees, by id, from
--- belay_change_head.head: cursors appear in commit order without gaps,
--- and writers never wait for one another. floor is the newest cursor
--- trimmed away: a reader behind it has missed changes (ErrCursorExpired).
+-- The change feed: one row per state-changing event, numbered by cursor in
+-- commit order without gaps. Cursors are handed out from
+-- belay_change_head by the last statement before COMMIT: the update of its
+-- one row locks it until the commit is visible, so commits with changes
+-- take their cursors one after another and become visible in cursor order.
+-- floor is the newest cursor trimmed away: a reader behind it has missed
+-- changes (ErrCursorExpired).
 CREATE TABLE belay_changes (
-	id       bigserial PRIMARY KEY,
-	cursor   bigint UNIQUE,
+	cursor   bigint PRIMARY KEY,
 	session  text NOT NULL,
 	seq      bigint NOT NULL,
 	type     text NOT NULL,
@@ -46,7 +45,6 @@ CREATE TABLE belay_changes (
 	delivery text,
 	ended    boolean NOT NULL DEFAULT false
 );
-CREATE INDEX belay_changes_unnumbered ON belay_changes (id) WHERE cursor IS NULL;
 
 CREATE TABLE belay_change_head (
 	one   boolean PRIMARY KEY DEFAULT true CHECK (one),
