@@ -109,6 +109,8 @@ type Store struct {
 	notifyKick chan struct{}
 	stopNotify context.CancelFunc
 	notifyDone chan struct{}
+	// seqMu makes this node's sequencer passes take turns.
+	seqMu sync.Mutex
 	// sequenceDue asks the notifier to number committed changes, trimDue
 	// to trim the change feed.
 	sequenceDue, trimDue atomic.Bool
