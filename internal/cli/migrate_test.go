@@ -45,6 +45,11 @@ func TestMigrate(t *testing.T) {
 	require.Contains(t, stderr, "applied 0002_delivery_expired_epoch")
 	latest := st.Latest
 	require.Contains(t, out, fmt.Sprintf("schema version %d of %d", latest, latest))
+	all, err := pgstore.Migrations()
+	require.NoError(t, err)
+	for _, m := range all {
+		require.Contains(t, stderr, fmt.Sprintf("applied %04d_%s", m.Version, m.Name))
+	}
 
 	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte("[store]\nurl = \""+url+"\"\n"), 0o600))
 	st = status(env)

@@ -532,7 +532,6 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 		}
 		return rows.Err()
 	})
-	// Last: the feed's cursors, under the head's lock until COMMIT.
 	queueChanges(b, changes)
 	b.Queue(`COMMIT`)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {

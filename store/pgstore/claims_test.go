@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
@@ -579,5 +580,87 @@ func TestMigrationsOrderedByNumber(t *testing.T) {
 	for i := 1; i < len(all); i++ {
 		require.Less(t, all[i-1].Version, all[i].Version)
 	}
-	require.Equal(t, "claims", all[len(all)-1].Name)
+	require.Equal(t, "change_sequencer", all[len(all)-1].Name)
+}
+
+// TestFeedNumbersWhatADeadNodeLeft: a change committed by a node that died
+// before its sequencer ran is numbered by the next reader on any node, in
+// order after what was numbered before.
+func TestFeedNumbersWhatADeadNodeLeft(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	head, err := s.ChangeHead(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), head)
+	// What a commit leaves before its node numbers it.
+	_, err = s.Pool().Exec(ctx, `INSERT INTO belay_changes (session, seq, type) VALUES ($1, 2, 'run.created'), ($1, 3, 'run.leased')`, sess.ID)
+	require.NoError(t, err)
+	changes, next, err := s.Changes(ctx, head, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), next)
+	require.Len(t, changes, 2)
+	require.Equal(t, store.Change{Cursor: 2, Session: sess.ID, Seq: 2, Type: store.EventRunCreated}, changes[0])
+	require.Equal(t, store.Change{Cursor: 3, Session: sess.ID, Seq: 3, Type: store.EventRunLeased}, changes[1])
+}
+
+// TestClaimPastACappedProvider: when the best candidates all belong to a
+// provider that fills up, the claim goes on past them to other providers'
+// runs (the next page of candidates), as the file store's scheduler does.
+func TestClaimPastACappedProvider(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	var as []string
+	for i := 0; i < 14; i++ { // more than a page for Max 2
+		sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "a"})
+		require.NoError(t, err)
+		r, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID, Priority: 5})
+		require.NoError(t, err)
+		as = append(as, r.ID)
+	}
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "b"})
+	require.NoError(t, err)
+	b, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+	require.NoError(t, s.HeartbeatOwner(ctx, "o", time.Hour))
+	got, err := s.ClaimRuns(ctx, store.Claim{Owner: "o", Max: 2, TTL: time.Minute, Limits: store.Limits{PerProvider: map[string]int{"a": 1}}})
+	require.NoError(t, err)
+	require.Equal(t, []string{as[0], b.ID}, claimIDs(got))
+}
+
+// TestClaimSkipsABusySession: a claim does not wait for a session another
+// transaction holds; it takes the other sessions' runs and comes back for
+// that one later.
+func TestClaimSkipsABusySession(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	busy, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	held, _, err := s.CreateRun(ctx, belay.RunInput{Session: busy.ID, Priority: 9})
+	require.NoError(t, err)
+	free, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	other, _, err := s.CreateRun(ctx, belay.RunInput{Session: free.ID})
+	require.NoError(t, err)
+	require.NoError(t, s.HeartbeatOwner(ctx, "o", time.Hour))
+
+	// Another node's write in flight holds the busy session's row lock.
+	conn, err := pgx.Connect(ctx, s.Pool().Config().ConnConfig.ConnString())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM belay_sessions WHERE id = $1 FOR UPDATE`, busy.ID)
+	require.NoError(t, err)
+	got, err := s.ClaimRuns(ctx, store.Claim{Owner: "o", TTL: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, []string{other.ID}, claimIDs(got), "the busy session is skipped, not waited for")
+	require.NoError(t, tx.Rollback(ctx))
+	got, err = s.ClaimRuns(ctx, store.Claim{Owner: "o", TTL: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, []string{held.ID}, claimIDs(got))
 }

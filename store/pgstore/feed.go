@@ -13,18 +13,25 @@ import (
 )
 
 // The change feed (store.Store.Changes) is the table belay_changes: one
-// row per state-changing event, written in the transaction of the event.
+// row per state-changing event, written in the transaction of the event,
+// without a cursor. A sequencer numbers the rows later: after each commit
+// with changes the node runs one (coalesced, in the notifier), and every
+// reader runs one before it reads, so a change is in the feed for every
+// node once its write has returned.
 //
 // Cursor order is commit order, without gaps, for every reader on every
-// node. A transaction takes its cursors with its last statement before
-// COMMIT, by advancing the one row of belay_change_head. That update
-// holds the row's lock until the transaction ends, and PostgreSQL makes a
-// commit visible before it releases the commit's locks. So the next
-// transaction with changes takes its cursors only once the previous ones
-// are visible to every new snapshot: readers see the cursors appear in
-// order, and a statement that sees cursor n sees every cursor before it.
-// The price is that commits with changes are serialized through the
-// commit itself (the WAL flush): see docs/postgres.md.
+// node. Sequencers take an advisory lock, one at a time across nodes, and
+// number, in one statement run after the lock is granted, every row
+// committed by then, in the order the rows were written (id). PostgreSQL
+// makes a commit visible before it releases the transaction's locks, so
+// the next sequencer sees every row the previous one numbered, numbers
+// only rows committed since, and its cursors become visible after the
+// previous ones: a statement that sees cursor n sees every cursor before
+// it. A session's rows are written under its row lock, so its later rows
+// have larger ids and are never visible before its earlier ones: within a
+// session, cursors follow seqs. Writers never wait for one another (see
+// docs/postgres.md for the alternative, measured: cursors handed out in
+// the writing transaction, which serializes commits through the WAL flush).
 
 // DefaultKeepChanges is how many of the latest changes the feed keeps,
 // as in fsstore.
@@ -57,14 +64,13 @@ func changeOf(session string, e *belay.Event) store.Change {
 	return c
 }
 
-// insertChanges takes the next cursors and writes the changes with them.
-// The update of belay_change_head locks its row until the transaction
-// ends: it must be the last statement before COMMIT.
-const insertChanges = `WITH h AS (UPDATE belay_change_head SET head = head + $1 RETURNING head)
-	INSERT INTO belay_changes (cursor, session, seq, type, run, delivery, ended)
-	SELECT h.head - $1 + c.i, c.session, c.seq, c.type, NULLIF(c.run, ''), NULLIF(c.delivery, ''), c.ended
-	FROM h, unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bool[])
-		WITH ORDINALITY AS c(session, seq, type, run, delivery, ended, i)`
+// insertChanges writes changes without cursors, their ids drawn in the
+// order given.
+const insertChanges = `INSERT INTO belay_changes (session, seq, type, run, delivery, ended)
+	SELECT c.session, c.seq, c.type, NULLIF(c.run, ''), NULLIF(c.delivery, ''), c.ended
+	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bool[])
+		WITH ORDINALITY AS c(session, seq, type, run, delivery, ended, i)
+	ORDER BY c.i`
 
 // queueChanges queues the insert of changes (nothing if none).
 func queueChanges(b *pgx.Batch, changes []store.Change) {
@@ -76,13 +82,89 @@ func queueChanges(b *pgx.Batch, changes []store.Change) {
 	for i, c := range changes {
 		sessions[i], seqs[i], types[i], runs[i], deliveries[i], ended[i] = c.Session, int64(c.Seq), c.Type, c.Run, c.Delivery, c.Ended
 	}
-	b.Queue(insertChanges, int64(n), sessions, seqs, types, runs, deliveries, ended)
+	b.Queue(insertChanges, sessions, seqs, types, runs, deliveries, ended)
+}
+
+// sequenceLock is the advisory lock key that makes sequencers take turns.
+const sequenceLock int64 = 0x62656c6179_04 // "belay", 4
+
+// sequenceBatch bounds the rows one sequencer statement numbers.
+const sequenceBatch = 10000
+
+// sequence numbers the committed changes that have no cursor yet and
+// returns how many it numbered. It is cheap when there are none.
+// A fenced node numbers nothing (it must not write); the other nodes do.
+// One pass at a time per node: the others wait and then find nothing.
+func (s *Store) sequence(ctx context.Context) (int64, error) {
+	if s.writable() != nil {
+		return 0, nil
+	}
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	var total int64
+	for {
+		var pending bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM belay_changes WHERE cursor IS NULL)`).Scan(&pending); err != nil {
+			return total, s.wrap(err)
+		}
+		if !pending {
+			return total, nil
+		}
+		var n int64
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, sequenceLock); err != nil {
+				return err
+			}
+			// A statement after the lock: its snapshot holds every row the
+			// previous sequencer numbered.
+			return tx.QueryRow(ctx, `WITH todo AS (
+					SELECT id, row_number() OVER (ORDER BY id) AS n FROM belay_changes WHERE cursor IS NULL ORDER BY id LIMIT $1
+				), h AS (
+					UPDATE belay_change_head SET head = head + (SELECT count(*) FROM todo) RETURNING head
+				), numbered AS (
+					UPDATE belay_changes c SET cursor = h.head - (SELECT count(*) FROM todo) + todo.n
+					FROM todo, h WHERE c.id = todo.id RETURNING 1
+				) SELECT count(*) FROM numbered`, sequenceBatch).Scan(&n)
+		})
+		if err != nil {
+			return total, s.wrap(err)
+		}
+		total += n
+		if n > 0 {
+			s.sequenced(n)
+		}
+		if n < sequenceBatch {
+			return total, nil
+		}
+	}
+}
+
+// sequenced announces n newly numbered changes: the feed's waiters on
+// this node at once, on other nodes by a NOTIFY.
+func (s *Store) sequenced(n int64) {
+	s.notifyMu.Lock()
+	s.toNotify[feedPayload] = struct{}{}
+	s.notifyMu.Unlock()
+	select {
+	case s.notifyKick <- struct{}{}:
+	default:
+	}
+	s.wakeFeed()
+	if s.sinceTrim.Add(n) >= max(s.keepChanges/8, 1) {
+		s.sinceTrim.Store(0)
+		s.trimDue.Store(true)
+	}
 }
 
 // Changes returns up to max changes after cursor after, in commit order.
 func (s *Store) Changes(ctx context.Context, after uint64, max int) ([]store.Change, uint64, error) {
 	if s.isClosed() {
 		return nil, after, belay.ErrStoreClosed
+	}
+	// Number what was committed before this call, so that every write
+	// that returned is in the feed.
+	if _, err := s.sequence(ctx); err != nil {
+		return nil, after, err
 	}
 	limit := "ALL"
 	if max > 0 {
@@ -134,10 +216,14 @@ func (s *Store) Changes(ctx context.Context, after uint64, max int) ([]store.Cha
 	return out, next, nil
 }
 
-// ChangeHead is the cursor of the last committed change.
+// ChangeHead is the cursor of the last committed change (numbering those
+// committed but not yet numbered first).
 func (s *Store) ChangeHead(ctx context.Context) (uint64, error) {
 	if s.isClosed() {
 		return 0, belay.ErrStoreClosed
+	}
+	if _, err := s.sequence(ctx); err != nil {
+		return 0, err
 	}
 	var head int64
 	if err := s.pool.QueryRow(ctx, `SELECT head FROM belay_change_head`).Scan(&head); err != nil {
@@ -147,8 +233,9 @@ func (s *Store) ChangeHead(ctx context.Context) (uint64, error) {
 }
 
 // WaitChanges blocks until a change after cursor after is committed, or
-// ctx is done. Notifications wake it early; it re-reads the head at least
-// every PollEvery.
+// ctx is done. Notifications wake it early; it re-reads the head (and
+// numbers changes a node that died left unnumbered) at least every
+// PollEvery.
 func (s *Store) WaitChanges(ctx context.Context, after uint64) error {
 	w, err := s.addWaiter(feedPayload)
 	if err != nil {
@@ -184,8 +271,11 @@ func (s *Store) WaitChanges(ctx context.Context, after uint64) error {
 
 // trimChanges drops all but the latest keepChanges changes. It takes the
 // head's lock for a moment, so the floor it sets and the rows it deletes
-// agree for every reader.
+// agree for every reader; rows not yet numbered are kept.
 func (s *Store) trimChanges(ctx context.Context) error {
+	if _, err := s.sequence(ctx); err != nil {
+		return err
+	}
 	_, err := s.pool.Exec(ctx, `WITH f AS (UPDATE belay_change_head SET floor = greatest(floor, head - $1) RETURNING floor)
 		DELETE FROM belay_changes WHERE cursor <= (SELECT floor FROM f)`, s.keepChanges)
 	return s.wrap(err)

@@ -109,8 +109,11 @@ type Store struct {
 	notifyKick chan struct{}
 	stopNotify context.CancelFunc
 	notifyDone chan struct{}
-	// trimDue asks the notifier to trim the change feed.
-	trimDue atomic.Bool
+	// seqMu makes this node's sequencer passes take turns.
+	seqMu sync.Mutex
+	// sequenceDue asks the notifier to number committed changes, trimDue
+	// to trim the change feed.
+	sequenceDue, trimDue atomic.Bool
 
 	// fenced, once set, refuses every write: this node lost its writer
 	// lock and must not change the database any more.
@@ -388,8 +391,6 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		for _, f := range t.tail {
 			f(&t.final)
 		}
-		// Last before COMMIT: the feed's cursors are taken under a lock
-		// held until the commit is visible.
 		queueChanges(&t.final, t.changes)
 		t.final.Queue(`COMMIT`)
 		return t.SendBatch(ctx, &t.final).Close()
@@ -462,19 +463,13 @@ func (s *Store) committed(changes int, sessions ...string) {
 	for _, id := range sessions {
 		s.toNotify[id] = struct{}{}
 	}
-	if changes > 0 {
-		s.toNotify[feedPayload] = struct{}{}
-	}
 	s.notifyMu.Unlock()
+	if changes > 0 {
+		// The changes get their cursors from the notifier's sequencer.
+		s.sequenceDue.Store(true)
+	}
 	for _, id := range sessions {
 		s.wake(id)
-	}
-	if changes > 0 {
-		s.wakeFeed()
-		if s.sinceTrim.Add(int64(changes)) >= max(s.keepChanges/8, 1) {
-			s.sinceTrim.Store(0)
-			s.trimDue.Store(true)
-		}
 	}
 	select {
 	case s.notifyKick <- struct{}{}:
@@ -492,6 +487,11 @@ func (s *Store) notifier(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.notifyKick:
+		}
+		if s.sequenceDue.Swap(false) {
+			// A failed pass leaves the rows to the next one, or to any
+			// reader (readers number before they read).
+			_, _ = s.sequence(ctx)
 		}
 		s.notifyMu.Lock()
 		batch := make([]string, 0, len(s.toNotify))
