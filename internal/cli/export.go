@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/transcript"
 )
 
@@ -61,12 +63,17 @@ func runExport(ctx context.Context, stdio Stdio, o exportOptions) error {
 		cw := &countWriter{w: w}
 		sum, err := c.Transcript(ctx, o.Session, o.Format, cw)
 		printExportNotes(stdio.Err, sum, o.Format)
-		if err != nil && cw.n > 0 {
-			where := "the output"
+		var ce *client.Error
+		damaged := errors.As(err, &ce) && ce.Code == api.CodeReadOnly
+		switch {
+		case err != nil && cw.n > 0:
+			what := "what was written is incomplete"
 			if toFile {
-				where = o.Output + " was not written"
+				what = o.Output + " was not written"
 			}
-			return fmt.Errorf("export of %s stopped after %d bytes: %w; %s is incomplete. Next: belay sessions doctor %s", o.Session, cw.n, err, where, o.Session)
+			return fmt.Errorf("export of %s stopped after %d bytes: %w; %s. Next: belay sessions doctor %s", o.Session, cw.n, err, what, o.Session)
+		case damaged:
+			return fmt.Errorf("export of %s: %w. Next: belay sessions doctor %s", o.Session, err, o.Session)
 		}
 		return err
 	}
@@ -94,7 +101,11 @@ func printExportNotes(w io.Writer, sum transcript.ExportSummary, format string) 
 	if sum.Total() == 0 {
 		return
 	}
-	fmt.Fprintf(w, "belay: the export changed %d things to fit the %s format:\n", sum.Total(), format)
+	things := "things"
+	if sum.Total() == 1 {
+		things = "thing"
+	}
+	fmt.Fprintf(w, "belay: the export changed %d %s to fit the %s format:\n", sum.Total(), things, format)
 	kinds := make([]string, 0, len(sum.Counts))
 	for k := range sum.Counts {
 		kinds = append(kinds, k)
