@@ -402,9 +402,8 @@ func (x *streamExport) writeText(raw []byte) error {
 		if _, err := x.w.Write(raw[:i]); err != nil {
 			return fmt.Errorf("transcript: %w", err)
 		}
-		err := x.readSlot(x.slots[k], func(text []byte) error {
-			x.out = appendJSONText(x.out[:0], text)
-			if _, err := x.w.Write(x.out); err != nil {
+		err := x.readSlot(x.slots[k], true, func(escaped []byte) error {
+			if _, err := x.w.Write(escaped); err != nil {
 				return fmt.Errorf("transcript: %w", err)
 			}
 			return nil
@@ -421,8 +420,8 @@ func (x *streamExport) writeText(raw []byte) error {
 }
 
 // readSlot calls fn with the text of each delta of a block left in the
-// journal.
-func (x *streamExport) readSlot(s textSlot, fn func([]byte) error) error {
+// journal, escaped for a JSON string if escaped is set.
+func (x *streamExport) readSlot(s textSlot, escaped bool, fn func([]byte) error) error {
 	err := x.scan(x.ctx, s.from-1, func(e journal.Event) error {
 		if e.Seq > s.to {
 			return errRangeEnd
@@ -430,8 +429,12 @@ func (x *streamExport) readSlot(s textSlot, fn func([]byte) error) error {
 		if e.Run != s.run || e.Type != s.typ {
 			return nil
 		}
+		decode := delta.AppendText
+		if escaped {
+			decode = delta.AppendEscaped
+		}
 		var err error
-		if x.delta, err = delta.AppendText(x.delta[:0], e.Data); err != nil {
+		if x.delta, err = decode(x.delta[:0], e.Data); err != nil {
 			return fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err)
 		}
 		if cap(x.delta) > 4<<20 {
@@ -485,7 +488,7 @@ func (x *streamExport) emitText(e journal.Event, b *Block) error {
 	sp := &x.splitter
 	*sp = textSplitter{x: x, e: e, buf: sp.buf[:0]}
 	if k, ok := x.slotOf(b.Text); ok {
-		if err := x.readSlot(x.slots[k], sp.add); err != nil {
+		if err := x.readSlot(x.slots[k], false, sp.add); err != nil {
 			return err
 		}
 	} else if err := sp.add([]byte(b.Text)); err != nil {
@@ -551,7 +554,7 @@ func (sp *textSplitter) close() error {
 // with journal.ErrTooLarge before anything is written.
 func (sp *textSplitter) piece(text []byte) error {
 	x := sp.x
-	x.out = append(appendJSONText(append(x.out[:0], `{"text":"`...), text), `"}`...)
+	x.out = append(delta.Escape(append(x.out[:0], `{"text":"`...), text), `"}`...)
 	e := sp.e
 	e.Data = x.out
 	e.Seq = x.seq + 1

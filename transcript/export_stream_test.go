@@ -346,17 +346,15 @@ func FuzzExportStream(f *testing.F) {
 	})
 }
 
-// FuzzAppendJSONText holds the streaming escaper to mustJSON, whole and
-// in rune-aligned pieces.
-func FuzzAppendJSONText(f *testing.F) {
-	for _, s := range []string{"", "plain", "a\nb\t\"c\"\\", "<>&\u2028\u2029", "ü€😀", "\x00\x1f\x7f", "\xff\xfe", "\b\f\r", "é\xc3"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want := mustJSON(s)
-		got := append(appendJSONText([]byte{'"'}, []byte(s)), '"')
-		if !bytes.Equal(want, got) {
-			t.Fatalf("appendJSONText(%q) = %s, mustJSON %s", s, got, want)
+// BenchmarkExportStream exports a run with a long answer in 4 KiB deltas
+// (the exporter's own cost: the events come from memory), its text left
+// in the journal and read again.
+func BenchmarkExportStream(b *testing.B) {
+	events, text := longRun(64<<20, 4<<10)
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if _, err := ExportStream(context.Background(), io.Discard, sliceScan(events), FormatOpenAI); err != nil {
+			b.Fatal(err)
 		}
-	})
+	}
 }
