@@ -29,28 +29,20 @@ and CLI, which do not grow with the session's size. The openai export is
 checked byte for byte.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			size, err := parseSize(opts.Size)
-			if err != nil || size < 1 {
-				return usagef("belay bench export --size 1GB", "--size: want a size like 1GB")
-			}
-			chunk, err := parseSize(opts.Chunk)
-			if err != nil || chunk < 1 || chunk > 512<<10 {
-				return usagef("belay bench export --chunk 4KiB", "--chunk: want a size from 1B to 512KiB")
+			size, chunk, err := opts.answer("export")
+			if err != nil {
+				return err
 			}
 			f, err := transcript.ParseFormat(opts.Format)
 			if err != nil {
 				return usagef("belay bench export --format openai", "--format: %v", err)
 			}
-			dir, err := benchDir(stdio, opts.Dir, opts.Data)
+			dir, exe, err := benchProcesses(stdio, opts.Dir, opts.Data)
 			if err != nil {
 				return err
 			}
-			exe, err := selfExecutable()
-			if err != nil {
-				return fmt.Errorf("cannot find the belay executable: %w", err)
-			}
 			res, err := bench.Export(cmd.Context(), bench.ExportConfig{
-				Dir: dir, Exe: exe, Size: size, Chunk: int(chunk), Format: string(f),
+				Dir: dir, Exe: exe, Size: size, Chunk: chunk, Format: string(f),
 				Progress: func(s string) { fmt.Fprintf(stdio.Err, "… %s\n", s) },
 			})
 			if err != nil {

@@ -59,23 +59,8 @@ func unquote(dst, s []byte) ([]byte, bool) {
 		case 't':
 			dst = append(dst, '\t')
 		case 'u':
-			if len(s) < 6 {
-				return dst, false
-			}
-			var r rune
-			for _, h := range s[2:6] {
-				switch {
-				case h >= '0' && h <= '9':
-					r = r<<4 | rune(h-'0')
-				case h >= 'a' && h <= 'f':
-					r = r<<4 | rune(h-'a'+10)
-				case h >= 'A' && h <= 'F':
-					r = r<<4 | rune(h-'A'+10)
-				default:
-					return dst, false
-				}
-			}
-			if r >= 0xd800 && r < 0xe000 {
+			r, ok := hex4(s)
+			if !ok || r >= 0xd800 && r < 0xe000 {
 				return dst, false
 			}
 			dst = utf8.AppendRune(dst, r)
@@ -220,24 +205,9 @@ func reescape(dst, s []byte) ([]byte, bool) {
 		case '/':
 			dst = append(dst, '/')
 		case 'u':
-			if len(s) < 6 {
-				return dst[:start], false
-			}
-			var r rune
-			for _, h := range s[2:6] {
-				switch {
-				case h >= '0' && h <= '9':
-					r = r<<4 | rune(h-'0')
-				case h >= 'a' && h <= 'f':
-					r = r<<4 | rune(h-'a'+10)
-				case h >= 'A' && h <= 'F':
-					r = r<<4 | rune(h-'A'+10)
-				default:
-					return dst[:start], false
-				}
-			}
+			r, ok := hex4(s)
 			switch {
-			case r >= 0xd800 && r < 0xe000:
+			case !ok || r >= 0xd800 && r < 0xe000:
 				return dst[:start], false
 			case r < 0x20 || r == '"' || r == '\\':
 				dst = Escape(dst, []byte{byte(r)})
@@ -253,4 +223,25 @@ func reescape(dst, s []byte) ([]byte, bool) {
 		s = s[2:]
 	}
 	return dst, true
+}
+
+// hex4 reads the four hex digits of the \uXXXX escape at the start of s.
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 6 {
+		return 0, false
+	}
+	var r rune
+	for _, h := range s[2:6] {
+		switch {
+		case h >= '0' && h <= '9':
+			r = r<<4 | rune(h-'0')
+		case h >= 'a' && h <= 'f':
+			r = r<<4 | rune(h-'a'+10)
+		case h >= 'A' && h <= 'F':
+			r = r<<4 | rune(h-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
