@@ -86,7 +86,8 @@ func exportStream(ctx context.Context, w io.Writer, scan EventScan, f Format, bu
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	x := &streamExport{ctx: ctx, scan: scan, f: f, w: bufio.NewWriterSize(w, 64<<10), budget: budget}
-	x.marker = []byte(`\u0000belay-text-` + hex.EncodeToString(nonce[:]) + "-")
+	x.pre = "\x00belay-text-" + hex.EncodeToString(nonce[:]) + "-"
+	x.marker = []byte(`\u0000` + x.pre[1:]) // as mustJSON escapes it
 	x.b.text = x.text
 	if err := x.run(); err != nil {
 		return x.sum, err
@@ -122,11 +123,12 @@ type streamExport struct {
 	opts    EncodeOptions
 	optsSet bool
 	// The text blocks of the stretch: Block.Text holds a placeholder
-	// naming its slot until the stretch is written. marker starts the
-	// placeholder as mustJSON escapes it.
+	// (NUL, belay-text-NONCE-K, NUL) naming its slot K until the stretch
+	// is written; marker is its start as mustJSON escapes it.
 	slots  []textSlot
 	inline int
 	budget int
+	pre    string // what starts a placeholder
 	marker []byte
 
 	readBase int // messages built before the stretch (Change.Message of repair)
@@ -158,13 +160,12 @@ type textSlot struct {
 }
 
 func (x *streamExport) placeholder(k int) string {
-	// \u0000 in mustJSON's output: the NUL bytes around it.
-	return "\x00" + string(x.marker[len(`\u0000`):]) + strconv.Itoa(k) + "\x00"
+	return x.pre + strconv.Itoa(k) + "\x00"
 }
 
 // slotOf returns the slot a block's placeholder names.
 func (x *streamExport) slotOf(text string) (int, bool) {
-	pre := "\x00" + string(x.marker[len(`\u0000`):])
+	pre := x.pre
 	if len(text) < len(pre)+2 || text[:len(pre)] != pre || text[len(text)-1] != 0 {
 		return 0, false
 	}
