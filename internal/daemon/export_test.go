@@ -67,7 +67,7 @@ func journalLongSession(t *testing.T, dir string, size int) string {
 // it as if whole.
 func TestExportStreamsThroughTheDaemon(t *testing.T) {
 	dir := t.TempDir()
-	session := journalLongSession(t, dir, 3<<20)
+	session := journalLongSession(t, dir, 3<<19) // past the 1 MiB kept in memory and one record
 	ctx := context.Background()
 	st, err := fsstore.Open(ctx, dir, fsstore.Options{ReadOnly: true})
 	require.NoError(t, err)
