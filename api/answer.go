@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/belayhq/belay/internal/ids"
@@ -18,6 +19,11 @@ import (
 const (
 	TrailerStatus = "Belay-Status"
 	TrailerError  = "Belay-Error"
+	// TrailerExportNotes ends a transcript export that changed something
+	// to make the conversation valid for its format: a
+	// transcript.ExportSummary as JSON (the count of each kind of change
+	// and the first ones in full). It is absent when nothing changed.
+	TrailerExportNotes = "Belay-Export-Notes"
 )
 
 // answer serves GET /v1/runs/{id}/answer: the run's answer text as it is
@@ -48,10 +54,10 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 }
 
 // stream runs write, which writes a body of any length, and ends it with
-// the status trailers. An error before any byte of the body is an ordinary
-// error response.
-func stream(w http.ResponseWriter, r *http.Request, write func(*streamWriter) error) {
-	w.Header().Set("Trailer", TrailerStatus+", "+TrailerError)
+// the status trailers, and the trailers named in more if write set them.
+// An error before any byte of the body is an ordinary error response.
+func stream(w http.ResponseWriter, r *http.Request, write func(*streamWriter) error, more ...string) {
+	w.Header().Set("Trailer", strings.Join(append([]string{TrailerStatus, TrailerError}, more...), ", "))
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w)}
 	err := write(sw)
 	switch {
@@ -59,6 +65,9 @@ func stream(w http.ResponseWriter, r *http.Request, write func(*streamWriter) er
 		w.Header().Set(TrailerStatus, "ok")
 	case sw.n == 0 && r.Context().Err() == nil && !errors.Is(err, errClientGone):
 		w.Header().Del("Trailer")
+		for _, k := range more {
+			w.Header().Del(k)
+		}
 		writeError(w, err)
 	default:
 		_, code := statusOf(err)

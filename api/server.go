@@ -21,6 +21,7 @@ import (
 	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/transcript"
 )
 
 // Body size limits. A run's input is journaled whole in one record, so a
@@ -47,9 +48,9 @@ type Options struct {
 	Keepalive time.Duration
 	Logger    *slog.Logger
 	Metrics   *Metrics
-	// Export writes a session's transcript in a format; nil disables the
-	// endpoint.
-	Export func(ctx context.Context, w io.Writer, session, format string) error
+	// Export writes a session's transcript in a format, and says what it
+	// changed to fit the format; nil disables the endpoint.
+	Export func(ctx context.Context, w io.Writer, session, format string) (transcript.ExportSummary, error)
 	// DaemonDoctor reports on the daemon, store and locks.
 	DaemonDoctor func(ctx context.Context) (any, error)
 	// MCP, if set, serves the Model Context Protocol at /mcp, behind the
@@ -517,7 +518,15 @@ func (s *Server) transcript(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	stream(w, r, func(sw *streamWriter) error { return s.opts.Export(r.Context(), sw, id, format) })
+	stream(w, r, func(sw *streamWriter) error {
+		sum, err := s.opts.Export(r.Context(), sw, id, format)
+		if sum.Total() > 0 {
+			if b, jerr := json.Marshal(sum); jerr == nil {
+				w.Header().Set(TrailerExportNotes, string(b))
+			}
+		}
+		return err
+	}, TrailerExportNotes)
 }
 
 func (s *Server) post(w http.ResponseWriter, r *http.Request) {

@@ -23,6 +23,7 @@ import (
 	"github.com/belayhq/belay/doctor"
 	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/transcript"
 )
 
 // Client talks to one daemon.
@@ -408,8 +409,15 @@ func (c *Client) DaemonDoctor(ctx context.Context) (json.RawMessage, error) {
 }
 
 // Transcript writes a session's transcript in a format to w.
-func (c *Client) Transcript(ctx context.Context, session, format string, w io.Writer) error {
-	return c.stream(ctx, "/v1/sessions/"+url.PathEscape(session)+"/transcript?format="+url.QueryEscape(format), w)
+func (c *Client) Transcript(ctx context.Context, session, format string, w io.Writer) (transcript.ExportSummary, error) {
+	var sum transcript.ExportSummary
+	tr, err := c.streamTrailer(ctx, "/v1/sessions/"+url.PathEscape(session)+"/transcript?format="+url.QueryEscape(format), w)
+	if v := tr.Get(api.TrailerExportNotes); v != "" {
+		if jerr := json.Unmarshal([]byte(v), &sum); jerr != nil && err == nil {
+			err = fmt.Errorf("client: the export's notes do not decode: %w", jerr)
+		}
+	}
+	return sum, err
 }
 
 // Answer writes a run's answer text as it is now to w, streamed: memory
@@ -424,9 +432,16 @@ var ErrCutOff = errors.New("client: the stream ended before its end (connection 
 
 // stream copies a streamed body to w and checks its status trailer.
 func (c *Client) stream(ctx context.Context, path string, w io.Writer) error {
+	_, err := c.streamTrailer(ctx, path, w)
+	return err
+}
+
+// streamTrailer is stream that also returns the body's trailers (nil
+// when there was no body).
+func (c *Client) streamTrailer(ctx context.Context, path string, w io.Writer) (http.Header, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -434,32 +449,32 @@ func (c *Client) stream(ctx context.Context, path string, w io.Writer) error {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return context.Cause(ctx)
+			return nil, context.Cause(ctx)
 		}
-		return &UnreachableError{Err: err}
+		return nil, &UnreachableError{Err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		return decodeError(resp)
+		return nil, decodeError(resp)
 	}
 	buf := make([]byte, 256<<10)
 	if _, err := io.CopyBuffer(w, struct{ io.Reader }{resp.Body}, buf); err != nil {
 		if ctx.Err() != nil {
-			return context.Cause(ctx)
+			return resp.Trailer, context.Cause(ctx)
 		}
-		return err
+		return resp.Trailer, err
 	}
 	switch resp.Trailer.Get(api.TrailerStatus) {
 	case "ok":
-		return nil
+		return resp.Trailer, nil
 	case "error":
 		var e api.ErrorBody
 		if json.Unmarshal([]byte(resp.Trailer.Get(api.TrailerError)), &e) != nil || e.Code == "" {
 			e = api.ErrorBody{Code: api.CodeInternal, Message: "the daemon stopped the stream: " + resp.Trailer.Get(api.TrailerError)}
 		}
-		return &Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message}
+		return resp.Trailer, &Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message}
 	}
-	return ErrCutOff
+	return resp.Trailer, ErrCutOff
 }
 
 // Post adds an item to a session's inbox.

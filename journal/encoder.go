@@ -73,6 +73,13 @@ func appendLine(dst []byte, seq uint64, ts time.Time, tail []byte) []byte {
 	return append(dst, "\"}\n"...)
 }
 
+// AppendRecord appends to dst the line that records e with its Seq and
+// TS as they are, byte for byte as Append writes it, for a writer that
+// streams a journal of its own (a transcript export). A line longer than
+// MaxRecordSize fails with ErrTooLarge, and data that is not valid JSON
+// with ErrInvalidEvent.
+func AppendRecord(dst []byte, e Event) ([]byte, error) { return appendRecord(dst, &e) }
+
 // appendRecord appends the encoded line for e.
 func appendRecord(dst []byte, e *Event) ([]byte, error) {
 	tail, err := encodeTail(nil, e)

@@ -1,16 +1,14 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"unicode/utf8"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/delta"
 	"github.com/belayhq/belay/store"
 )
 
@@ -62,7 +60,7 @@ func WriteAnswer(ctx context.Context, st store.Store, run belay.Run, w io.Writer
 		switch e.Type {
 		case EventText:
 			var err error
-			if buf, err = appendText(buf[:0], e.Data); err != nil {
+			if buf, err = delta.AppendText(buf[:0], e.Data); err != nil {
 				return fmt.Errorf("%w: run %s: seq %d: %v", belay.ErrInvalid, run.ID, e.Seq, err)
 			}
 			if _, err := w.Write(buf); err != nil {
@@ -107,101 +105,4 @@ func decodeRunUpdated(e belay.Event) (runUpdate, error) {
 		return u, fmt.Errorf("runtime: run.updated at seq %d: %w", e.Seq, err)
 	}
 	return u, nil
-}
-
-// appendText appends the text of a run.text event's data to dst. The data
-// is what json.Marshal made of textData, so a direct unquote of the one
-// string is the fast path; anything else (or anything it is unsure of)
-// goes through encoding/json, which decides.
-func appendText(dst, data []byte) ([]byte, error) {
-	const pre, suf = `{"text":"`, `"}`
-	if bytes.HasPrefix(data, []byte(pre)) && bytes.HasSuffix(data, []byte(suf)) && len(data) >= len(pre)+len(suf) {
-		if out, ok := unquote(dst, data[len(pre):len(data)-len(suf)]); ok {
-			return out, nil
-		}
-	}
-	var t textData
-	if err := json.Unmarshal(data, &t); err != nil {
-		return dst, err
-	}
-	return append(dst, t.Text...), nil
-}
-
-// unquote appends the JSON string body s (without its quotes) to dst. It
-// handles the escapes encoding/json writes, and gives up (ok false) on a
-// quote, a control byte, a surrogate escape or invalid UTF-8.
-func unquote(dst, s []byte) ([]byte, bool) {
-	start := len(dst)
-	for len(s) > 0 {
-		i := plainPrefix(s)
-		dst = append(dst, s[:i]...)
-		s = s[i:]
-		if len(s) == 0 {
-			break
-		}
-		if s[0] != '\\' || len(s) < 2 {
-			return dst, false
-		}
-		switch c := s[1]; c {
-		case '"', '\\', '/':
-			dst = append(dst, c)
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			if len(s) < 6 {
-				return dst, false
-			}
-			var r rune
-			for _, h := range s[2:6] {
-				switch {
-				case h >= '0' && h <= '9':
-					r = r<<4 | rune(h-'0')
-				case h >= 'a' && h <= 'f':
-					r = r<<4 | rune(h-'a'+10)
-				case h >= 'A' && h <= 'F':
-					r = r<<4 | rune(h-'A'+10)
-				default:
-					return dst, false
-				}
-			}
-			if r >= 0xd800 && r < 0xe000 {
-				return dst, false
-			}
-			dst = utf8.AppendRune(dst, r)
-			s = s[4:]
-		default:
-			return dst, false
-		}
-		s = s[2:]
-	}
-	return dst, utf8.Valid(dst[start:])
-}
-
-// plainPrefix returns the length of the prefix of s that holds no quote,
-// backslash or control byte, eight bytes at a time.
-func plainPrefix(s []byte) int {
-	const (
-		ones  = 0x0101010101010101
-		highs = 0x8080808080808080
-	)
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		x := binary.LittleEndian.Uint64(s[i:])
-		q, b := x^(ones*'"'), x^(ones*'\\')
-		if ((x-ones*0x20)&^x|(q-ones)&^q|(b-ones)&^b)&highs != 0 {
-			break
-		}
-	}
-	for i < len(s) && s[i] != '\\' && s[i] != '"' && s[i] >= 0x20 {
-		i++
-	}
-	return i
 }

@@ -261,144 +261,13 @@ func writeJournal(evs []journal.Event) ([]byte, error) {
 // Other events are ignored. The messages are not repaired: call
 // RepairMessages before replaying them to a provider.
 func FromJournal(events []journal.Event) ([]Message, error) {
-	type runState struct {
-		start     int  // index of the run's first message after the prompt
-		asst      int  // index of the open assistant message, -1 if none
-		lastAsst  int  // index of the run's last assistant message, -1 if none
-		turnEnded bool // the turn end was journaled
-		model     string
-	}
-	var msgs []Message
-	runs := map[string]*runState{}
-	get := func(e journal.Event) *runState {
-		rs := runs[e.Run]
-		if rs == nil {
-			rs = &runState{start: len(msgs), asst: -1, lastAsst: -1}
-			runs[e.Run] = rs
-		}
-		return rs
-	}
-	open := func(rs *runState, e journal.Event) *Message {
-		if rs.asst < 0 {
-			msgs = append(msgs, Message{Role: RoleAssistant, Meta: Meta{ID: e.Run, Model: rs.model, Time: e.TS}})
-			rs.asst = len(msgs) - 1
-			rs.lastAsst = rs.asst
-		}
-		return &msgs[rs.asst]
-	}
-	appendText := func(m *Message, t BlockType, s string) {
-		if n := len(m.Blocks); n > 0 && m.Blocks[n-1].Type == t {
-			m.Blocks[n-1].Text += s
-			return
-		}
-		m.Blocks = append(m.Blocks, Block{Type: t, Text: s})
-	}
+	var b convBuilder
 	for _, e := range events {
-		switch e.Type {
-		case evRunCreated:
-			var p struct {
-				Model string `json:"model"`
-				Input struct {
-					Prompt string `json:"prompt"`
-				} `json:"input"`
-			}
-			if err := json.Unmarshal(e.Data, &p); err != nil {
-				return nil, fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err)
-			}
-			msgs = append(msgs, Message{Role: RoleUser, Blocks: []Block{{Type: BlockText, Text: p.Input.Prompt}}, Meta: Meta{ID: e.Run, Time: e.TS}})
-			runs[e.Run] = &runState{start: len(msgs), asst: -1, lastAsst: -1, model: p.Model}
-		case evText, evThinking:
-			var p struct {
-				Text string `json:"text"`
-			}
-			if err := json.Unmarshal(e.Data, &p); err != nil {
-				return nil, fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err)
-			}
-			t := BlockText
-			if e.Type == evThinking {
-				t = BlockThinking
-			}
-			appendText(open(get(e), e), t, p.Text)
-		case evToolCall:
-			var p struct {
-				ID    string          `json:"id"`
-				Name  string          `json:"name"`
-				Input json.RawMessage `json:"input"`
-			}
-			if err := json.Unmarshal(e.Data, &p); err != nil {
-				return nil, fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err)
-			}
-			if len(p.Input) == 0 {
-				p.Input = json.RawMessage(`{}`)
-			}
-			m := open(get(e), e)
-			m.Blocks = append(m.Blocks, Block{Type: BlockToolCall, ID: p.ID, Name: p.Name, Input: p.Input})
-		case evToolResult:
-			var p struct {
-				CallID  string `json:"callId"`
-				Content string `json:"content"`
-				IsError bool   `json:"isError"`
-			}
-			if err := json.Unmarshal(e.Data, &p); err != nil {
-				return nil, fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err)
-			}
-			rs := get(e)
-			rs.asst = -1
-			var content []Block
-			if p.Content != "" {
-				content = []Block{{Type: BlockText, Text: p.Content}}
-			}
-			msgs = append(msgs, Message{Role: RoleTool, Meta: Meta{ID: e.Run, Time: e.TS}, Blocks: []Block{{Type: BlockToolResult, CallID: p.CallID, IsError: p.IsError, Content: content}}})
-		case evUsage:
-			var p struct {
-				Input  int `json:"input"`
-				Output int `json:"output"`
-			}
-			if err := json.Unmarshal(e.Data, &p); err != nil {
-				return nil, fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err)
-			}
-			rs := get(e)
-			if rs.lastAsst >= 0 {
-				msgs[rs.lastAsst].Meta.Usage = &Usage{Input: p.Input, Output: p.Output}
-			}
-		case evRunUpdated:
-			var p struct {
-				Phase string `json:"phase"`
-				Data  struct {
-					Attempt    int    `json:"attempt"`
-					Resume     bool   `json:"resume"`
-					StopReason string `json:"stopReason"`
-				} `json:"data"`
-			}
-			if err := json.Unmarshal(e.Data, &p); err != nil {
-				return nil, fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err)
-			}
-			rs := runs[e.Run]
-			if rs == nil {
-				continue
-			}
-			switch {
-			case p.Data.Attempt > 1 && !p.Data.Resume:
-				// Started again from scratch: drop what the run streamed so far.
-				msgs = msgs[:rs.start]
-				rs.asst, rs.lastAsst, rs.turnEnded = -1, -1, false
-			case p.Data.StopReason != "":
-				rs.turnEnded = true
-				if rs.lastAsst >= 0 {
-					msgs[rs.lastAsst].Meta.StopReason = p.Data.StopReason
-				}
-			case p.Phase == "failed" || p.Phase == "stranded" || p.Phase == "cancelled":
-				if rs.lastAsst >= 0 && !rs.turnEnded {
-					reason := "error"
-					if p.Phase == "cancelled" {
-						reason = "aborted"
-					}
-					msgs[rs.lastAsst].Meta.StopReason = reason
-				}
-			}
+		if err := b.add(e); err != nil {
+			return nil, err
 		}
 	}
-	return msgs, nil
+	return b.msgs, nil
 }
 
 // encodeBelay writes messages as a belay journal: a session.created event,
@@ -409,61 +278,127 @@ func FromJournal(events []journal.Event) ([]Message, error) {
 // FromJournal gives the same conversation.
 func encodeBelay(items []*Message) ([]byte, error) {
 	var evs []journal.Event
-	ts := time.Unix(0, 0).UTC()
-	at := func(m *Message) time.Time {
-		if !m.Meta.Time.IsZero() {
-			ts = m.Meta.Time
-		}
-		return ts
-	}
-	ev := func(m *Message, typ, run string, data any) {
-		evs = append(evs, journal.Event{TS: at(m), Type: typ, Run: run, Data: mustJSON(data)})
-	}
-	evs = append(evs, journal.Event{TS: ts, Type: evSession, Data: json.RawMessage(`{"provider":"import"}`)})
-	run, n := "", 0
-	end := func(m *Message) {
-		if run != "" {
-			ev(m, evRunUpdated, run, map[string]string{"phase": "complete"})
-		}
+	be := &belayEncoder{emit: func(e journal.Event) error {
+		evs = append(evs, e)
+		return nil
+	}}
+	if err := be.start(); err != nil {
+		return nil, err
 	}
 	for _, m := range items {
-		if m.opaque() || m.Role == RoleSystem {
-			continue
-		}
-		if m.Role == RoleUser || run == "" {
-			end(m)
-			n++
-			run = fmt.Sprintf("run_%026d", n)
-			ev(m, evRunCreated, run, map[string]any{"id": run, "provider": "import", "input": map[string]string{"prompt": m.Text()}})
-			if m.Role == RoleUser {
-				continue
-			}
-		}
-		switch m.Role {
-		case RoleAssistant:
-			for _, b := range m.Blocks {
-				switch b.Type {
-				case BlockText:
-					ev(m, evText, run, map[string]string{"text": b.Text})
-				case BlockThinking:
-					ev(m, evThinking, run, map[string]string{"text": b.Text})
-				case BlockToolCall:
-					ev(m, evToolCall, run, map[string]any{"id": b.ID, "name": b.Name, "input": b.Input, "sideEffect": true})
-				}
-			}
-			if u := m.Meta.Usage; u != nil {
-				ev(m, evUsage, run, map[string]int{"input": u.Input, "output": u.Output})
-			}
-			if m.Meta.StopReason != "" {
-				ev(m, evRunUpdated, run, map[string]any{"phase": "finishing", "data": map[string]string{"stopReason": m.Meta.StopReason}})
-			}
-		case RoleTool:
-			res, _ := m.Result()
-			ev(m, evToolResult, run, map[string]any{"callId": res.CallID, "content": textOf(res.Content), "isError": res.IsError})
+		if err := be.message(m); err != nil {
+			return nil, err
 		}
 	}
-	if len(items) > 0 {
-		end(items[len(items)-1])
+	if err := be.finish(); err != nil {
+		return nil, err
 	}
 	return writeJournal(evs)
+}
+
+// belayEncoder turns messages into the events of a belay journal, one
+// message at a time (encodeBelay describes them).
+type belayEncoder struct {
+	emit func(journal.Event) error
+	// text, when set, writes the events of a text or thinking block
+	// instead of emit (a streaming export: the block may be long).
+	text func(e journal.Event, b *Block) error
+	ts   time.Time
+	run  string
+	n    int
+	// lastTime is the time of the last message given; seen says there
+	// was one.
+	lastTime time.Time
+	seen     bool
+}
+
+func (be *belayEncoder) at(m *Message) time.Time { return be.atTime(m.Meta.Time) }
+
+func (be *belayEncoder) atTime(t time.Time) time.Time {
+	if !t.IsZero() {
+		be.ts = t
+	}
+	return be.ts
+}
+
+func (be *belayEncoder) ev(m *Message, typ string, data any) error {
+	return be.emit(journal.Event{TS: be.at(m), Type: typ, Run: be.run, Data: mustJSON(data)})
+}
+
+func (be *belayEncoder) start() error {
+	be.ts = time.Unix(0, 0).UTC()
+	return be.emit(journal.Event{TS: be.ts, Type: evSession, Data: json.RawMessage(`{"provider":"import"}`)})
+}
+
+// end closes the current run, if any, at the time of the message t is
+// the time of.
+func (be *belayEncoder) end(t time.Time) error {
+	if be.run == "" {
+		return nil
+	}
+	return be.emit(journal.Event{TS: be.atTime(t), Type: evRunUpdated, Run: be.run, Data: mustJSON(map[string]string{"phase": "complete"})})
+}
+
+func (be *belayEncoder) message(m *Message) error {
+	be.lastTime, be.seen = m.Meta.Time, true
+	if m.opaque() || m.Role == RoleSystem {
+		return nil
+	}
+	if m.Role == RoleUser || be.run == "" {
+		if err := be.end(m.Meta.Time); err != nil {
+			return err
+		}
+		be.n++
+		be.run = fmt.Sprintf("run_%026d", be.n)
+		if err := be.ev(m, evRunCreated, map[string]any{"id": be.run, "provider": "import", "input": map[string]string{"prompt": m.Text()}}); err != nil {
+			return err
+		}
+		if m.Role == RoleUser {
+			return nil
+		}
+	}
+	switch m.Role {
+	case RoleAssistant:
+		for i := range m.Blocks {
+			b := &m.Blocks[i]
+			var err error
+			switch b.Type {
+			case BlockText, BlockThinking:
+				typ := evText
+				if b.Type == BlockThinking {
+					typ = evThinking
+				}
+				if be.text != nil {
+					err = be.text(journal.Event{TS: be.at(m), Type: typ, Run: be.run}, b)
+				} else {
+					err = be.ev(m, typ, map[string]string{"text": b.Text})
+				}
+			case BlockToolCall:
+				err = be.ev(m, evToolCall, map[string]any{"id": b.ID, "name": b.Name, "input": b.Input, "sideEffect": true})
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if u := m.Meta.Usage; u != nil {
+			if err := be.ev(m, evUsage, map[string]int{"input": u.Input, "output": u.Output}); err != nil {
+				return err
+			}
+		}
+		if m.Meta.StopReason != "" {
+			return be.ev(m, evRunUpdated, map[string]any{"phase": "finishing", "data": map[string]string{"stopReason": m.Meta.StopReason}})
+		}
+	case RoleTool:
+		res, _ := m.Result()
+		return be.ev(m, evToolResult, map[string]any{"callId": res.CallID, "content": textOf(res.Content), "isError": res.IsError})
+	}
+	return nil
+}
+
+// finish closes the last run.
+func (be *belayEncoder) finish() error {
+	if !be.seen {
+		return nil
+	}
+	return be.end(be.lastTime)
 }

@@ -272,7 +272,7 @@ func (claudeCodec) render(d *Document, items []*Message) []outEntry {
 			prevLine = m.src.raw
 			continue
 		}
-		id := newUUID(ids, seedOf(m, out))
+		id := newUUID(ids, seedOf(d, m, out))
 		prev := prevLine
 		if prev == nil {
 			prev = d.envelope

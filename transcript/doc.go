@@ -16,6 +16,10 @@
 //     malformed calls, duplicates and orphans, never delete a delivered
 //     reply; idempotent.
 //
+// [ExportStream] writes a session's conversation in any of the formats
+// from its journal, a turn at a time, in memory that does not grow with
+// the session (export_stream.go).
+//
 // A [Document] keeps every entry's bytes, so a file that needs no change is
 // written back byte for byte, and a repaired one changes only the entries
 // repair touched. docs/transcripts.md describes the formats, detection and

@@ -94,6 +94,7 @@ type Document struct {
 	version  int // pi: header version
 	jsonl    bool
 	events   *belayDoc
+	prevOut  *string // a streaming export: the id of the last entry written before the items
 }
 
 func codecFor(f Format) (codec, error) {

@@ -37,12 +37,15 @@ type EncodeOptions struct {
 const claudeExportVersion = "0.0.0-belay"
 
 func encode(w io.Writer, f Format, msgs []Message, opts EncodeOptions) error {
-	c, err := codecFor(f)
+	work := cloneMessages(msgs)
+	var first *Message
+	if len(work) > 0 {
+		first = &work[0]
+	}
+	d, err := scratchDocument(f, first, opts)
 	if err != nil {
 		return err
 	}
-	d := &Document{Format: f, codec: c, term: "\n"}
-	work := cloneMessages(msgs)
 	for i := range work {
 		work[i].src, work[i].fp = nil, 0
 		for j := range work[i].Blocks {
@@ -50,18 +53,38 @@ func encode(w io.Writer, f Format, msgs []Message, opts EncodeOptions) error {
 		}
 		d.items = append(d.items, &work[i])
 	}
+	if d.array && len(work) == 0 {
+		d.prefix, d.suffix = []byte("["), []byte("]\n")
+	}
+	b, err := d.Bytes()
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("transcript: %w", err)
+	}
+	return nil
+}
+
+// scratchDocument is an empty document of format f that messages are
+// written to from scratch; first is the conversation's first message (nil
+// when there is none), which pi's header and Claude Code's session id
+// may be derived from.
+func scratchDocument(f Format, first *Message, opts EncodeOptions) (*Document, error) {
+	c, err := codecFor(f)
+	if err != nil {
+		return nil, err
+	}
+	d := &Document{Format: f, codec: c, term: "\n"}
 	switch f {
 	case FormatOpenAI, FormatAnthropic:
 		d.array = true
 		d.prefix, d.sep, d.suffix = []byte("[\n"), []byte(",\n"), []byte("\n]\n")
-		if len(work) == 0 {
-			d.prefix, d.suffix = []byte("["), []byte("]\n")
-		}
 	case FormatPi:
 		d.tree, d.parentK, d.version = true, "parentId", 3
 		ts := "1970-01-01T00:00:00.000Z"
-		if len(work) > 0 && !work[0].Meta.Time.IsZero() {
-			ts = work[0].Meta.Time.UTC().Format("2006-01-02T15:04:05.000Z")
+		if first != nil && !first.Meta.Time.IsZero() {
+			ts = first.Meta.Time.UTC().Format("2006-01-02T15:04:05.000Z")
 		}
 		id := newUUID(map[string]bool{}, "belay/session/"+ts)
 		d.header = &entry{line: 1, raw: []byte(`{"type":"session","version":3,"id":"` + id + `","timestamp":"` + ts + `","cwd":""}`), term: "\n"}
@@ -69,8 +92,8 @@ func encode(w io.Writer, f Format, msgs []Message, opts EncodeOptions) error {
 	case FormatClaude:
 		d.tree, d.parentK = true, "parentUuid"
 		seed := opts.SessionID
-		if seed == "" && len(work) > 0 {
-			seed = work[0].Meta.Time.UTC().Format(time.RFC3339Nano) + "/" + work[0].Text()
+		if seed == "" && first != nil {
+			seed = first.Meta.Time.UTC().Format(time.RFC3339Nano) + "/" + first.Text()
 		}
 		cwd := opts.Cwd
 		if cwd == "" {
@@ -82,14 +105,7 @@ func encode(w io.Writer, f Format, msgs []Message, opts EncodeOptions) error {
 		env = setField(env, "version", mustJSON(claudeExportVersion))
 		d.envelope = env
 	}
-	b, err := d.Bytes()
-	if err != nil {
-		return err
-	}
-	if _, err := w.Write(b); err != nil {
-		return fmt.Errorf("transcript: %w", err)
-	}
-	return nil
+	return d, nil
 }
 
 // Export writes the conversation of a session's journal events in format
@@ -113,79 +129,95 @@ func ExportReport(w io.Writer, events []journal.Event, f Format) (Report, error)
 	var rep Report
 	if f != FormatBelay {
 		msgs, rep = RepairMessages(msgs)
-		rep.Changes = append(rep.Changes, uniqueToolIDs(msgs)...)
+		rep.Changes = append(rep.Changes, (&toolIDs{}).unique(msgs, 0)...)
 		if f == FormatAnthropic || f == FormatClaude {
-			msgs, rep.Changes = dropUnsigned(msgs, rep.Changes)
+			msgs, rep.Changes = dropUnsigned(msgs, rep.Changes, 0)
 		}
 	}
 	opts := EncodeOptions{}
 	for _, e := range events {
-		if e.Type != evSession {
-			continue
+		if e.Type == evSession {
+			opts = sessionOptions(e.Data)
+			break
 		}
-		var p struct {
-			ID      string         `json:"id"`
-			Options map[string]any `json:"options"`
-		}
-		if json.Unmarshal(e.Data, &p) == nil {
-			opts.SessionID = p.ID
-			for _, k := range []string{"cwd", "workdir", "dir"} {
-				if s, ok := p.Options[k].(string); ok && s != "" {
-					opts.Cwd = s
-					break
-				}
-			}
-		}
-		break
 	}
 	return rep, encode(w, f, msgs, opts)
 }
 
-// uniqueToolIDs renames tool call ids that an earlier turn already used
+// sessionOptions reads what an export needs from the data of a session's
+// session.created event: its id and working directory.
+func sessionOptions(data []byte) EncodeOptions {
+	var opts EncodeOptions
+	var p struct {
+		ID      string         `json:"id"`
+		Options map[string]any `json:"options"`
+	}
+	if json.Unmarshal(data, &p) == nil {
+		opts.SessionID = p.ID
+		for _, k := range []string{"cwd", "workdir", "dir"} {
+			if s, ok := p.Options[k].(string); ok && s != "" {
+				opts.Cwd = s
+				break
+			}
+		}
+	}
+	return opts
+}
+
+// toolIDs renames tool call ids that an earlier turn already used
 // (providers that number calls per turn reuse exec_0, call_1 …), with
 // their results, so that every id is unique in the exported transcript.
-// It expects repaired messages: each call's results follow it in its turn.
-func uniqueToolIDs(msgs []Message) []Change {
+// A streaming export gives it the conversation a stretch at a time.
+type toolIDs struct {
+	used     map[string]bool
+	frame    map[string][]string // id as read -> new ids, in call order
+	lastResp string
+}
+
+// unique renames in msgs, which must be repaired (each call's results
+// follow it in its turn); base is the index of msgs[0] in the whole
+// conversation, for the changes it reports.
+func (t *toolIDs) unique(msgs []Message, base int) []Change {
 	var changes []Change
-	used := map[string]bool{}
-	var frame map[string][]string // id as read -> new ids, in call order
-	lastResp := ""
+	if t.used == nil {
+		t.used = map[string]bool{}
+	}
 	for i := range msgs {
 		m := &msgs[i]
 		switch m.Role {
 		case RoleAssistant:
-			if m.Meta.ResponseID == "" || m.Meta.ResponseID != lastResp || frame == nil {
-				frame = map[string][]string{}
+			if m.Meta.ResponseID == "" || m.Meta.ResponseID != t.lastResp || t.frame == nil {
+				t.frame = map[string][]string{}
 			}
-			lastResp = m.Meta.ResponseID
+			t.lastResp = m.Meta.ResponseID
 			for k := range m.Blocks {
 				b := &m.Blocks[k]
 				if b.Type != BlockToolCall {
 					continue
 				}
 				orig, id := b.ID, b.ID
-				if used[id] {
-					id = freshID(orig, used)
-					idx := i
+				if t.used[id] {
+					id = freshID(orig, t.used)
+					idx := base + i
 					changes = append(changes, Change{Kind: ChangeRenameToolID, Message: &idx, CallID: orig, Tool: b.Name,
 						Reason: "tool id used by an earlier call; renamed " + id + " so that ids are unique"})
 					b.ID = id
 				}
-				used[id] = true
-				frame[orig] = append(frame[orig], id)
+				t.used[id] = true
+				t.frame[orig] = append(t.frame[orig], id)
 			}
 		case RoleTool:
 			for k := range m.Blocks {
 				b := &m.Blocks[k]
-				if b.Type != BlockToolResult || frame == nil {
+				if b.Type != BlockToolResult || t.frame == nil {
 					continue
 				}
-				if q := frame[b.CallID]; len(q) > 0 {
-					b.CallID, frame[b.CallID] = q[0], q[1:]
+				if q := t.frame[b.CallID]; len(q) > 0 {
+					b.CallID, t.frame[b.CallID] = q[0], q[1:]
 				}
 			}
 		case RoleUser, RoleSystem:
-			lastResp = ""
+			t.lastResp = ""
 		}
 	}
 	return changes
@@ -230,7 +262,8 @@ func freshID(id string, used map[string]bool) string {
 
 // dropUnsigned leaves out thinking blocks that have no signature (the
 // Anthropic API rejects them), and an assistant message left with nothing.
-func dropUnsigned(msgs []Message, changes []Change) ([]Message, []Change) {
+// base is the index of msgs[0] in the whole conversation.
+func dropUnsigned(msgs []Message, changes []Change, base int) ([]Message, []Change) {
 	out := msgs[:0:0]
 	for i, m := range msgs {
 		if m.Role != RoleAssistant {
@@ -240,7 +273,7 @@ func dropUnsigned(msgs []Message, changes []Change) ([]Message, []Change) {
 		var kept []Block
 		for _, b := range m.Blocks {
 			if b.Type == BlockThinking && !b.Redacted && b.Signature == "" {
-				idx := i
+				idx := base + i
 				changes = append(changes, Change{Kind: ChangeDropThinking, Message: &idx,
 					Reason: "thinking block without a signature left out: the API accepts only thinking it signed"})
 				continue

@@ -216,7 +216,7 @@ func (piCodec) render(d *Document, items []*Message) []outEntry {
 		}
 		id := ""
 		if d.tree {
-			id = newPiID(ids, seedOf(m, out))
+			id = newPiID(ids, seedOf(d, m, out))
 		}
 		out = append(out, outEntry{raw: piNewEntry(m, id, d.tree), id: id})
 	}
@@ -352,10 +352,13 @@ func newPiID(ids map[string]bool, seed string) string {
 
 // seedOf derives the seed of a new entry's id from what it answers and the
 // entry before it.
-func seedOf(m *Message, out []outEntry) string {
+func seedOf(d *Document, m *Message, out []outEntry) string {
 	seed := "belay"
-	if len(out) > 0 {
+	switch {
+	case len(out) > 0:
 		seed += "/" + out[len(out)-1].id
+	case d.prevOut != nil:
+		seed += "/" + *d.prevOut // a streaming export's entry before this stretch
 	}
 	if res, ok := m.Result(); ok {
 		seed += "/" + res.CallID

@@ -82,7 +82,7 @@ func Read(ctx context.Context, cfg ReadConfig) (*ReadResult, error) {
 	data := filepath.Join(root, "data")
 
 	cfg.Progress(fmt.Sprintf("journaling a run with a %s answer in %d-byte deltas", humanBytes(cfg.Size), cfg.Chunk))
-	run, events, want, err := journalAnswer(ctx, data, cfg.Size, cfg.Chunk)
+	run, events, want, err := journalAnswer(ctx, data, cfg.Size, cfg.Chunk, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -99,21 +99,56 @@ func Read(ctx context.Context, cfg ReadConfig) (*ReadResult, error) {
 	defer daemon.stop()
 
 	cfg.Progress("belay read " + run.ID)
-	cmd := exec.CommandContext(ctx, cfg.Exe, "read", "--data", data, run.ID)
+	m, err := measureCLI(ctx, cfg.Exe, daemon, []string{"read", "--data", data, run.ID})
+	if err != nil {
+		return nil, err
+	}
+	res.Seconds = m.seconds
+	res.MBPerSec = float64(cfg.Size) / 1e6 / res.Seconds
+	res.CLIPeakRSS, res.CLICPUSeconds, res.DaemonCPUSeconds = m.cliPeak, m.cliCPU, m.daemonCPU
+	res.CPUBoundMBPerSec = float64(cfg.Size) / 1e6 / max(res.DaemonCPUSeconds, res.CLICPUSeconds)
+	if res.DaemonPeakRSS, err = processPeakRSS(daemon.cmd.Process.Pid); err != nil {
+		return nil, err
+	}
+	n, sum := m.n, m.crc
+	// belay read ends the answer with a newline when it has none.
+	if n != cfg.Size+1 || sum != want {
+		return nil, fmt.Errorf("bench: belay read printed %d bytes (crc %08x), want %d (crc %08x)", n, sum, cfg.Size+1, want)
+	}
+	res.Verified = true
+	return res, nil
+}
+
+// cliRun is what measureCLI saw of one command.
+type cliRun struct {
+	n         int64   // bytes it printed
+	crc       uint32  // their CRC-32C
+	seconds   float64 // from start to exit
+	cliPeak   int64   // its peak RSS
+	cliCPU    float64 // its CPU seconds
+	daemonCPU float64 // the daemon's CPU seconds meanwhile
+}
+
+// measureCLI runs `belay args...` against daemon with its output to a
+// pipe, and measures its time, its peak memory and CPU, and the daemon's
+// CPU meanwhile.
+func measureCLI(ctx context.Context, exe string, daemon *benchDaemon, args []string) (cliRun, error) {
+	var m cliRun
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Env = append(os.Environ(), "BELAY_NO_AUTOSTART=1")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return m, err
 	}
 	daemonCPU0, err := processCPU(daemon.cmd.Process.Pid)
 	if err != nil {
-		return nil, err
+		return m, err
 	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench: start belay read: %w", err)
+		return m, fmt.Errorf("bench: start belay %s: %w", args[0], err)
 	}
 	// ru_maxrss would count the memory of this process, which the child
 	// shares until it execs: watch the child's own high-water mark instead.
@@ -145,27 +180,17 @@ func Read(ctx context.Context, cfg ReadConfig) (*ReadResult, error) {
 	werr := cmd.Wait()
 	elapsed := time.Since(start)
 	if cerr != nil || werr != nil {
-		return nil, fmt.Errorf("bench: belay read: %v %v: %s", werr, cerr, stderr.String())
+		return m, fmt.Errorf("bench: belay %s: %v %v: %s", args[0], werr, cerr, stderr.String())
 	}
-	res.Seconds = elapsed.Seconds()
-	res.MBPerSec = float64(cfg.Size) / 1e6 / res.Seconds
-	res.CLIPeakRSS = cliPeak.Load()
-	res.CLICPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	daemonCPU1, err := processCPU(daemon.cmd.Process.Pid)
 	if err != nil {
-		return nil, err
+		return m, err
 	}
-	res.DaemonCPUSeconds = daemonCPU1 - daemonCPU0
-	res.CPUBoundMBPerSec = float64(cfg.Size) / 1e6 / max(res.DaemonCPUSeconds, res.CLICPUSeconds)
-	if res.DaemonPeakRSS, err = processPeakRSS(daemon.cmd.Process.Pid); err != nil {
-		return nil, err
-	}
-	// belay read ends the answer with a newline when it has none.
-	if n != cfg.Size+1 || h.Sum32() != want {
-		return nil, fmt.Errorf("bench: belay read printed %d bytes (crc %08x), want %d (crc %08x)", n, h.Sum32(), cfg.Size+1, want)
-	}
-	res.Verified = true
-	return res, nil
+	return cliRun{
+		n: n, crc: h.Sum32(), seconds: elapsed.Seconds(), cliPeak: cliPeak.Load(),
+		cliCPU:    (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds(),
+		daemonCPU: daemonCPU1 - daemonCPU0,
+	}, nil
 }
 
 // answerText is the repeating text of the answer: prose with the
@@ -177,8 +202,9 @@ const answerText = "A long answer is read back one journal line at a time: the d
 
 // journalAnswer writes a session with one complete run whose answer is size
 // bytes, in deltas of chunk bytes, and returns the run, the events of its
-// answer, and the CRC-32C of what belay read prints for it.
-func journalAnswer(ctx context.Context, dir string, size int64, chunk int) (belay.Run, int64, uint32, error) {
+// answer, and the CRC-32C of what belay read prints for it. each, if set,
+// is given every delta's text.
+func journalAnswer(ctx context.Context, dir string, size int64, chunk int, each func(string)) (belay.Run, int64, uint32, error) {
 	st, err := fsstore.Open(ctx, dir, fsstore.Options{FS: noSyncFS{vfs.OS}})
 	if err != nil {
 		return belay.Run{}, 0, 0, err
@@ -214,6 +240,9 @@ func journalAnswer(ctx context.Context, dir string, size int64, chunk int) (bela
 		b, _ := json.Marshal(map[string]string{"text": text})
 		batch = append(batch, belay.Event{Type: "run.text", Run: run.ID, Epoch: run.Epoch, Data: b})
 		_, _ = io.WriteString(h, text)
+		if each != nil {
+			each(text)
+		}
 		written += int64(n)
 		events++
 		if len(batch) == 256 || written >= size {

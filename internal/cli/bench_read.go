@@ -29,24 +29,16 @@ Reports throughput and the peak resident memory (VmHWM, ru_maxrss) of the
 daemon and of the CLI, which do not grow with the answer's size.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			size, err := parseSize(opts.Size)
-			if err != nil || size < 1 {
-				return usagef("belay bench read --size 1GB", "--size: want a size like 1GB")
-			}
-			chunk, err := parseSize(opts.Chunk)
-			if err != nil || chunk < 1 || chunk > 512<<10 {
-				return usagef("belay bench read --chunk 4KiB", "--chunk: want a size from 1B to 512KiB")
-			}
-			dir, err := benchDir(stdio, opts.Dir, opts.Data)
+			size, chunk, err := opts.answer("read")
 			if err != nil {
 				return err
 			}
-			exe, err := selfExecutable()
+			dir, exe, err := benchProcesses(stdio, opts.Dir, opts.Data)
 			if err != nil {
-				return fmt.Errorf("cannot find the belay executable: %w", err)
+				return err
 			}
 			res, err := bench.Read(cmd.Context(), bench.ReadConfig{
-				Dir: dir, Exe: exe, Size: size, Chunk: int(chunk),
+				Dir: dir, Exe: exe, Size: size, Chunk: chunk,
 				Progress: func(s string) { fmt.Fprintf(stdio.Err, "… %s\n", s) },
 			})
 			if err != nil {
@@ -70,4 +62,31 @@ daemon and of the CLI, which do not grow with the answer's size.`,
 	f.StringVar(&opts.Data, "data", "", dataFlagHelp)
 	f.BoolVar(&opts.JSON, "json", false, "print JSON")
 	return cmd
+}
+
+// answer checks --size and --chunk of `belay bench NAME`.
+func (o benchReadOptions) answer(name string) (size int64, chunk int, err error) {
+	size, err = parseSize(o.Size)
+	if err != nil || size < 1 {
+		return 0, 0, usagef("belay bench "+name+" --size 1GB", "--size: want a size like 1GB")
+	}
+	c, err := parseSize(o.Chunk)
+	if err != nil || c < 1 || c > 512<<10 {
+		return 0, 0, usagef("belay bench "+name+" --chunk 4KiB", "--chunk: want a size from 1B to 512KiB")
+	}
+	return size, int(c), nil
+}
+
+// benchProcesses returns the scratch directory (benchDir) and the belay
+// executable, for a bench that runs daemon and CLI as processes.
+func benchProcesses(stdio Stdio, dir, data string) (string, string, error) {
+	dir, err := benchDir(stdio, dir, data)
+	if err != nil {
+		return "", "", err
+	}
+	exe, err := selfExecutable()
+	if err != nil {
+		return "", "", fmt.Errorf("cannot find the belay executable: %w", err)
+	}
+	return dir, exe, nil
 }

@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -214,55 +211,6 @@ func newSessionsPruneCmd(stdio Stdio) *cobra.Command {
 	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&dry, "dry-run", false, "say what would be pruned, delete nothing")
 	return cmd
-}
-
-func newSessionsExportCmd(stdio Stdio) *cobra.Command {
-	var g globalOptions
-	var format, out string
-	cmd := &cobra.Command{
-		Use:   "export SESSION",
-		Short: "Export a session's transcript in a format",
-		Args:  exactArgs(1, "belay sessions export ses_... --format belay"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := sessionArg(args); err != nil {
-				return err
-			}
-			c, err := connect(cmd.Context(), stdio, g, true)
-			if err != nil {
-				return err
-			}
-			w := stdio.Out
-			if out != "" && out != "-" {
-				f, err := createOutput(out)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				w = f
-			}
-			if err := c.Transcript(cmd.Context(), args[0], format, w); err != nil {
-				return apiError(err)
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)
-	cmd.Flags().StringVar(&format, "format", "belay", "transcript format")
-	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this new file instead of standard output")
-	return cmd
-}
-
-// createOutput opens -o FILE: a new regular file (an existing one is
-// never overwritten), or an existing device or pipe such as /dev/null.
-func createOutput(path string) (*os.File, error) {
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
-		return os.OpenFile(path, os.O_WRONLY, 0)
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("%s exists; belay does not overwrite it: give a new file name", path)
-	}
-	return f, err
 }
 
 // ago says how long ago t was, or "-" when it is not known.

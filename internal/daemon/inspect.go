@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"github.com/belayhq/belay/transcript"
 	"io"
 	"io/fs"
 	"os"
@@ -139,10 +140,9 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 	return rep, nil
 }
 
-// exporter returns the transcript export of the API: for now belay's own
-// format, the session's journal events as JSON lines.
-func exporter(st store.Store) func(ctx context.Context, w io.Writer, session, format string) error {
-	return func(ctx context.Context, w io.Writer, session, format string) error {
+// exporter returns the transcript export of the API (ExportEvents).
+func exporter(st store.Store) func(ctx context.Context, w io.Writer, session, format string) (transcript.ExportSummary, error) {
+	return func(ctx context.Context, w io.Writer, session, format string) (transcript.ExportSummary, error) {
 		return ExportEvents(ctx, st, w, session, format)
 	}
 }

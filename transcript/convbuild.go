@@ -1,0 +1,225 @@
+package transcript
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/belayhq/belay/journal"
+)
+
+// convBuilder folds a session's journal events into its conversation one
+// event at a time (FromJournal describes the rules). A streaming export
+// takes the messages of the runs that ended and starts it again.
+type convBuilder struct {
+	msgs []Message
+	runs map[string]*runState
+	open int // runs in runs that have not ended
+	// text, when set, takes a text or thinking delta instead of the
+	// builder decoding it into blk: the block is new (extend false) or
+	// the run's current one. A streaming export keeps long text in the
+	// journal and reads it again when it writes the block.
+	text func(rs *runState, blk *Block, extend bool, e journal.Event) error
+}
+
+// runState is what the builder knows of one run.
+type runState struct {
+	start     int  // index of the run's first message after the prompt
+	asst      int  // index of the open assistant message, -1 if none
+	lastAsst  int  // index of the run's last assistant message, -1 if none
+	turnEnded bool // the turn end was journaled
+	ended     bool // the run's terminal run.updated was journaled
+	model     string
+	blockFrom uint64 // seq of the first delta of the open text or thinking block
+}
+
+func (b *convBuilder) get(e journal.Event) *runState {
+	rs := b.runs[e.Run]
+	if rs == nil {
+		rs = b.newRun(e.Run, "")
+	}
+	return rs
+}
+
+func (b *convBuilder) newRun(id, model string) *runState {
+	if b.runs == nil {
+		b.runs = map[string]*runState{}
+	}
+	if old := b.runs[id]; old == nil || old.ended {
+		b.open++
+	}
+	rs := &runState{start: len(b.msgs), asst: -1, lastAsst: -1, model: model}
+	b.runs[id] = rs
+	return rs
+}
+
+func (b *convBuilder) openAsst(rs *runState, e journal.Event) *Message {
+	if rs.asst < 0 {
+		b.msgs = append(b.msgs, Message{Role: RoleAssistant, Meta: Meta{ID: e.Run, Model: rs.model, Time: e.TS}})
+		rs.asst = len(b.msgs) - 1
+		rs.lastAsst = rs.asst
+	}
+	return &b.msgs[rs.asst]
+}
+
+// idle reports whether every run the builder has seen has ended: no later
+// event changes the messages built so far.
+func (b *convBuilder) idle() bool { return b.open == 0 }
+
+// reset starts a new stretch of the conversation after the messages built
+// so far were taken.
+func (b *convBuilder) reset() {
+	b.msgs = b.msgs[:0]
+	clear(b.runs)
+	b.open = 0
+}
+
+func (b *convBuilder) add(e journal.Event) error {
+	bad := func(err error) error { return fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err) }
+	switch e.Type {
+	case evRunCreated:
+		var p struct {
+			Model string `json:"model"`
+			Input struct {
+				Prompt string `json:"prompt"`
+			} `json:"input"`
+		}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			return bad(err)
+		}
+		b.msgs = append(b.msgs, Message{Role: RoleUser, Blocks: []Block{{Type: BlockText, Text: p.Input.Prompt}}, Meta: Meta{ID: e.Run, Time: e.TS}})
+		b.newRun(e.Run, p.Model)
+	case evText, evThinking:
+		t := BlockText
+		if e.Type == evThinking {
+			t = BlockThinking
+		}
+		rs := b.get(e)
+		m := b.openAsst(rs, e)
+		n := len(m.Blocks)
+		extend := n > 0 && m.Blocks[n-1].Type == t
+		if !extend {
+			rs.blockFrom = e.Seq
+		}
+		if b.text != nil {
+			if !extend {
+				m.Blocks = append(m.Blocks, Block{Type: t})
+				n++
+			}
+			return b.text(rs, &m.Blocks[n-1], extend, e)
+		}
+		var p struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			return bad(err)
+		}
+		if extend {
+			m.Blocks[n-1].Text += p.Text
+		} else {
+			m.Blocks = append(m.Blocks, Block{Type: t, Text: p.Text})
+		}
+	case evToolCall:
+		var p struct {
+			ID    string          `json:"id"`
+			Name  string          `json:"name"`
+			Input json.RawMessage `json:"input"`
+		}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			return bad(err)
+		}
+		if len(p.Input) == 0 {
+			p.Input = json.RawMessage(`{}`)
+		}
+		m := b.openAsst(b.get(e), e)
+		m.Blocks = append(m.Blocks, Block{Type: BlockToolCall, ID: p.ID, Name: p.Name, Input: p.Input})
+	case evToolResult:
+		var p struct {
+			CallID  string `json:"callId"`
+			Content string `json:"content"`
+			IsError bool   `json:"isError"`
+		}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			return bad(err)
+		}
+		rs := b.get(e)
+		rs.asst = -1
+		var content []Block
+		if p.Content != "" {
+			content = []Block{{Type: BlockText, Text: p.Content}}
+		}
+		b.msgs = append(b.msgs, Message{Role: RoleTool, Meta: Meta{ID: e.Run, Time: e.TS}, Blocks: []Block{{Type: BlockToolResult, CallID: p.CallID, IsError: p.IsError, Content: content}}})
+	case evUsage:
+		var p struct {
+			Input  int `json:"input"`
+			Output int `json:"output"`
+		}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			return bad(err)
+		}
+		rs := b.get(e)
+		if rs.lastAsst >= 0 {
+			b.msgs[rs.lastAsst].Meta.Usage = &Usage{Input: p.Input, Output: p.Output}
+		}
+	case evRunUpdated:
+		var p struct {
+			Phase string `json:"phase"`
+			Data  struct {
+				Attempt    int    `json:"attempt"`
+				Resume     bool   `json:"resume"`
+				StopReason string `json:"stopReason"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			return bad(err)
+		}
+		rs := b.runs[e.Run]
+		if rs == nil {
+			return nil
+		}
+		switch {
+		case p.Data.Attempt > 1 && !p.Data.Resume:
+			// Started again from scratch: drop what the run streamed so far.
+			b.truncate(rs)
+		case p.Data.StopReason != "":
+			rs.turnEnded = true
+			if rs.lastAsst >= 0 {
+				b.msgs[rs.lastAsst].Meta.StopReason = p.Data.StopReason
+			}
+		case p.Phase == "failed" || p.Phase == "stranded" || p.Phase == "cancelled":
+			if rs.lastAsst >= 0 && !rs.turnEnded {
+				reason := "error"
+				if p.Phase == "cancelled" {
+					reason = "aborted"
+				}
+				b.msgs[rs.lastAsst].Meta.StopReason = reason
+			}
+		}
+		switch p.Phase {
+		case "complete", "failed", "stranded", "cancelled":
+			if !rs.ended {
+				rs.ended = true
+				b.open--
+			}
+		}
+	}
+	return nil
+}
+
+// truncate drops every message from rs's first one after its prompt on,
+// those of runs created while it was going included; the indexes such a
+// run keeps are cut back so that they never name another run's message.
+func (b *convBuilder) truncate(rs *runState) {
+	b.msgs = b.msgs[:rs.start]
+	rs.asst, rs.lastAsst, rs.turnEnded = -1, -1, false
+	for _, o := range b.runs {
+		if o.start > len(b.msgs) {
+			o.start = len(b.msgs)
+		}
+		if o.asst >= len(b.msgs) {
+			o.asst = -1
+		}
+		if o.lastAsst >= len(b.msgs) {
+			o.lastAsst = -1
+		}
+	}
+}
