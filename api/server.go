@@ -250,6 +250,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, Health{
 		Status: "ok", Version: s.opts.Version, Incarnation: s.rt.Incarnation(), PID: os.Getpid(),
 		DataDir: s.opts.DataDir, StartedAt: s.started, Active: st.Active, Queued: st.Queued,
+		Watchers: len(s.watchers),
 	})
 }
 

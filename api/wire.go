@@ -119,6 +119,8 @@ type Health struct {
 	StartedAt   time.Time `json:"startedAt"`
 	Active      int       `json:"active"`
 	Queued      int       `json:"queued"`
+	// Watchers counts the open event streams and long polls.
+	Watchers int `json:"watchers"`
 }
 
 // Error is the body of every error response.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/lock"
 	"github.com/belayhq/belay/provider/openai/openaitest"
 	"github.com/belayhq/belay/store/fsstore"
@@ -67,6 +69,26 @@ func TestScripts(t *testing.T) {
 				srv := openaitest.NewServer(openaitest.Options{Reply: args[0]})
 				ts.Defer(srv.Close)
 				ts.Setenv("OPENAI_BASE_URL", srv.URL)
+			},
+			// waitwatchers N: wait until the daemon of $BELAY_HOME has at
+			// least N open event streams or long polls.
+			"waitwatchers": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 1 {
+					ts.Fatalf("usage: waitwatchers N")
+				}
+				n, err := strconv.Atoi(args[0])
+				ts.Check(err)
+				c := client.New(client.Options{Socket: filepath.Join(ts.Getenv("BELAY_HOME"), "belay.sock")})
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					if h, err := c.Health(context.Background()); err == nil && h.Watchers >= n {
+						return
+					}
+					if time.Now().After(deadline) {
+						ts.Fatalf("the daemon never had %d watchers", n)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
 			},
 			// killdaemon: SIGKILL the daemon of $BELAY_HOME, as a crash would.
 			"killdaemon": func(ts *testscript.TestScript, neg bool, args []string) {
