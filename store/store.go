@@ -143,6 +143,8 @@ type Store interface {
 	// if none) so the caller can arm a timer for it (G7).
 	ExpireDeliveryLeases(ctx context.Context) (expired []belay.Delivery, next time.Time, err error)
 
+	NotificationStore // claims and settles webhook and hook notifications (notify.go)
+
 	// Prune deletes terminal sessions by age policy (G12).
 	Prune(ctx context.Context, p PrunePolicy) (PruneReport, error)
 

@@ -45,6 +45,7 @@ func (s *Store) PostDelivery(ctx context.Context, in belay.DeliveryInput) (belay
 	s.idxMu.Lock()
 	s.deliveries[id] = ss.id
 	s.idxMu.Unlock()
+	s.notify.posted(ss.st.deliveries[id])
 	return copyDelivery(ss.st.deliveries[id]), true, nil
 }
 

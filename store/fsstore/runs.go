@@ -299,6 +299,7 @@ func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, 
 		s.idxMu.Lock()
 		s.deliveries[posted] = ss.id
 		s.idxMu.Unlock()
+		s.notify.posted(ss.st.deliveries[posted])
 	}
 	return copyRun(r), nil
 }

@@ -29,12 +29,17 @@ type state struct {
 	// Front holds the queued runs submitted with policy interrupt: they
 	// run next in the session, ahead of earlier queued runs.
 	Front map[string]bool `json:"front,omitempty"`
+	// Notifications holds the notifications of the session's deliveries,
+	// by notifyKey (notify.go).
+	Notifications map[string]*store.Notification `json:"notifications,omitempty"`
 
 	runs       map[string]*belay.Run
 	deliveries map[string]*belay.Delivery
 }
 
-const stateVersion = 1
+// stateVersion 2 folds notifications: a snapshot of version 1 is not
+// trusted, so the journal is replayed once with them.
+const stateVersion = 2
 
 func newState() *state {
 	return &state{
@@ -145,7 +150,8 @@ func reserved(typ string) bool {
 	case store.EventSessionCreated, store.EventRunCreated, store.EventRunLeased,
 		store.EventRunRenewed, store.EventRunReleased, store.EventRunUpdated,
 		store.EventDeliveryPosted, store.EventDeliveryLeased, store.EventDeliverySettled,
-		store.EventDeliveryExpired, store.EventDeliveryReturned, store.EventRunCancelRequested:
+		store.EventDeliveryExpired, store.EventDeliveryReturned, store.EventRunCancelRequested,
+		store.EventNotifyClaimed, store.EventNotifySettled:
 		return true
 	}
 	return false
@@ -350,6 +356,11 @@ func (st *state) apply(e *belay.Event) error {
 		}
 		d.Lease = nil
 		d.Result = p.Result
+	case store.EventNotifyClaimed, store.EventNotifySettled:
+		changed, err := st.applyNotify(e)
+		if err != nil || !changed {
+			return err
+		}
 	case store.EventDeliveryExpired:
 		var p deliveryExpired
 		if err := decode(e, &p); err != nil {

@@ -109,6 +109,8 @@ type Store struct {
 	runs        map[string]string // run id -> session id
 	deliveries  map[string]string // delivery id -> session id
 	sessionKeys map[string]string // session idempotency key -> session id
+
+	notify notifyIndex // open notifications per target (notify.go)
 }
 
 // Open opens (creating if needed) the store in dir and takes its lock. A

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		"AddressedDeliveries":  testAddressedDeliveries,
 		"RunTagsAndFilter":     testRunTagsAndFilter,
 	}
+	maps.Copy(tests, notifyTests)
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
