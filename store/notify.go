@@ -175,3 +175,27 @@ func CheckClaim(delivery, target, owner string, ttl time.Duration) error {
 
 // MaxNotifyTarget caps a target's name.
 const MaxNotifyTarget = 256
+
+// NotifyClaimedData and NotifySettledData are the payloads of the
+// notification events (docs/journal-format.md); the event's epoch is the
+// claim's.
+type (
+	NotifyClaimedData struct {
+		Delivery  string    `json:"delivery"`
+		Target    string    `json:"target"`
+		Owner     string    `json:"owner,omitempty"`
+		ExpiresAt time.Time `json:"expiresAt,omitzero"`
+		Attempt   int       `json:"attempt,omitempty"`
+	}
+	NotifySettledData struct {
+		Delivery  string            `json:"delivery"`
+		Target    string            `json:"target"`
+		Outcome   NotifyOutcomeKind `json:"outcome,omitempty"`
+		NotBefore time.Time         `json:"notBefore,omitzero"`
+		Error     string            `json:"error,omitempty"`
+		Attempt   int               `json:"attempt,omitempty"`
+		// OK is set by journals written before notifications were store
+		// state (epoch 0): they journaled only final settlements.
+		OK bool `json:"ok,omitempty"`
+	}
+)

@@ -13,28 +13,6 @@ import (
 
 var _ store.NotificationStore = (*Store)(nil)
 
-// Payloads of the notification events (docs/journal-format.md).
-type (
-	notifyClaimed struct {
-		Delivery  string    `json:"delivery"`
-		Target    string    `json:"target"`
-		Owner     string    `json:"owner,omitempty"`
-		ExpiresAt time.Time `json:"expiresAt,omitzero"`
-		Attempt   int       `json:"attempt,omitempty"`
-	}
-	notifySettled struct {
-		Delivery  string                  `json:"delivery"`
-		Target    string                  `json:"target"`
-		Outcome   store.NotifyOutcomeKind `json:"outcome,omitempty"`
-		NotBefore time.Time               `json:"notBefore,omitzero"`
-		Error     string                  `json:"error,omitempty"`
-		Attempt   int                     `json:"attempt,omitempty"`
-		// OK is set by journals written before notifications were store
-		// state (epoch 0): they journaled only final settlements.
-		OK bool `json:"ok,omitempty"`
-	}
-)
-
 func notifyKey(delivery, target string) string { return delivery + "\x00" + target }
 
 // applyNotify folds a notification event. Events of epoch 0 were written
@@ -46,8 +24,8 @@ func (st *state) applyNotify(e *belay.Event) (bool, error) {
 	if legacy && e.Type == store.EventNotifyClaimed {
 		return false, nil
 	}
-	var c notifyClaimed
-	var s notifySettled
+	var c store.NotifyClaimedData
+	var s store.NotifySettledData
 	var delivery, target string
 	if e.Type == store.EventNotifyClaimed {
 		if err := decode(e, &c); err != nil {
@@ -162,7 +140,7 @@ func (s *Store) ClaimNotification(ctx context.Context, delivery, target, owner s
 	}
 	c := store.NotificationClaim{Delivery: delivery, Session: ss.id, Target: target, Owner: owner,
 		Epoch: n.Epoch + 1, Attempt: n.Attempts + 1, ExpiresAt: now.Add(ttl).UTC()}
-	data, err := marshal(notifyClaimed{Delivery: delivery, Target: target, Owner: owner, ExpiresAt: c.ExpiresAt, Attempt: c.Attempt})
+	data, err := marshal(store.NotifyClaimedData{Delivery: delivery, Target: target, Owner: owner, ExpiresAt: c.ExpiresAt, Attempt: c.Attempt})
 	if err != nil {
 		return store.NotificationClaim{}, err
 	}
@@ -195,7 +173,7 @@ func (s *Store) SettleNotification(ctx context.Context, c store.NotificationClai
 	case n.State != store.NotifyClaimed:
 		return n, fmt.Errorf("%w: the notification of %s to %s at epoch %d is not claimed", belay.ErrNotLeased, c.Delivery, c.Target, c.Epoch)
 	}
-	p := notifySettled{Delivery: c.Delivery, Target: c.Target, Outcome: o.Kind, Error: o.Error, Attempt: n.Attempts}
+	p := store.NotifySettledData{Delivery: c.Delivery, Target: c.Target, Outcome: o.Kind, Error: o.Error, Attempt: n.Attempts}
 	if o.Kind == store.NotifyOutcomeRetry {
 		p.NotBefore = s.clock.Now().Add(o.RetryAfter).UTC()
 	}

@@ -91,7 +91,8 @@ func reserved(typ string) bool {
 	case store.EventSessionCreated, store.EventRunCreated, store.EventRunLeased,
 		store.EventRunRenewed, store.EventRunReleased, store.EventRunUpdated,
 		store.EventDeliveryPosted, store.EventDeliveryLeased, store.EventDeliverySettled,
-		store.EventDeliveryExpired, store.EventDeliveryReturned, store.EventRunCancelRequested:
+		store.EventDeliveryExpired, store.EventDeliveryReturned, store.EventRunCancelRequested,
+		store.EventNotifyClaimed, store.EventNotifySettled:
 		return true
 	}
 	return false
