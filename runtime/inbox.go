@@ -70,8 +70,10 @@ func (ib *inbox) fire() {
 	ib.arm(next)
 }
 
-// notify wakes every waiting consumer.
+// notify wakes every waiting consumer, and the notifier: deliveries were
+// posted or settled.
 func (ib *inbox) notify() {
+	ib.r.notify.wake()
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
 	close(ib.changed)

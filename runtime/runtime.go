@@ -54,6 +54,15 @@ type Options struct {
 	// OnStall, if set, is told when a runner stopped because the store
 	// refused a write, before the run is retried (for metrics).
 	OnStall func(run string, err error)
+	// Notify are the targets (webhooks, exec hooks) every inbox item they
+	// want is sent to, once each, claimed in the store (notify.go).
+	Notify []NotifyTarget
+	// NotifyAttempts bounds the attempts of one notification
+	// (DefaultNotifyAttempts if 0); NotifySweep is how often the store is
+	// read for notifications another instance posted or left unsent
+	// (DefaultNotifySweep if 0).
+	NotifyAttempts int
+	NotifySweep    time.Duration
 }
 
 // Defaults.
@@ -79,7 +88,8 @@ type Runtime struct {
 	wg       sync.WaitGroup // runners and background work
 	stopBg   context.CancelFunc
 
-	inbox inbox
+	inbox  inbox
+	notify notifier
 	// wake asks the claim loop to claim runs now (claim.go).
 	wake chan struct{}
 
@@ -111,6 +121,12 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.NotifyAttempts <= 0 {
+		opts.NotifyAttempts = DefaultNotifyAttempts
+	}
+	if opts.NotifySweep <= 0 {
+		opts.NotifySweep = DefaultNotifySweep
+	}
 	opts.Tiers = opts.Tiers.withDefaults()
 	opts.Retry = opts.Retry.withDefaults()
 	opts.Recovery = opts.Recovery.withDefaults()
@@ -125,6 +141,9 @@ func New(opts Options) (*Runtime, error) {
 		stallErr: map[string]error{},
 	}
 	r.inbox.init(r)
+	if err := r.notify.init(r); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -151,6 +170,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 		return err
 	}
 	r.startRetention(bg)
+	r.notify.start(bg)
 	return nil
 }
 
@@ -172,12 +192,14 @@ func (r *Runtime) Stop(ctx context.Context) error {
 		}
 		r.mu.Unlock()
 		r.inbox.stop()
+		r.notify.stop()
 	}
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
+		r.notify.cancelSends()
 		return fmt.Errorf("runtime: stop: %w", context.Cause(ctx))
 	}
 	return r.leave(ctx)

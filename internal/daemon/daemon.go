@@ -129,6 +129,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	ropts := runtime.Options{Store: st, Providers: providers, Incarnation: incarnation, Logger: log}
 	cfg.runtimeOptions(&ropts)
+	if ropts.Notify, err = notifyTargets(cfg); err != nil {
+		return err
+	}
 	ropts.OnRunEnd = func(run belay.Run) {
 		if metrics != nil {
 			metrics.RunEnded(run)
@@ -189,9 +192,6 @@ func Run(ctx context.Context, opts Options) (err error) {
 			log.Warn("stop runtime", "err", err)
 		}
 	})
-	notifier := newNotifier(cfg, st, log)
-	notifier.start(ctx)
-	cleanup = append(cleanup, notifier.stop)
 
 	maxConns, maxWatchers, err := connLimits(opts, log)
 	if err != nil {
