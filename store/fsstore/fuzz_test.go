@@ -184,6 +184,13 @@ func FuzzFold(f *testing.F) {
 		`{"type":"session.created","data":{"id":""}}`,
 		`{"type":"delivery.leased","data":{"id":"dlv_x","owner":"o"}}`,
 		`{"type":"delivery.returned","data":{}}`,
+		`{"type":"notify.claimed","epoch":1,"data":{"delivery":"dlv_x","target":"t","owner":"o","expiresAt":"2026-01-01T00:00:00Z","attempt":1}}`,
+		`{"type":"notify.claimed","epoch":1,"data":{"delivery":"dlv_y","target":"t"}}`,
+		`{"type":"notify.settled","epoch":1,"data":{"delivery":"dlv_x","target":"t","outcome":"sent"}}`,
+		`{"type":"notify.settled","data":{"delivery":"dlv_x","target":"t","ok":true,"attempt":2}}`,
+		`{"type":"notify.claimed","data":{"delivery":"dlv_x","target":"t","attempt":1}}`,
+		`{"type":"notify.settled","epoch":2,"data":{"delivery":"dlv_x","target":"t","outcome":"maybe"}}`,
+		`{"type":"notify.settled","epoch":1,"data":{"delivery":"","target":""}}`,
 	} {
 		f.Add([]byte(`{"type":"session.created","data":{"id":"ses_x","provider":"fake"}}`+"\n"+
 			`{"type":"run.created","run":"run_x","data":{"id":"run_x","provider":"fake"}}`+"\n"+

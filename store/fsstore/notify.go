@@ -19,7 +19,7 @@ func notifyKey(delivery, target string) string { return delivery + "\x00" + targ
 // by the daemon's notifier before the store kept notifications: a claim
 // of theirs says nothing durable, a settlement is final. It reports
 // whether the state changed.
-func (st *state) applyNotify(e *belay.Event) (bool, error) {
+func (st *state) applyNotify(e *belay.Event) (changed bool, err error) {
 	legacy := e.Epoch == 0
 	if legacy && e.Type == store.EventNotifyClaimed {
 		return false, nil
@@ -44,14 +44,19 @@ func (st *state) applyNotify(e *belay.Event) (bool, error) {
 	if !legacy && st.deliveries[delivery] == nil {
 		return false, corrupt(e, fmt.Sprintf("names unknown delivery %q", delivery))
 	}
-	if st.Notifications == nil {
-		st.Notifications = map[string]*store.Notification{}
-	}
 	k := notifyKey(delivery, target)
 	n := st.Notifications[k]
 	if n == nil {
+		// Added only once the event folds: a refused event changes nothing.
 		n = &store.Notification{Delivery: delivery, Session: st.Session.ID, Target: target, State: store.NotifyPending}
-		st.Notifications[k] = n
+		defer func() {
+			if err == nil {
+				if st.Notifications == nil {
+					st.Notifications = map[string]*store.Notification{}
+				}
+				st.Notifications[k] = n
+			}
+		}()
 	}
 	if legacy {
 		n.State, n.Attempts, n.Error, n.SettledAt = store.NotifyAbandoned, s.Attempt, s.Error, e.TS

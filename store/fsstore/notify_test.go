@@ -1,0 +1,65 @@
+package fsstore
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/journal"
+	"github.com/belayhq/belay/store"
+)
+
+// TestLegacyNotifySettled reads a journal written when the daemon's
+// notifier journaled its own notify.* events (epoch 0): a settlement of
+// then is final, so an upgrade does not send those notifications again.
+func TestLegacyNotifySettled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(ctx, dir, Options{})
+	require.NoError(t, err)
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+	sent, _, err := s.PostDelivery(ctx, belay.DeliveryInput{Session: sess.ID, Type: "run.completed", Key: "a"})
+	require.NoError(t, err)
+	failed, _, err := s.PostDelivery(ctx, belay.DeliveryInput{Session: sess.ID, Type: "run.completed", Key: "b"})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	j, err := journal.Open(filepath.Join(dir, SessionsName, sess.ID), journal.Options{})
+	require.NoError(t, err)
+	legacy := func(typ string, v any) belay.Event {
+		raw, err := json.Marshal(v)
+		require.NoError(t, err)
+		return belay.Event{Type: typ, TS: time.Now().UTC(), Data: raw}
+	}
+	_, err = j.Append(ctx, journal.Sync,
+		legacy(store.EventNotifyClaimed, map[string]any{"delivery": sent.ID, "target": "t", "attempt": 1}),
+		legacy(store.EventNotifySettled, map[string]any{"delivery": sent.ID, "target": "t", "ok": true, "status": 204, "attempt": 2}),
+		legacy(store.EventNotifyClaimed, map[string]any{"delivery": failed.ID, "target": "t", "attempt": 8}),
+		legacy(store.EventNotifySettled, map[string]any{"delivery": failed.ID, "target": "t", "error": "HTTP 500", "attempt": 8}))
+	require.NoError(t, err)
+	require.NoError(t, j.Close())
+
+	s, err = Open(ctx, dir, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	n, err := s.Notification(ctx, sent.ID, "t")
+	require.NoError(t, err)
+	require.Equal(t, store.NotifySent, n.State)
+	require.Equal(t, 2, n.Attempts)
+	n, err = s.Notification(ctx, failed.ID, "t")
+	require.NoError(t, err)
+	require.Equal(t, store.NotifyAbandoned, n.State)
+	require.Equal(t, "HTTP 500", n.Error)
+	_, err = s.ClaimNotification(ctx, sent.ID, "t", "o", time.Minute)
+	require.ErrorIs(t, err, belay.ErrTerminal)
+	due, _, err := s.DueNotifications(ctx, store.NotificationTarget{Name: "t"}, 10)
+	require.NoError(t, err)
+	require.Empty(t, due)
+}
