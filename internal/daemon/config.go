@@ -217,6 +217,11 @@ func (c *Config) validate() error {
 		}
 	}
 	for i, w := range c.Webhooks {
+		// A webhook is known by its URL in the store's notification
+		// records: two with one URL would share them.
+		if j := slices.IndexFunc(c.Webhooks[:i], func(o WebhookConfig) bool { return o.URL == w.URL }); j >= 0 {
+			return fmt.Errorf("webhooks[%d]: url is the same as webhooks[%d]'s; merge them (sessions and types lists)", i, j)
+		}
 		u, err := url.Parse(w.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("webhooks[%d]: url is not an http(s) URL", i)

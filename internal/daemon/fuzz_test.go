@@ -23,6 +23,7 @@ func TestConfigRefusesSilentDefaults(t *testing.T) {
 		{"[[webhooks]]\nurl = \"https://example.com/h\"\nsecret = \"nope\"\n", "webhooks[0]"},
 		{"[[webhooks]]\nurl = \"example.com\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n", "webhooks[0]: url"},
 		{"[[hooks]]\ncommand = []\n", "hooks[0]: command is empty"},
+		{"[[webhooks]]\nurl = \"https://example.com/h\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n[[webhooks]]\nurl = \"https://example.com/h\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n", "webhooks[1]: url is the same as webhooks[0]'s"},
 		{"[providers.o]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\nidle_timeout = 600\n", `idle_timeout is a TOML integer: write a duration as a string like "30s"`},
 		{"[providers.c]\ntype = \"command\"\nargv = [\"x\"]\nkill_grace = 5\n", "kill_grace is a TOML integer"},
 	} {
@@ -112,6 +113,17 @@ func FuzzConfig(f *testing.F) {
 			if _, err := webhookKey(secret); err != nil {
 				t.Fatalf("webhook %s: %v", w.URL, err)
 			}
+		}
+		targets, err := notifyTargets(cfg)
+		if err != nil {
+			t.Fatalf("accepted config has notification targets that cannot be built: %v", err)
+		}
+		names := map[string]bool{}
+		for _, tg := range targets {
+			if names[tg.Name] {
+				t.Fatalf("two notification targets named %s", tg.Name)
+			}
+			names[tg.Name] = true
 		}
 		reg, err := buildProviders(cfg, dir)
 		if err != nil {
