@@ -238,3 +238,46 @@ func TestNotifyTargetsChecked(t *testing.T) {
 		require.ErrorIs(t, err, belay.ErrInvalid)
 	}
 }
+
+// TestNotifyStopFinishesAttempt stops the runtime while a webhook is
+// being answered: the attempt finishes and is recorded as sent, so the
+// next start does not send it again.
+func TestNotifyStopFinishesAttempt(t *testing.T) {
+	t.Parallel()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var calls sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := calls.LoadOrStore(r.Header.Get("webhook-id"), new(int))
+		*n.(*int)++
+		if *n.(*int) == 1 {
+			close(arrived)
+			<-release
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	rc := &receiver{srv: srv}
+	b := setup(t, Options{Notify: []NotifyTarget{rc.target("hook")}})
+	ctx := context.Background()
+	sess, err := b.st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+	d, _, err := b.rt.Post(ctx, belay.DeliveryInput{Session: sess.ID, Type: "ping"})
+	require.NoError(t, err)
+	<-arrived
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.rt.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned while an attempt was in flight: %v", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-stopped)
+	b.rt = nil
+	require.NoError(t, b.st.Close())
+	b.start()
+	require.Equal(t, store.NotifySent, notification(t, b.st, d.ID, "hook").State)
+	b.clk.Advance(time.Hour)
+	n, _ := calls.Load(NotificationID(d.ID, "hook"))
+	require.Equal(t, 1, *n.(*int))
+}

@@ -328,6 +328,9 @@ func (s *Store) DueNotifications(_ context.Context, t store.NotificationTarget, 
 			s.notify.drop(r.delivery, t.Name) // the session is gone
 			continue
 		}
+		if ss.fault() != nil {
+			continue // read-only: no claim can be written until it is healed
+		}
 		ss.mu.Lock()
 		d := ss.st.deliveries[r.delivery]
 		var n store.Notification
