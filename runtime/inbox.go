@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/store"
 )
 
@@ -21,44 +20,22 @@ import (
 type inbox struct {
 	r *Runtime
 
+	alarm   alarm // the next lease expiry or retry
 	mu      sync.Mutex
-	timer   clock.Timer
-	at      time.Time
 	changed chan struct{}
-	stopped bool
 }
 
 func (ib *inbox) init(r *Runtime) {
 	ib.r = r
+	ib.alarm = alarm{clk: r.clk, fire: ib.fire}
 	ib.changed = make(chan struct{})
 }
 
 // arm makes sure the timer fires no later than at.
-func (ib *inbox) arm(at time.Time) {
-	if at.IsZero() {
-		return
-	}
-	ib.mu.Lock()
-	defer ib.mu.Unlock()
-	if ib.stopped || ib.timer != nil && !ib.at.After(at) {
-		return
-	}
-	if ib.timer != nil {
-		ib.timer.Stop()
-	}
-	ib.at = at
-	ib.timer = ib.r.clk.AfterFunc(at.Sub(ib.r.clk.Now()), ib.fire)
-}
+func (ib *inbox) arm(at time.Time) { ib.alarm.arm(at) }
 
 // fire expires leases, wakes waiters and re-arms for the next expiry.
 func (ib *inbox) fire() {
-	ib.mu.Lock()
-	ib.timer, ib.at = nil, time.Time{}
-	stopped := ib.stopped
-	ib.mu.Unlock()
-	if stopped {
-		return
-	}
 	expired, next, err := ib.r.store.ExpireDeliveryLeases(context.Background())
 	if err != nil {
 		ib.r.log.Warn("expire delivery leases", "err", err)
@@ -87,12 +64,9 @@ func (ib *inbox) wait() <-chan struct{} {
 }
 
 func (ib *inbox) stop() {
+	ib.alarm.stop()
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
-	ib.stopped = true
-	if ib.timer != nil {
-		ib.timer.Stop()
-	}
 	close(ib.changed)
 	ib.changed = make(chan struct{})
 }

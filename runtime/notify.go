@@ -85,10 +85,10 @@ type notifier struct {
 
 	kick chan struct{}
 
+	alarm alarm // the next retry or claim expiry
+
 	mu       sync.Mutex
 	inflight map[string]bool // delivery|target, claimed or being claimed here
-	timer    clock.Timer
-	at       time.Time
 	sweeper  clock.Timer
 	stopped  bool
 	sem      chan struct{}
@@ -100,6 +100,7 @@ type notifier struct {
 func (n *notifier) init(r *Runtime) error {
 	n.r = r
 	n.kick = make(chan struct{}, 1)
+	n.alarm = alarm{clk: r.clk, fire: n.wake}
 	n.inflight = map[string]bool{}
 	n.sem = make(chan struct{}, notifyParallel)
 	n.sendCtx, n.cancelSends = context.WithCancel(context.Background())
@@ -171,21 +172,7 @@ func (n *notifier) arm(at time.Time) {
 		n.wake()
 		return
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.stopped || n.timer != nil && !n.at.After(at) {
-		return
-	}
-	if n.timer != nil {
-		n.timer.Stop()
-	}
-	n.at = at
-	n.timer = n.r.clk.AfterFunc(at.Sub(n.r.clk.Now()), func() {
-		n.mu.Lock()
-		n.timer, n.at = nil, time.Time{}
-		n.mu.Unlock()
-		n.wake()
-	})
+	n.alarm.arm(at)
 }
 
 // stop ends the rounds; sends in flight go on for a grace period, then
@@ -197,9 +184,7 @@ func (n *notifier) stop() {
 		return
 	}
 	n.stopped = true
-	if n.timer != nil {
-		n.timer.Stop()
-	}
+	n.alarm.stop()
 	if n.sweeper != nil {
 		n.sweeper.Stop()
 	}

@@ -89,6 +89,17 @@ func (rc *receiver) target(name string) NotifyTarget {
 	}
 }
 
+// ping posts a "ping" item in a new session through the runtime.
+func (b *bundle) ping() belay.Delivery {
+	b.t.Helper()
+	ctx := context.Background()
+	sess, err := b.st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(b.t, err)
+	d, _, err := b.rt.Post(ctx, belay.DeliveryInput{Session: sess.ID, Type: "ping"})
+	require.NoError(b.t, err)
+	return d
+}
+
 func notification(t *testing.T, st store.Store, delivery, target string) store.Notification {
 	t.Helper()
 	n, err := st.Notification(context.Background(), delivery, target)
@@ -173,11 +184,7 @@ func TestNotifyRetrySurvivesRestart(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, 2)
 	b := setup(t, Options{Notify: []NotifyTarget{rc.target("hook")}})
-	ctx := context.Background()
-	sess, err := b.st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.NoError(t, err)
-	d, _, err := b.rt.Post(ctx, belay.DeliveryInput{Session: sess.ID, Type: "ping"})
-	require.NoError(t, err)
+	d := b.ping()
 
 	pendingAt := func(at time.Time, attempts int) func() bool {
 		return func() bool {
@@ -207,11 +214,7 @@ func TestNotifyAbandoned(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, 100)
 	b := setup(t, Options{Notify: []NotifyTarget{rc.target("hook")}, NotifyAttempts: 2})
-	ctx := context.Background()
-	sess, err := b.st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.NoError(t, err)
-	d, _, err := b.rt.Post(ctx, belay.DeliveryInput{Session: sess.ID, Type: "ping"})
-	require.NoError(t, err)
+	d := b.ping()
 	require.Eventually(t, func() bool {
 		b.clk.Advance(time.Second)
 		return notification(t, b.st, d.ID, "hook").State == store.NotifyAbandoned
@@ -258,14 +261,10 @@ func TestNotifyStopFinishesAttempt(t *testing.T) {
 	defer srv.Close()
 	rc := &receiver{srv: srv}
 	b := setup(t, Options{Notify: []NotifyTarget{rc.target("hook")}})
-	ctx := context.Background()
-	sess, err := b.st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.NoError(t, err)
-	d, _, err := b.rt.Post(ctx, belay.DeliveryInput{Session: sess.ID, Type: "ping"})
-	require.NoError(t, err)
+	d := b.ping()
 	<-arrived
 	stopped := make(chan error, 1)
-	go func() { stopped <- b.rt.Stop(ctx) }()
+	go func() { stopped <- b.rt.Stop(context.Background()) }()
 	select {
 	case err := <-stopped:
 		t.Fatalf("Stop returned while an attempt was in flight: %v", err)
