@@ -3,6 +3,7 @@ package fsstore
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -62,4 +63,48 @@ func TestLegacyNotifySettled(t *testing.T) {
 	due, _, err := s.DueNotifications(ctx, store.NotificationTarget{Name: "t"}, 10)
 	require.NoError(t, err)
 	require.Empty(t, due)
+}
+
+// BenchmarkDueNotifications lists the due notifications of a store whose
+// deliveries were all notified but a few: the listing reads the open ones,
+// not every delivery. Deliveries (every delivery of every session, what
+// the daemon's notifier polled every 250 ms before) is the baseline.
+func BenchmarkDueNotifications(b *testing.B) {
+	ctx := context.Background()
+	s, err := Open(ctx, b.TempDir(), Options{})
+	require.NoError(b, err)
+	defer s.Close()
+	const sessions, per, open = 40, 50, 5
+	target := store.NotificationTarget{Name: "t", Types: []string{"run.completed"}}
+	for i := 0; i < sessions; i++ {
+		sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+		require.NoError(b, err)
+		for j := 0; j < per; j++ {
+			d, _, err := s.PostDelivery(ctx, belay.DeliveryInput{Session: sess.ID, Type: "run.completed", Key: fmt.Sprint(j)})
+			require.NoError(b, err)
+			if i*per+j < open {
+				continue
+			}
+			c, err := s.ClaimNotification(ctx, d.ID, target.Name, "o", time.Minute)
+			require.NoError(b, err)
+			_, err = s.SettleNotification(ctx, c, store.NotificationOutcome{Kind: store.NotifyOutcomeSent})
+			require.NoError(b, err)
+		}
+	}
+	b.Run("due", func(b *testing.B) {
+		for b.Loop() {
+			due, _, err := s.DueNotifications(ctx, target, 64)
+			if err != nil || len(due) != open {
+				b.Fatal(len(due), err)
+			}
+		}
+	})
+	b.Run("all-deliveries", func(b *testing.B) {
+		for b.Loop() {
+			ds, err := s.Deliveries(ctx, belay.DeliveryFilter{})
+			if err != nil || len(ds) != sessions*per {
+				b.Fatal(len(ds), err)
+			}
+		}
+	})
 }
