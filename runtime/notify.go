@@ -76,9 +76,10 @@ func notifyBackoff(attempt int) time.Duration {
 // attempt is claimed in the store (so one instance sends it, whichever
 // runtimes share the store), and settled there as sent, to retry at a
 // time, or abandoned, so that a restart neither repeats a sent one nor
-// forgets a retry. It is woken when deliveries are posted (inbox.notify),
-// by a timer armed for the next retry or claim expiry the store reports,
-// and by a slow sweep for deliveries another instance posted.
+// forgets a retry. It is woken when deliveries are posted on any runtime
+// over the store (inbox.notify, driven by the change feed), by a timer
+// armed for the next retry or claim expiry the store reports, and by a
+// slow sweep as a safety net.
 type notifier struct {
 	r       *Runtime
 	targets []NotifyTarget
