@@ -24,6 +24,7 @@ import (
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/internal/mcpserver"
+	"github.com/belayhq/belay/internal/testpg"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,12 +33,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // the test ends.
 func startDaemon(t *testing.T) (dir string, c *client.Client) {
 	t.Helper()
+	return startDaemonOn(t, "")
+}
+
+// startDaemonOn runs a daemon on the given store setting ("": the file
+// store in its data directory).
+func startDaemonOn(t *testing.T, storeURL string) (dir string, c *client.Client) {
+	t.Helper()
 	dir = filepath.Join(t.TempDir(), "d")
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- daemon.Run(ctx, daemon.Options{DataDir: dir, Version: "test", Ready: func() { close(ready) }, Logger: slog.New(slog.DiscardHandler)})
+		done <- daemon.Run(ctx, daemon.Options{DataDir: dir, Store: storeURL, Version: "test", Ready: func() { close(ready) }, Logger: slog.New(slog.DiscardHandler)})
 	}()
 	select {
 	case <-ready:
@@ -172,6 +180,22 @@ func fakeScript() map[string]any {
 func TestAgentIsWokenOverBothTransports(t *testing.T) {
 	t.Parallel()
 	dir, c := startDaemon(t)
+	agentIsWoken(t, dir, c)
+}
+
+// TestAgentIsWokenOnPostgres: the same over a daemon whose store is
+// PostgreSQL (addressed, held wake-ups and run tags in the database).
+func TestAgentIsWokenOnPostgres(t *testing.T) {
+	t.Parallel()
+	pg := testpg.Start(t, testpg.Options{})
+	dir, c := startDaemonOn(t, pg.Database(t))
+	agentIsWoken(t, dir, c)
+}
+
+// agentIsWoken: over both transports an agent lists the tools, sends a
+// run, subscribes, is woken once when it ends, reads the answer, and the
+// wake-up is recorded in the daemon.
+func agentIsWoken(t *testing.T, dir string, c *client.Client) {
 	for name, connect := range map[string]func() *agent{
 		"inmemory": func() *agent { return connectInMemory(t, c, mcpserver.Scope{}) },
 		"http":     func() *agent { return connectHTTP(t, dir, "") },

@@ -43,9 +43,8 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	if err := checkJSON("run input", in.Input); err != nil {
 		return res, err
 	}
-	if len(in.Tags) > 0 || len(in.Meta) > 0 {
-		// Not stored here yet: refused rather than dropped.
-		return res, fmt.Errorf("%w: pgstore does not keep run tags and metadata yet", belay.ErrInvalid)
+	if err := belay.CheckTags(in.Tags, in.Meta); err != nil {
+		return res, err
 	}
 	if err := checkSession(in.Session); err != nil {
 		return res, err

@@ -20,10 +20,27 @@ import (
 const maxDeliveryType = 64
 
 const deliveryCols = `id, session, type, coalesce(key, ''), priority, data::text, status, seq, epoch,
-	lease_owner, lease_granted_at, lease_expires_at, attempts, not_before, result, created_at, settled_at`
+	lease_owner, lease_granted_at, lease_expires_at, attempts, not_before, result, created_at, settled_at,
+	coalesce(addressee, ''), coalesce(after_run, '')`
 
-// deliverable is the SQL condition for an item a consumer may lease at $now.
-const deliverable = `((status = 'pending' AND (not_before IS NULL OR not_before <= $now)) OR (status = 'leased' AND lease_expires_at <= $now))`
+// deliverable is the SQL condition for an item a consumer may lease at
+// $now: pending and due, or leased with an expired lease, and not held
+// for a run that has not ended. Whom it is addressed to is the caller's
+// condition.
+const deliverable = `((status = 'pending' AND (not_before IS NULL OR not_before <= $now)) OR (status = 'leased' AND lease_expires_at <= $now))
+	AND (after_run IS NULL OR EXISTS (SELECT 1 FROM belay_runs ar WHERE ar.id = belay_deliveries.after_run
+		AND ar.status IN ('complete', 'failed', 'cancelled', 'stranded')))`
+
+// addressedTo is the SQL condition for the items a lease for addressee to
+// takes: those addressed to it, or for "" those addressed to no one. The
+// parameter that carries to is named either way, so the statement's
+// arguments do not depend on it.
+func addressedTo(to, param string) string {
+	if to == "" {
+		return `addressee IS NULL AND ` + param + `::text = ''`
+	}
+	return `addressee = ` + param
+}
 
 func scanDelivery(row pgx.Row) (belay.Delivery, error) {
 	var d belay.Delivery
@@ -32,7 +49,7 @@ func scanDelivery(row pgx.Row) (belay.Delivery, error) {
 	var owner *string
 	var granted, expires, notBefore, settled *time.Time
 	err := row.Scan(&d.ID, &d.Session, &d.Type, &d.Key, &d.Priority, &data, &d.Status, &seq, &epoch,
-		&owner, &granted, &expires, &d.Attempts, &notBefore, &d.Result, &d.CreatedAt, &settled)
+		&owner, &granted, &expires, &d.Attempts, &notBefore, &d.Result, &d.CreatedAt, &settled, &d.To, &d.AfterRun)
 	if err != nil {
 		return d, err
 	}
@@ -51,9 +68,13 @@ func checkDeliveryInput(in belay.DeliveryInput) error {
 	if in.Type == "" || len(in.Type) > maxDeliveryType {
 		return fmt.Errorf("%w: a delivery type is 1-%d characters", belay.ErrInvalid, maxDeliveryType)
 	}
-	if in.To != "" || in.AfterRun != "" {
-		// Not stored here yet: refused rather than delivered to anyone.
-		return fmt.Errorf("%w: pgstore does not keep addressed or held inbox items (to, afterRun; MCP wake-ups) yet", belay.ErrInvalid)
+	if in.To != "" && belay.CheckTags([]string{in.To}, nil) != nil {
+		return fmt.Errorf("%w: addressee %q: want 1-%d of letters, digits and ._:/@-", belay.ErrInvalid, in.To, belay.MaxTagLen)
+	}
+	if in.AfterRun != "" {
+		if err := ids.Check(ids.Run, in.AfterRun); err != nil {
+			return fmt.Errorf("%w: afterRun: %v", belay.ErrInvalid, err)
+		}
 	}
 	return checkJSON("delivery data", in.Data)
 }
@@ -93,7 +114,16 @@ func (s *Store) postDelivery(t *tx, in belay.DeliveryInput) (string, bool, error
 			return "", false, err
 		}
 	}
-	p := deliveryPosted{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data}
+	if in.AfterRun != "" {
+		var ok bool
+		if err := t.QueryRow(t.ctx, `SELECT EXISTS (SELECT 1 FROM belay_runs WHERE id = $1 AND session = $2)`, in.AfterRun, t.session).Scan(&ok); err != nil {
+			return "", false, err
+		}
+		if !ok {
+			return "", false, fmt.Errorf("%w: run %s is not in session %s", belay.ErrNotFound, in.AfterRun, t.session)
+		}
+	}
+	p := deliveryPosted{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data, To: in.To, AfterRun: in.AfterRun}
 	data, err := marshal(p)
 	if err != nil {
 		return "", false, err
@@ -102,15 +132,9 @@ func (s *Store) postDelivery(t *tx, in belay.DeliveryInput) (string, bool, error
 	if err != nil {
 		return "", false, err
 	}
-	var key, payload any
-	if in.Key != "" {
-		key = in.Key
-	}
-	if len(in.Data) > 0 {
-		payload = string(in.Data)
-	}
-	t.queue(`INSERT INTO belay_deliveries (id, session, type, key, priority, data, status, seq, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6::json, 'pending', $7, $8)`, p.ID, t.session, in.Type, key, in.Priority, payload, int64(seq), t.now)
+	t.queue(`INSERT INTO belay_deliveries (id, session, type, key, priority, data, status, seq, created_at, addressee, after_run)
+		VALUES ($1, $2, $3, $4, $5, $6::json, 'pending', $7, $8, $9, $10)`,
+		p.ID, t.session, in.Type, nullString(in.Key), in.Priority, nullString(string(in.Data)), int64(seq), t.now, nullString(in.To), nullString(in.AfterRun))
 	s.remember(s.deliverySessions, p.ID, t.session)
 	return p.ID, true, nil
 }
@@ -162,9 +186,33 @@ func collectDeliveries(rows pgx.Rows, s *Store) ([]belay.Delivery, error) {
 	return out, s.wrap(rows.Err())
 }
 
+// nullString is s, or NULL for "".
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
 // LeaseDeliveries leases up to max deliverable items of a session (or of
-// every session), in order of priority class, then seq.
+// every session) that are addressed to no one, in order of priority
+// class, then seq.
 func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
+	return s.leaseFor(ctx, session, "", owner, ttl, max)
+}
+
+// LeaseDeliveriesTo leases up to max deliverable items, in any session,
+// addressed to to (store.AddressedLeaser).
+func (s *Store) LeaseDeliveriesTo(ctx context.Context, to, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
+	if to == "" {
+		return nil, fmt.Errorf("%w: an addressed lease needs an addressee", belay.ErrInvalid)
+	}
+	return s.leaseFor(ctx, "", to, owner, ttl, max)
+}
+
+// leaseFor leases up to max deliverable items for addressee to ("": items
+// addressed to no one) of one session, or of every session ("").
+func (s *Store) leaseFor(ctx context.Context, session, to, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
 	if owner == "" || ttl <= 0 || max <= 0 {
 		return nil, fmt.Errorf("%w: a lease needs an owner, a positive ttl and max", belay.ErrInvalid)
 	}
@@ -172,12 +220,12 @@ func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl 
 		if err := checkSession(session); err != nil {
 			return nil, err
 		}
-		return s.leaseIn(ctx, session, owner, ttl, max)
+		return s.leaseIn(ctx, session, to, owner, ttl, max)
 	}
 	// Across sessions: the sessions with deliverable items, in the order
 	// of their best item; each is leased under its own session lock.
 	rows, err := s.pool.Query(ctx, `SELECT session FROM belay_deliveries
-		WHERE `+sqlNow(deliverable, "$1")+` GROUP BY session ORDER BY max(priority) DESC, min(created_at)`, s.nowArg())
+		WHERE `+addressedTo(to, "$2")+` AND `+sqlNow(deliverable, "$1")+` GROUP BY session ORDER BY max(priority) DESC, min(created_at)`, s.nowArg(), to)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
@@ -190,7 +238,7 @@ func (s *Store) LeaseDeliveries(ctx context.Context, session, owner string, ttl 
 		if len(out) == max {
 			break
 		}
-		got, err := s.leaseIn(ctx, sid, owner, ttl, max-len(out))
+		got, err := s.leaseIn(ctx, sid, to, owner, ttl, max-len(out))
 		if err != nil && !errors.Is(err, belay.ErrNotFound) {
 			if len(out) > 0 {
 				return out, nil
@@ -218,16 +266,19 @@ func sqlNow(cond, param string) string {
 	return strings.ReplaceAll(cond, "$now", "coalesce("+param+"::timestamptz, now())")
 }
 
-// leaseIn leases up to max items of one session under its lock.
-func (s *Store) leaseIn(ctx context.Context, session, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
+// leaseIn leases up to max items of one session for addressee to under
+// the session's lock. The lock also keeps the runs of held items as they
+// are: a run ends only under it.
+func (s *Store) leaseIn(ctx context.Context, session, to, owner string, ttl time.Duration, max int) ([]belay.Delivery, error) {
 	var out []belay.Delivery
 	err := s.withSession(ctx, session, belay.Sync, func(t *tx) error {
 		expires := t.now.Add(ttl)
 		rows, err := t.Query(ctx, `UPDATE belay_deliveries SET status = 'leased', epoch = epoch + 1, lease_owner = $3,
 			lease_granted_at = $2, lease_expires_at = $4, attempts = attempts + 1, not_before = NULL
-			WHERE id IN (SELECT id FROM belay_deliveries WHERE session = $1 AND `+strings.ReplaceAll(deliverable, "$now", "$2::timestamptz")+`
+			WHERE id IN (SELECT id FROM belay_deliveries WHERE session = $1 AND `+addressedTo(to, "$6")+`
+				AND `+strings.ReplaceAll(deliverable, "$now", "$2::timestamptz")+`
 				ORDER BY priority DESC, seq LIMIT $5 FOR UPDATE SKIP LOCKED)
-			RETURNING `+deliveryCols, session, t.now, owner, expires, max)
+			RETURNING `+deliveryCols, session, t.now, owner, expires, max, to)
 		if err != nil {
 			return err
 		}

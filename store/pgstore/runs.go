@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,23 +19,31 @@ import (
 const runCols = `id, session, coalesce(idem_key, ''), status, phase, priority, provider, model, epoch,
 	lease_owner, lease_granted_at, lease_expires_at, attempt, error_class, error_message, reason,
 	deadline, input_seq, ref, created_at, updated_at, started_at, ended_at,
-	cancel_reason, cancel_by, cancel_at, activity`
+	cancel_reason, cancel_by, cancel_at, activity, tags, meta`
 
 func scanRun(row pgx.Row) (belay.Run, error) {
 	var r belay.Run
 	var epoch, inputSeq int64
 	var owner, errClass, errMsg *string
 	var granted, expires, deadline, started, ended *time.Time
-	var ref, activity []byte
+	var ref, activity, meta []byte
 	var cancelReason *string
 	var cancelBy string
 	var cancelAt *time.Time
 	err := row.Scan(&r.ID, &r.Session, &r.IdempotencyKey, &r.Status, &r.Phase, &r.Priority, &r.Provider, &r.Model, &epoch,
 		&owner, &granted, &expires, &r.Attempt, &errClass, &errMsg, &r.Reason,
 		&deadline, &inputSeq, &ref, &r.CreatedAt, &r.UpdatedAt, &started, &ended,
-		&cancelReason, &cancelBy, &cancelAt, &activity)
+		&cancelReason, &cancelBy, &cancelAt, &activity, &r.Tags, &meta)
 	if err != nil {
 		return r, err
+	}
+	if len(r.Tags) == 0 {
+		r.Tags = nil
+	}
+	if len(meta) > 0 && string(meta) != "null" {
+		if err := json.Unmarshal(meta, &r.Meta); err != nil {
+			return r, fmt.Errorf("%w: run %s meta: %v", belay.ErrCorruptRecord, r.ID, err)
+		}
 	}
 	if cancelReason != nil {
 		r.CancelRequest = &belay.CancelRequest{Reason: *cancelReason, By: cancelBy, At: utc(cancelAt)}
@@ -101,6 +111,7 @@ func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, ses
 	p := runCreated{
 		ID: id, Key: in.IdempotencyKey, Priority: in.Priority,
 		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input, Front: front,
+		Tags: in.Tags, Meta: in.Meta,
 	}
 	if p.Provider == "" {
 		p.Provider, p.Model = sessProvider, sessModel
@@ -122,9 +133,17 @@ func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, ses
 	if err != nil {
 		return err
 	}
-	t.queue(`INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front)
-		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9, $10)`,
-		p.ID, t.session, key, p.Priority, p.Provider, p.Model, int64(seq), nullTime(p.Deadline), t.now, front)
+	tags := in.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	var meta any
+	if len(in.Meta) > 0 {
+		meta = in.Meta
+	}
+	t.queue(`INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front, tags, meta)
+		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)`,
+		p.ID, t.session, key, p.Priority, p.Provider, p.Model, int64(seq), nullTime(p.Deadline), t.now, front, tags, meta)
 	s.remember(s.runSessions, p.ID, t.session)
 	return nil
 }
@@ -165,31 +184,80 @@ func (s *Store) RunInput(ctx context.Context, id string) (json.RawMessage, error
 	return p.Input, nil
 }
 
-// Runs lists runs in creation order.
+// runFilter is the WHERE clause of a belay.RunFilter and its arguments.
+func runFilter(f belay.RunFilter) (string, []any) {
+	var since any
+	if !f.Since.IsZero() {
+		since = f.Since.UTC()
+	}
+	return `($1 = '' OR session = $1) AND ($2 = '' OR status = $2) AND ($3 = '' OR provider = $3)
+		AND ($4 = '' OR tags @> ARRAY[$4]) AND ($5::timestamptz IS NULL OR created_at >= $5)
+		AND (NOT $6 OR status IN ('failed', 'stranded'))`,
+		[]any{f.Session, string(f.Status), f.Provider, f.Tag, since, f.Failed}
+}
+
+// Runs lists the runs that match f in creation order.
 func (s *Store) Runs(ctx context.Context, f belay.RunFilter) ([]belay.Run, error) {
+	var out []belay.Run
+	err := s.eachRun(ctx, f, func(r *belay.Run) { out = append(out, *r) })
+	return out, err
+}
+
+// ListRuns selects a page of runs across sessions (GET /v1/runs): the
+// filter is applied in SQL (by the session, status, tag and time
+// indexes), the order and cursor of the caller's functions to the rows
+// that match, keeping only the page in memory.
+func (s *Store) ListRuns(ctx context.Context, f belay.RunFilter, less func(a, b *belay.Run) bool, after func(*belay.Run) bool, limit int) ([]belay.Run, bool, error) {
+	if limit <= 0 {
+		return nil, false, nil
+	}
+	page := make([]belay.Run, 0, limit+1)
+	more := false
+	err := s.eachRun(ctx, f, func(r *belay.Run) {
+		if after != nil && !after(r) {
+			return
+		}
+		if len(page) == limit && !less(r, &page[limit-1]) {
+			more = true
+			return
+		}
+		i := sort.Search(len(page), func(i int) bool { return less(r, &page[i]) })
+		page = slices.Insert(page, i, *r)
+		if len(page) > limit {
+			page, more = page[:limit], true
+		}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return page, more, nil
+}
+
+// eachRun calls fn with each run that matches f, in creation order; r is
+// valid only until fn returns.
+func (s *Store) eachRun(ctx context.Context, f belay.RunFilter, fn func(r *belay.Run)) error {
 	if s.isClosed() {
-		return nil, belay.ErrStoreClosed
+		return belay.ErrStoreClosed
 	}
 	if f.Session != "" {
 		if _, err := s.Session(ctx, f.Session); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+runCols+` FROM belay_runs WHERE ($1 = '' OR session = $1) AND ($2 = '' OR status = $2) ORDER BY ord`,
-		f.Session, string(f.Status))
+	where, args := runFilter(f)
+	rows, err := s.pool.Query(ctx, `SELECT `+runCols+` FROM belay_runs WHERE `+where+` ORDER BY ord`, args...)
 	if err != nil {
-		return nil, s.wrap(err)
+		return s.wrap(err)
 	}
 	defer rows.Close()
-	var out []belay.Run
 	for rows.Next() {
 		r, err := scanRun(rows)
 		if err != nil {
-			return nil, s.wrap(err)
+			return s.wrap(err)
 		}
-		out = append(out, r)
+		fn(&r)
 	}
-	return out, s.wrap(rows.Err())
+	return s.wrap(rows.Err())
 }
 
 // lockedRun is a run read inside its session's lock.

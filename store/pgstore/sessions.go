@@ -31,13 +31,15 @@ type (
 		Key      string            `json:"key,omitempty"`
 	}
 	runCreated struct {
-		ID       string          `json:"id"`
-		Key      string          `json:"key,omitempty"`
-		Priority int             `json:"priority"`
-		Provider string          `json:"provider"`
-		Model    string          `json:"model,omitempty"`
-		Deadline time.Time       `json:"deadline,omitzero"`
-		Input    json.RawMessage `json:"input,omitempty"`
+		ID       string            `json:"id"`
+		Key      string            `json:"key,omitempty"`
+		Priority int               `json:"priority"`
+		Provider string            `json:"provider"`
+		Model    string            `json:"model,omitempty"`
+		Deadline time.Time         `json:"deadline,omitzero"`
+		Input    json.RawMessage   `json:"input,omitempty"`
+		Tags     []string          `json:"tags,omitempty"`
+		Meta     map[string]string `json:"meta,omitempty"`
 		// Front: submitted with policy interrupt, it runs next.
 		Front bool `json:"front,omitempty"`
 	}
@@ -68,6 +70,8 @@ type (
 		Key      string          `json:"key,omitempty"`
 		Priority int             `json:"priority"`
 		Data     json.RawMessage `json:"data,omitempty"`
+		To       string          `json:"to,omitempty"`
+		AfterRun string          `json:"afterRun,omitempty"`
 	}
 	deliveryLeased struct {
 		ID        string    `json:"id"`
@@ -174,9 +178,8 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 		if err := checkJSON("run input", in.FirstRun.Input); err != nil {
 			return belay.Session{}, err
 		}
-		if len(in.FirstRun.Tags) > 0 || len(in.FirstRun.Meta) > 0 {
-			// Not stored here yet: refused rather than dropped.
-			return belay.Session{}, fmt.Errorf("%w: pgstore does not keep run tags and metadata yet", belay.ErrInvalid)
+		if err := belay.CheckTags(in.FirstRun.Tags, in.FirstRun.Meta); err != nil {
+			return belay.Session{}, err
 		}
 	}
 	id := in.ID
