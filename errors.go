@@ -27,6 +27,11 @@ var (
 	// ErrDiskFull: a write failed because the filesystem or quota is full.
 	// Nothing is lost; writes succeed again once space is free.
 	ErrDiskFull = errors.New("belay: disk full")
+	// ErrStoreUnreachable: the store (a database) cannot be reached, or
+	// this node cannot prove it may write to it now. Nothing was written
+	// unless the error says the outcome is unknown; the daemon stays up
+	// and writes again once the store answers.
+	ErrStoreUnreachable = errors.New("belay: store unreachable")
 	// ErrStillRunning is a local wait's timeout: the run goes on (G8). It is
 	// never a failure of the run.
 	ErrStillRunning = errors.New("belay: still running")

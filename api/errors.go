@@ -24,6 +24,9 @@ const (
 	CodeConversationBusy = "conversation_busy"
 	CodeReadOnly         = "read_only"
 	CodeUnavailable      = "unavailable"
+	// CodeStoreUnreachable: the daemon is up but cannot reach its store
+	// (a database); nothing was written. Retry once /healthz says ok.
+	CodeStoreUnreachable = "store_unreachable"
 	CodeUnauthenticated  = "unauthenticated"
 	CodeTooLarge         = "too_large"
 	CodeOverloaded       = "overloaded"
@@ -66,6 +69,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusInsufficientStorage, CodeDiskFull
 	case errors.Is(err, belay.ErrReadOnly):
 		return http.StatusServiceUnavailable, CodeReadOnly
+	case errors.Is(err, belay.ErrStoreUnreachable):
+		return http.StatusServiceUnavailable, CodeStoreUnreachable
 	case errors.Is(err, belay.ErrStoreClosed):
 		return http.StatusServiceUnavailable, CodeUnavailable
 	case errors.Is(err, context.DeadlineExceeded):

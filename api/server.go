@@ -134,7 +134,7 @@ func (s *Server) Handler(token string) http.Handler {
 	}
 	var h http.Handler = jsonMisses(mux)
 	if token != "" {
-		h = requireToken(token, h)
+		h = requireToken(token, h, s.publicHealth)
 	}
 	return s.recoverer(s.deadlines(h))
 }
@@ -160,14 +160,14 @@ func jsonMisses(mux *http.ServeMux) http.Handler {
 	})
 }
 
-// requireToken checks the bearer token in constant time.
-func requireToken(token string, next http.Handler) http.Handler {
+// requireToken checks the bearer token in constant time. GET /healthz
+// without it is answered by public.
+func requireToken(token string, next http.Handler, public http.HandlerFunc) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			if r.URL.Path == "/healthz" && r.Method == http.MethodGet {
-				// Liveness only: no pid, paths or ids without the token.
-				writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+				public(w, r)
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="belay"`)
@@ -245,13 +245,56 @@ func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return k, true
 }
 
+// storeHealth is implemented by stores that can say whether they can be
+// written now (pgstore: the database answers and this node holds its
+// writer lock).
+type storeHealth interface {
+	Health(ctx context.Context) error
+}
+
+// problems says why the daemon cannot do its work now (nil: it can).
+func (s *Server) problems(ctx context.Context) []string {
+	sh, ok := s.st.(storeHealth)
+	if !ok {
+		return nil
+	}
+	err := sh.Health(ctx)
+	if err == nil {
+		return nil
+	}
+	// "store unreachable: ...", "store read-only: ...".
+	msg := strings.TrimPrefix(err.Error(), "belay: ")
+	if !strings.HasPrefix(msg, "store ") {
+		msg = "store " + msg
+	}
+	return []string{msg}
+}
+
+// health is GET /healthz: 200 and status ok, or 503 and status degraded
+// with the problems, so that a load balancer, `belay daemon status` and
+// doctor all see a daemon that answers but cannot write.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	st := s.rt.Stats()
-	writeJSON(w, http.StatusOK, Health{
-		Status: "ok", Version: s.opts.Version, Incarnation: s.rt.Incarnation(), PID: os.Getpid(),
+	h := Health{
+		Status: HealthOK, Version: s.opts.Version, Incarnation: s.rt.Incarnation(), PID: os.Getpid(),
 		DataDir: s.opts.DataDir, StartedAt: s.started, Active: st.Active, Queued: st.Queued,
 		Watchers: len(s.watchers),
-	})
+	}
+	code := http.StatusOK
+	if p := s.problems(r.Context()); len(p) > 0 {
+		h.Status, h.Problems, code = HealthDegraded, p, http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+// publicHealth is GET /healthz without the bearer token (TCP): the
+// status only, no pid, paths, ids or error text.
+func (s *Server) publicHealth(w http.ResponseWriter, r *http.Request) {
+	if len(s.problems(r.Context())) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": HealthDegraded})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": HealthOK})
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {

@@ -109,9 +109,22 @@ type PruneRequest struct {
 	DryRun bool `json:"dryRun"`
 }
 
-// Health is the body of GET /healthz.
+// Health statuses.
+const (
+	HealthOK = "ok"
+	// HealthDegraded: the daemon answers but cannot write (its store is
+	// unreachable); /healthz answers 503 so that load balancers take the
+	// node out, and Problems say why.
+	HealthDegraded = "degraded"
+)
+
+// Health is the body of GET /healthz: 200 with status ok, or 503 with
+// status degraded and the problems.
 type Health struct {
-	Status      string    `json:"status"`
+	Status string `json:"status"`
+	// Problems say why the daemon is degraded, e.g. "store unreachable:
+	// ...".
+	Problems    []string  `json:"problems,omitempty"`
 	Version     string    `json:"version"`
 	Incarnation string    `json:"incarnation"`
 	PID         int       `json:"pid"`

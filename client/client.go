@@ -71,6 +71,8 @@ type Error struct {
 	Details map[string]any
 	// RetryAfter is the wait a 503 overloaded answer asked for.
 	RetryAfter time.Duration
+	// health is the body of a degraded /healthz (503).
+	health *api.Health
 }
 
 // ErrOverloaded matches an answer that the daemon is at its connection or
@@ -112,6 +114,8 @@ func (e *Error) Is(target error) bool {
 		return target == belay.ErrDiskFull
 	case api.CodeUnavailable:
 		return target == belay.ErrStoreClosed
+	case api.CodeStoreUnreachable:
+		return target == belay.ErrStoreUnreachable
 	case api.CodeSideEffects:
 		return target == runtime.ErrSideEffects
 	case api.CodeOverloaded:
@@ -249,6 +253,10 @@ func decodeError(resp *http.Response) error {
 	var e api.Error
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+		var h api.Health
+		if resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(raw, &h) == nil && h.Status == api.HealthDegraded {
+			return &Error{Status: resp.StatusCode, Code: api.CodeStoreUnreachable, Message: "the daemon is degraded: " + strings.Join(h.Problems, "; "), health: &h}
+		}
 		return &Error{Status: resp.StatusCode, Code: api.CodeInternal, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))}
 	}
 	out := &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
@@ -267,10 +275,17 @@ func keyHeader(key string) http.Header {
 }
 
 // Health checks the daemon. A daemon that accepts the connection but does
-// not answer before ctx's deadline (stopped, wedged) is unreachable too.
+// not answer before ctx's deadline (stopped, wedged) is unreachable too. A
+// degraded daemon (it answers, but cannot write: its store is
+// unreachable) is not an error: the Health says so (Status
+// api.HealthDegraded, Problems).
 func (c *Client) Health(ctx context.Context) (api.Health, error) {
 	var h api.Health
 	err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+	var e *Error
+	if errors.As(err, &e) && e.health != nil {
+		return *e.health, nil
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = &UnreachableError{Err: fmt.Errorf("no answer to a health check: %w", err)}
 	}

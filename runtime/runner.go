@@ -130,6 +130,18 @@ func (l *runnerLog) warn(msg string, err error) {
 	l.rn.r.log.Warn(msg, "run", l.rn.id, "err", err)
 }
 
+// unreachable stalls the runner when err says the store cannot be read
+// now: the run is not unreadable, the store is away; it is tried again
+// later (stall.go). It reports whether it did.
+func (rn *runner) unreachable(err error) bool {
+	if !errors.Is(err, belay.ErrStoreUnreachable) {
+		return false
+	}
+	rn.log().warn("read run", err)
+	rn.stallOn(err)
+	return true
+}
+
 // execute is the runner's life.
 func (rn *runner) execute() {
 	r := rn.r
@@ -162,6 +174,9 @@ func (rn *runner) execute() {
 	if err == nil {
 		err = json.Unmarshal(input, &in)
 	}
+	if rn.unreachable(err) {
+		return
+	}
 	if err != nil {
 		rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run input"}, err.Error())
 		return
@@ -175,11 +190,15 @@ func (rn *runner) execute() {
 
 	resume := false
 	if (rn.mode == startReclaim || rn.mode == startRetry) && rn.attempt > 0 {
-		if err := rn.scanEffects(); err != nil {
+		if err := rn.scanEffects(); rn.unreachable(err) {
+			return
+		} else if err != nil {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
 			return
 		}
-		if rn.textLen, err = scanRunText(bgCtx, r.store, rn.run); err != nil {
+		if rn.textLen, err = scanRunText(bgCtx, r.store, rn.run); rn.unreachable(err) {
+			return
+		} else if err != nil {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
 			return
 		}

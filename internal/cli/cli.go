@@ -15,6 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/belayhq/belay"
 )
 
 // Exit codes (DESIGN section 8).
@@ -92,6 +94,12 @@ func Main(ctx context.Context, args []string, stdio Stdio) int {
 		}
 		fmt.Fprintf(stdio.Err, "belay: %v\nTry: %s\n", err, hint)
 		return ExitUsage
+	}
+	if errors.Is(err, belay.ErrStoreUnreachable) {
+		// The daemon answers but its store (the database) does not:
+		// nothing was written. Like an unreachable daemon, it is exit 6.
+		fmt.Fprintf(stdio.Err, "belay: %s\nNothing was written. The daemon resumes by itself when its store answers; then run the same command again (with the same idempotency key, if it had one).\nTry: belay daemon status\n", strings.TrimPrefix(err.Error(), "belay: "))
+		return ExitUnreachable
 	}
 	fmt.Fprintf(stdio.Err, "belay: %s\n", strings.TrimPrefix(err.Error(), "belay: "))
 	return ExitError

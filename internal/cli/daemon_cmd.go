@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/belayhq/belay/api"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/proc"
 	"github.com/belayhq/belay/lock"
@@ -24,15 +25,19 @@ func newDaemonCmd(stdio Stdio) *cobra.Command {
 
 // daemonStatus is `belay daemon status --json`.
 type daemonStatus struct {
-	Running     bool         `json:"running"`
-	DataDir     string       `json:"dataDir"`
-	PID         int          `json:"pid,omitempty"`
-	Incarnation string       `json:"incarnation,omitempty"`
-	Version     string       `json:"version,omitempty"`
-	StartedAt   *time.Time   `json:"startedAt,omitempty"`
-	Active      int          `json:"active"`
-	Queued      int          `json:"queued"`
-	Lock        *lock.Status `json:"lock,omitempty"`
+	Running     bool       `json:"running"`
+	DataDir     string     `json:"dataDir"`
+	PID         int        `json:"pid,omitempty"`
+	Incarnation string     `json:"incarnation,omitempty"`
+	Version     string     `json:"version,omitempty"`
+	StartedAt   *time.Time `json:"startedAt,omitempty"`
+	Active      int        `json:"active"`
+	Queued      int        `json:"queued"`
+	// Status is the daemon's health when it runs: "ok", or "degraded"
+	// (it answers but cannot write) with the Problems.
+	Status   string       `json:"status,omitempty"`
+	Problems []string     `json:"problems,omitempty"`
+	Lock     *lock.Status `json:"lock,omitempty"`
 }
 
 // daemonStopResult is `belay daemon stop --json`.
@@ -97,6 +102,7 @@ func readDaemonStatus(ctx context.Context, stdio Stdio, g globalOptions) (daemon
 	}
 	st.Running, st.PID, st.Incarnation, st.Version = true, h.PID, h.Incarnation, h.Version
 	st.StartedAt, st.Active, st.Queued = &h.StartedAt, h.Active, h.Queued
+	st.Status, st.Problems = h.Status, h.Problems
 	return st, nil
 }
 
@@ -112,6 +118,9 @@ func printDaemonStatus(ctx context.Context, stdio Stdio, g globalOptions) error 
 	} else if st.Running {
 		fmt.Fprintf(stdio.Out, "daemon running: pid %d, %d active, %d queued runs, data %s (up %s)\n",
 			st.PID, st.Active, st.Queued, st.DataDir, time.Since(*st.StartedAt).Round(time.Second))
+		for _, p := range st.Problems {
+			fmt.Fprintf(stdio.Out, "degraded: %s\n", p)
+		}
 	} else {
 		fmt.Fprintf(stdio.Out, "daemon not running (data %s)\n", st.DataDir)
 		if st.Lock != nil && st.Lock.Holder != nil {
@@ -123,6 +132,9 @@ func printDaemonStatus(ctx context.Context, stdio Stdio, g globalOptions) error 
 	}
 	if !st.Running {
 		return &exitError{code: ExitUnreachable, err: errors.New("the daemon is not running\nTry: belay daemon start")}
+	}
+	if st.Status == api.HealthDegraded {
+		return &exitError{code: ExitUnreachable, err: errors.New("the daemon runs but is degraded: it accepts no writes until its store answers, and resumes by itself then\nTry: belay doctor")}
 	}
 	return nil
 }

@@ -245,7 +245,7 @@ func parseMeta(kvs []string) (map[string]string, error) {
 // how to add one.
 func refused(err error, dataDir string) error {
 	var ce *client.Error
-	if !errors.As(err, &ce) {
+	if !errors.As(err, &ce) || ce.Code == api.CodeStoreUnreachable {
 		return apiError(err)
 	}
 	msg := strings.TrimPrefix(ce.Message, "belay: invalid argument: ")

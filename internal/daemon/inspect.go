@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/lock"
@@ -100,10 +101,20 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 	} else if st != nil {
 		rep.Store = "file"
 	}
+	degraded := false
+	if sh, ok := st.(interface{ Health(context.Context) error }); ok {
+		if err := sh.Health(ctx); err != nil {
+			degraded = true
+			rep.Problems = append(rep.Problems, "degraded: "+strings.TrimPrefix(err.Error(), "belay: "))
+		}
+	}
 	if st != nil {
 		sessions, err := st.Sessions(ctx, belay.SessionFilter{})
-		if errors.Is(err, pgstore.ErrUnreachable) {
-			rep.Problems = append(rep.Problems, "degraded: store unreachable: "+err.Error())
+		if errors.Is(err, belay.ErrStoreUnreachable) {
+			if !degraded {
+				degraded = true
+				rep.Problems = append(rep.Problems, "degraded: "+strings.TrimPrefix(err.Error(), "belay: "))
+			}
 			sessions, err = nil, nil
 		}
 		if err != nil {
@@ -132,6 +143,9 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 		rep.NextAction, rep.Command = "release_stale_lock", "belay daemon start"
 	case !running:
 		rep.NextAction, rep.Command = "start_daemon", "belay daemon start"
+	case degraded:
+		// The daemon resumes by itself when its store answers.
+		rep.NextAction, rep.Command = "retry_later", "belay daemon status"
 	case len(rep.Problems) > 0:
 		rep.NextAction = "resolve_manually"
 	default:

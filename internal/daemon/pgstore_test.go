@@ -100,17 +100,13 @@ func TestStoreSettingIsChecked(t *testing.T) {
 	}
 }
 
-// TestDaemonOnPostgresFencesItself: a daemon that can no longer prove its
-// writer lock on the database (its lock connection killed, as in a
-// partition) stops writing and exits fenced; the database is then free for
-// another daemon.
-func TestDaemonOnPostgresFencesItself(t *testing.T) {
-	pg := testpg.Start(t, testpg.Options{})
-	url := pg.Database(t)
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte("[store]\nlock_ttl = \"1s\"\n"), 0o600))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// writerLockKey is pgstore's writer lock (advisory lock key "belay", 2).
+const writerLockKey int64 = 0x62656c6179_02
+
+// runDaemon starts a daemon on dir and the store and returns the channel
+// its end is reported on; the test stops it with cancel.
+func runDaemon(t *testing.T, ctx context.Context, dir, url string) <-chan error {
+	t.Helper()
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -121,15 +117,100 @@ func TestDaemonOnPostgresFencesItself(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("daemon: %v", err)
 	}
+	return done
+}
+
+// TestDaemonOnPostgresRetakesItsLock: a daemon whose writer lock
+// connection is killed (as by a database restart) stops writing, takes
+// the lock again by itself since no other daemon held it meanwhile, and
+// goes on serving without a restart.
+func TestDaemonOnPostgresRetakesItsLock(t *testing.T) {
+	pg := testpg.Start(t, testpg.Options{})
+	url := pg.Database(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte("[store]\nlock_ttl = \"1s\"\n"), 0o600))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := runDaemon(t, ctx, dir, url)
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
+	var old int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'belay daemon %'`).Scan(&old))
+	_, err = conn.Exec(ctx, `SELECT pg_terminate_backend($1)`, old)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var pid int
+		err := conn.QueryRow(ctx, `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE l.locktype = 'advisory' AND l.granted AND ((l.classid::bigint << 32) | l.objid::bigint) = $1
+			AND a.application_name LIKE 'belay daemon %'`, writerLockKey).Scan(&pid)
+		return err == nil && pid != old
+	}, 30*time.Second, 20*time.Millisecond, "the daemon holds the writer lock again, on a new connection")
+	c := client.New(client.Options{Socket: filepath.Join(dir, SocketName)})
+	require.Eventually(t, func() bool {
+		h, err := c.Health(ctx)
+		return err == nil && h.Status == api.HealthOK
+	}, 30*time.Second, 20*time.Millisecond)
+	run, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "still here"}, "")
+	require.NoError(t, err)
+	r, err := c.WaitRun(ctx, run.ID, 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
+	select {
+	case err := <-done:
+		t.Fatalf("the daemon stopped: %v", err)
+	default:
+	}
+}
+
+// TestDaemonOnPostgresFencesItself: a daemon cut off from its writer lock
+// while another holder takes the database has lost it for good: it stops
+// writing and exits fenced, naming the store and the holder; the database
+// is then free for another daemon.
+func TestDaemonOnPostgresFencesItself(t *testing.T) {
+	pg := testpg.Start(t, testpg.Options{})
+	url := pg.Database(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte("[store]\nlock_ttl = \"1s\"\n"), 0o600))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runDaemon(t, ctx, dir, url)
+
+	// Another holder waits for the lock, so it has it the moment the
+	// daemon's lock connection dies, before the daemon can take it back.
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.RuntimeParams["application_name"] = "another holder"
+	other, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer other.Close(ctx)
+	locked := make(chan error, 1)
+	go func() {
+		_, err := other.Exec(ctx, `SELECT pg_advisory_lock($1)`, writerLockKey)
+		locked <- err
+	}()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = 'another holder')`).Scan(&waiting)
+		return err == nil && waiting
+	}, 30*time.Second, 10*time.Millisecond)
 	var killed int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'belay daemon %'`).Scan(&killed))
 	require.Equal(t, 1, killed)
+	require.NoError(t, <-locked)
 	err = <-done
 	require.ErrorIs(t, err, ErrFenced)
-	require.ErrorContains(t, err, "writer lock")
+	require.ErrorIs(t, err, belay.ErrStoreLocked)
+	require.ErrorContains(t, err, "another holder")
 
+	_, err = other.Exec(ctx, `SELECT pg_advisory_unlock($1)`, writerLockKey)
+	require.NoError(t, err)
 	startOn(t, t.TempDir(), url) // the database is free again
 }

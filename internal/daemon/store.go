@@ -59,8 +59,9 @@ type storeParams struct {
 // config; `belay daemon status` reads it), and the database's writer lock,
 // which makes it the only daemon on that database. The runtime still
 // decides caps and reclaims runs in its own memory (issue 14 moves that
-// into the store), so a second daemon on the same database is refused,
-// and a daemon that cannot prove its writer lock stops.
+// into the store), so a second daemon on the same database is refused; a
+// daemon that cannot prove its writer lock stops writing until it can,
+// and stops for good if another daemon held the database meanwhile.
 func openStore(ctx context.Context, p storeParams) (store.Store, func(), error) {
 	kind, err := StoreKind(p.url)
 	if err != nil {
@@ -118,7 +119,19 @@ func openStore(ctx context.Context, p storeParams) (store.Store, func(), error) 
 	}
 	undo = append(undo, func() { _ = st.Close() })
 	host, _ := os.Hostname()
-	w, err := st.AcquireWriter(ctx, fmt.Sprintf("%s pid %d on %s", p.incarnation, os.Getpid(), host), ttl, p.lost)
+	// The database unreachable (restarted, a network cut) suspends the
+	// store's writes, not the daemon: it reports degraded (/healthz,
+	// belay daemon status) and resumes when it holds the writer lock
+	// again. Only another daemon having held the database meanwhile ends
+	// it.
+	w, err := st.AcquireWriter(ctx, fmt.Sprintf("%s pid %d on %s", p.incarnation, os.Getpid(), host), pgstore.WriterOptions{
+		TTL: ttl,
+		OnSuspend: func(err error) {
+			p.log.Error("degraded: store unreachable; no writes until the database answers again", "store", st.URL(), "err", err)
+		},
+		OnResume: func() { p.log.Info("store reachable again: writing", "store", st.URL()) },
+		OnLost:   p.lost,
+	})
 	if err != nil {
 		cleanup()
 		return nil, nil, err

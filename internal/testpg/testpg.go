@@ -268,9 +268,23 @@ func (c *Cluster) Stop() error {
 // Restart stops the server at once (as a crash would) and starts it again
 // on the same port and data.
 func (c *Cluster) Restart(ctx context.Context) error {
+	if err := c.Down(ctx); err != nil {
+		return err
+	}
+	return c.Up(ctx)
+}
+
+// Down stops the server at once (as a crash would), keeping its data:
+// the database is unreachable until Up.
+func (c *Cluster) Down(ctx context.Context) error {
 	if out, err := c.run(ctx, "pg_ctl", "-D", c.data(), "-m", "immediate", "-w", "stop"); err != nil {
 		return fmt.Errorf("testpg: pg_ctl stop: %w: %s", err, out)
 	}
+	return nil
+}
+
+// Up starts the server that Down stopped, on the same port and data.
+func (c *Cluster) Up(ctx context.Context) error {
 	if out, err := c.run(ctx, "pg_ctl", "-D", c.data(), "-l", filepath.Join(c.Dir, "log"), "-w", "-t", "60", "start"); err != nil {
 		return fmt.Errorf("testpg: pg_ctl start: %w: %s", err, out)
 	}

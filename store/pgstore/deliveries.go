@@ -388,12 +388,33 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 	return out, err
 }
 
+// recheckEvery is how soon ExpireDeliveryLeases asks to be called again
+// after it failed.
+const recheckEvery = 5 * time.Second
+
 // ExpireDeliveryLeases returns every expired leased item to pending and
-// reports the earliest lease expiry still ahead.
+// reports the earliest lease expiry still ahead. When the database cannot
+// be read, that moment is unknown: it reports a moment recheckEvery ahead,
+// so that the caller's timer checks again then rather than never (a timer
+// that fires early only checks again).
 func (s *Store) ExpireDeliveryLeases(ctx context.Context) ([]belay.Delivery, time.Time, error) {
 	if s.isClosed() {
 		return nil, time.Time{}, belay.ErrStoreClosed
 	}
+	expired, next, err := s.expireDeliveryLeases(ctx)
+	if err != nil {
+		now := time.Now()
+		if s.clock != nil {
+			now = s.clock.Now()
+		}
+		if retry := now.Add(recheckEvery); next.IsZero() || next.After(retry) {
+			next = retry.UTC()
+		}
+	}
+	return expired, next, err
+}
+
+func (s *Store) expireDeliveryLeases(ctx context.Context) ([]belay.Delivery, time.Time, error) {
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT session FROM belay_deliveries
 		WHERE status = 'leased' AND lease_expires_at <= coalesce($1::timestamptz, now())`, s.nowArg())
 	if err != nil {

@@ -202,8 +202,10 @@ func TestDatabaseRestart(t *testing.T) {
 }
 
 // TestWriterLock: one daemon per database; a second is refused and told
-// who holds it; a holder whose connection is killed learns it lost the
-// hold, and the database is free again.
+// who holds it. A holder whose lock connection is killed stops writing at
+// once (store unreachable) and takes the lock again by itself; if another
+// daemon held the database in between, it has lost it for good: fenced,
+// told why, and the database is free for the other.
 func TestWriterLock(t *testing.T) {
 	ctx := context.Background()
 	url := database(t)
@@ -211,24 +213,92 @@ func TestWriterLock(t *testing.T) {
 	defer a.Close()
 	b := open(t, url, nil)
 	defer b.Close()
+	// OnSuspend blocks the lock's goroutine until the test lets it try
+	// to take the lock again, so what happens in between is the test's.
+	suspended := make(chan error)
+	proceed := make(chan struct{})
+	resumed := make(chan struct{}, 1)
 	lost := make(chan error, 1)
-	wa, err := a.AcquireWriter(ctx, "inc_a pid 1", 2*time.Second, func(err error) { lost <- err })
+	wa, err := a.AcquireWriter(ctx, "inc_a pid 1", pgstore.WriterOptions{
+		TTL:       600 * time.Millisecond,
+		OnSuspend: func(err error) { suspended <- err; <-proceed },
+		OnResume:  func() { resumed <- struct{}{} },
+		OnLost:    func(err error) { lost <- err },
+	})
 	require.NoError(t, err)
-	_, err = b.AcquireWriter(ctx, "inc_b pid 2", time.Second, nil)
+	require.NoError(t, a.Health(ctx))
+	_, err = b.AcquireWriter(ctx, "inc_b pid 2", pgstore.WriterOptions{TTL: time.Second})
 	require.ErrorIs(t, err, belay.ErrStoreLocked)
 	require.ErrorContains(t, err, "inc_a pid 1")
+	kill := func() {
+		_, err := b.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'belay daemon inc_a%'`)
+		require.NoError(t, err)
+	}
 
-	_, err = b.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'belay daemon inc_a%'`)
+	// Cut off, then back with nobody in between: it resumes.
+	kill()
+	require.ErrorIs(t, <-suspended, belay.ErrStoreUnreachable)
+	_, err = a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.ErrorIs(t, err, belay.ErrStoreUnreachable, "a node that cannot prove its writer lock writes nothing")
+	require.ErrorIs(t, a.Health(ctx), belay.ErrStoreUnreachable)
+	proceed <- struct{}{}
+	<-resumed
+	require.NoError(t, a.Health(ctx))
+	_, err = a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err, "writing again once the lock is held again")
+	require.NoError(t, wa.Lost())
+
+	// Cut off while another daemon takes the database and lets it go:
+	// the hold is lost for good.
+	kill()
+	require.ErrorIs(t, <-suspended, belay.ErrStoreUnreachable)
+	wb, err := b.AcquireWriter(ctx, "inc_b pid 2", pgstore.WriterOptions{TTL: time.Second})
 	require.NoError(t, err)
-	require.ErrorIs(t, <-lost, pgstore.ErrUnreachable)
+	require.NoError(t, wb.Release())
+	proceed <- struct{}{}
+	err = <-lost
+	require.ErrorIs(t, err, belay.ErrStoreLocked)
+	require.ErrorContains(t, err, "inc_b pid 2")
 	require.Error(t, wa.Lost())
 	_, err = a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.ErrorIs(t, err, belay.ErrReadOnly, "a node that lost its writer lock writes nothing")
+	require.ErrorIs(t, err, belay.ErrReadOnly, "fenced for good")
+	require.ErrorIs(t, a.Health(ctx), belay.ErrReadOnly)
 	require.NoError(t, wa.Release())
 
-	wb, err := b.AcquireWriter(ctx, "inc_b pid 2", time.Second, nil)
+	wb, err = b.AcquireWriter(ctx, "inc_b pid 2", pgstore.WriterOptions{TTL: time.Second})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, wb.Release()) }()
-	_, err = a.AcquireWriter(ctx, "inc_a pid 1", time.Second, nil)
+	_, err = a.AcquireWriter(ctx, "inc_a pid 1", pgstore.WriterOptions{TTL: time.Second})
 	require.ErrorIs(t, err, belay.ErrStoreLocked)
+}
+
+// TestWriterLockHeldMeanwhile: a holder cut off while another daemon
+// holds the database finds the lock taken and stops for good.
+func TestWriterLockHeldMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b := open(t, url, nil)
+	defer b.Close()
+	suspended := make(chan struct{})
+	proceed := make(chan struct{})
+	lost := make(chan error, 1)
+	wa, err := a.AcquireWriter(ctx, "inc_a pid 1", pgstore.WriterOptions{
+		TTL:       600 * time.Millisecond,
+		OnSuspend: func(error) { suspended <- struct{}{}; <-proceed },
+		OnLost:    func(err error) { lost <- err },
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, wa.Release()) }()
+	_, err = b.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'belay daemon inc_a%'`)
+	require.NoError(t, err)
+	<-suspended
+	wb, err := b.AcquireWriter(ctx, "inc_b pid 2", pgstore.WriterOptions{TTL: time.Second})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, wb.Release()) }()
+	proceed <- struct{}{}
+	err = <-lost
+	require.ErrorIs(t, err, belay.ErrStoreLocked)
+	require.ErrorContains(t, err, "inc_b pid 2")
 }

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -120,6 +121,10 @@ type Store struct {
 	// fenced, once set, refuses every write: this node lost its writer
 	// lock and must not change the database any more.
 	fenced atomic.Pointer[error]
+	// suspended, while set, refuses every write too: this node cannot
+	// prove its writer lock right now (the database is unreachable). Its
+	// WriterLock clears it once the lock is proved again.
+	suspended atomic.Pointer[error]
 
 	mu      sync.Mutex
 	closed  bool
@@ -212,17 +217,24 @@ func Redact(url string) string {
 }
 
 // ErrUnreachable says the database could not be reached; nothing was
-// written. Callers retry once it is back.
-var ErrUnreachable = errors.New("pgstore: store unreachable")
+// written. Callers retry once it is back. It is belay.ErrStoreUnreachable,
+// so that the API and the CLI name it without knowing this package.
+var ErrUnreachable = belay.ErrStoreUnreachable
 
-// wrapConn marks connection failures with ErrUnreachable.
+// wrapConn marks connection failures with ErrUnreachable: a connection
+// that cannot be made, a network error, a connection cut mid-statement
+// (EOF), and the server's own "shutting down", "starting up" and
+// connection-exception errors (SQLSTATE classes 57P and 08).
 func wrapConn(err error) error {
-	if err == nil {
-		return nil
+	if err == nil || errors.Is(err, ErrUnreachable) {
+		return err
 	}
 	var ne net.Error
 	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) {
+	var pe *pgconn.PgError
+	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "57P") || strings.HasPrefix(pe.Code, "08")) {
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	return err
@@ -259,9 +271,13 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// writable fails once the store is closed or fenced.
+// writable fails once the store is closed or fenced, and while it is
+// suspended.
 func (s *Store) writable() error {
 	if p := s.fenced.Load(); p != nil {
+		return *p
+	}
+	if p := s.suspended.Load(); p != nil {
 		return *p
 	}
 	if s.isClosed() {
@@ -275,6 +291,38 @@ func (s *Store) writable() error {
 func (s *Store) Fence(err error) {
 	err = fmt.Errorf("%w: this node stopped writing to %s: %w", belay.ErrReadOnly, s.URL(), err)
 	s.fenced.CompareAndSwap(nil, &err)
+}
+
+// suspend refuses every write until resume, and returns the error the
+// writes fail with.
+func (s *Store) suspend(cause error) error {
+	err := fmt.Errorf("%w: this node stopped writing to %s until it can prove its writer lock again, which it retries by itself: %v", ErrUnreachable, s.URL(), cause)
+	s.suspended.Store(&err)
+	return err
+}
+
+func (s *Store) resume() { s.suspended.Store(nil) }
+
+// healthTimeout bounds Health's round trip to the database.
+const healthTimeout = 2 * time.Second
+
+// Health reports whether the store can be written now: nil, or why not,
+// an error wrapping belay.ErrStoreUnreachable (the database does not
+// answer, or this node is suspended until it proves its writer lock
+// again) or belay.ErrReadOnly (fenced for good). It costs one round trip.
+func (s *Store) Health(ctx context.Context) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	if err := s.pool.Ping(cctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: %s does not answer: %v", ErrUnreachable, s.URL(), err)
+	}
+	return nil
 }
 
 func (s *Store) isClosed() bool {
