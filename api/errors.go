@@ -81,6 +81,12 @@ func statusOf(err error) (int, string) {
 
 // writeError writes err as an API error.
 func writeError(w http.ResponseWriter, err error) {
+	status, body := errorBody(err)
+	writeErrorCode(w, status, body.Code, body.Message, body.Details)
+}
+
+// errorBody is err as an API error and its HTTP status.
+func errorBody(err error) (int, ErrorBody) {
 	status, code := statusOf(err)
 	var details map[string]any
 	var stale *belay.StaleEpochError
@@ -106,7 +112,7 @@ func writeError(w http.ResponseWriter, err error) {
 	case errors.As(err, &effects):
 		details = map[string]any{"run": effects.Run, "tools": effects.Tools}
 	}
-	writeErrorCode(w, status, code, err.Error(), details)
+	return status, ErrorBody{Code: code, Message: err.Error(), Details: details}
 }
 
 func writeErrorCode(w http.ResponseWriter, status int, code, msg string, details map[string]any) {

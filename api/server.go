@@ -110,6 +110,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}/inbox", s.listInbox)
 	mux.HandleFunc("POST /v1/sessions/{id}/inbox", s.post)
 	mux.HandleFunc("POST /v1/runs", s.createRun)
+	mux.HandleFunc("POST /v1/runs:batch", s.createRuns)
 	mux.HandleFunc("GET /v1/runs", s.listAllRuns)
 	mux.HandleFunc("GET /v1/runs/{id}", s.getRun)
 	mux.HandleFunc("GET /v1/runs/{id}/wait", s.waitRun)

@@ -104,3 +104,22 @@ func (r *PostRequest) UnmarshalJSON(raw []byte) error {
 	type plain PostRequest
 	return strictDecode(raw, (*plain)(r))
 }
+
+// UnmarshalJSON refuses text JSON decoding would alter (see checkText),
+// and unknown fields.
+func (r *BatchRun) UnmarshalJSON(raw []byte) error {
+	if err := checkText(raw); err != nil {
+		return err
+	}
+	// Without CreateRunRequest's method, so that both parts decode.
+	type plain CreateRunRequest
+	var v struct {
+		plain
+		IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	}
+	if err := strictDecode(raw, &v); err != nil {
+		return err
+	}
+	r.CreateRunRequest, r.IdempotencyKey = CreateRunRequest(v.plain), v.IdempotencyKey
+	return nil
+}

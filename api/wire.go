@@ -43,6 +43,35 @@ type CreateRunRequest struct {
 	Meta map[string]string `json:"meta,omitempty"`
 }
 
+// BatchRun is one submission of POST /v1/runs:batch: a CreateRunRequest
+// and its own idempotency key (the Idempotency-Key header of a single
+// POST /v1/runs).
+type BatchRun struct {
+	CreateRunRequest
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+}
+
+// BatchRequest is the body of POST /v1/runs:batch: 1 to MaxBatchRuns
+// submissions.
+type BatchRequest struct {
+	Runs []BatchRun `json:"runs"`
+}
+
+// BatchResult is the outcome of one submission of a batch: the run (HTTP
+// status 201, as POST /v1/runs would answer) or the error (its status and
+// body).
+type BatchResult struct {
+	Status int        `json:"status"`
+	Run    *Run       `json:"run,omitempty"`
+	Error  *ErrorBody `json:"error,omitempty"`
+}
+
+// BatchResponse is the answer of POST /v1/runs:batch: one result per
+// submission, in the order of the request.
+type BatchResponse struct {
+	Results []BatchResult `json:"results"`
+}
+
 // Run is a run with its live activity, when the daemon is executing it.
 type Run struct {
 	belay.Run

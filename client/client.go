@@ -375,6 +375,31 @@ func (c *Client) CreateRun(ctx context.Context, req api.CreateRunRequest, key st
 	return r, c.do(ctx, http.MethodPost, "/v1/runs", keyHeader(key), req, &r)
 }
 
+// CreateRuns submits runs in one request (POST /v1/runs:batch, at most
+// api.MaxBatchRuns): each has its own idempotency key, and the results
+// come back in the order given, each with its run or its error (AsError
+// turns one into an error). The error is for the batch as a whole: too
+// large, daemon unreachable.
+func (c *Client) CreateRuns(ctx context.Context, runs []api.BatchRun) ([]api.BatchResult, error) {
+	var out api.BatchResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/runs:batch", nil, api.BatchRequest{Runs: runs}, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(runs) {
+		return nil, fmt.Errorf("client: the daemon answered %d results for %d runs", len(out.Results), len(runs))
+	}
+	return out.Results, nil
+}
+
+// AsError returns the error of one result of a batch (nil if it made a
+// run), matching belay's sentinels like any API error.
+func AsError(r api.BatchResult) error {
+	if r.Error == nil {
+		return nil
+	}
+	return &Error{Status: r.Status, Code: r.Error.Code, Message: r.Error.Message, Details: r.Error.Details}
+}
+
 // Run returns one run.
 func (c *Client) Run(ctx context.Context, id string) (api.Run, error) {
 	var r api.Run

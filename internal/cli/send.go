@@ -42,6 +42,8 @@ type sendOptions struct {
 	Site           string
 	SiteURL        string
 	Attach         []string
+	// Batch is a JSONL file of submissions ("-": standard input).
+	Batch string
 }
 
 // sendResult is `belay send --json`.
@@ -61,7 +63,15 @@ func newSendCmd(stdio Stdio) *cobra.Command {
 returns at once. The prompt is the argument, standard input ("-"), or
 --file. With --watch it streams the run; with --wait it waits for its end.
 The run goes on whatever happens to this command: follow it again with
-belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
+belay watch RUN, belay wait RUN, and read it with belay read RUN.
+
+With --batch FILE it sends many runs in few requests (POST /v1/runs:batch):
+FILE ("-" for standard input) holds one JSON submission per line, e.g.
+{"prompt":"...","provider":"fake","idempotencyKey":"job-1","tags":["x"]}
+(the fields of POST /v1/runs, and the line's own idempotencyKey; --provider
+and --model fill lines that name neither a session nor a provider). It
+prints one line per submission: the run, or the error; with --json one
+JSON object per line. Exit 1 if any submission failed.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usagef("belay send --provider fake \"your prompt\"", "send takes one prompt argument; quote it")
@@ -69,6 +79,9 @@ belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.Batch != "" {
+				return runSendBatch(cmd, stdio, opts, args)
+			}
 			if len(args) == 1 {
 				opts.Prompt = args[0]
 			}
@@ -96,6 +109,7 @@ belay watch RUN, belay wait RUN, and read it with belay read RUN.`,
 	f.StringArrayVar(&opts.Tags, "tag", nil, "tag the run, to find it with belay runs list --tag (repeatable)")
 	f.StringArrayVar(&opts.Meta, "meta", nil, "metadata kept with the run: key=value (repeatable)")
 	f.BoolVar(&opts.Progress, "progress", false, "with --watch: status lines on standard error even when it is not a terminal")
+	f.StringVar(&opts.Batch, "batch", "", `send many runs: a JSONL file ("-": standard input) of {"prompt","provider","session","idempotencyKey",...}, one per line`)
 	return cmd
 }
 

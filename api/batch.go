@@ -1,0 +1,127 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/runtime"
+)
+
+// Limits of POST /v1/runs:batch.
+const (
+	// MaxBatchRuns caps the submissions of one batch.
+	MaxBatchRuns = 1000
+	// MaxBatchBody caps its body: a batch of the largest runs is sent in
+	// several requests.
+	MaxBatchBody = 32 << 20
+	// batchWorkers is how many submissions of a batch are written at
+	// once: a store with many connections (PostgreSQL) commits them in
+	// parallel; one session's submissions stay in their order.
+	batchWorkers = 16
+)
+
+// createRuns is POST /v1/runs:batch: each submission is what POST
+// /v1/runs with its own Idempotency-Key would do, and the answer lists
+// each one's run or error in the order of the request. A batch too large
+// for the limits is refused whole (413 for the body, 400 for the count),
+// naming the limit; otherwise the answer is 200 and every submission has
+// its own status. Submissions to the same session are made in the order
+// given (so they queue in that order), others in parallel. A retry of the
+// whole batch with the same keys returns the same runs.
+func (s *Server) createRuns(w http.ResponseWriter, r *http.Request) {
+	var req BatchRequest
+	if !decode(w, r, MaxBatchBody, &req) {
+		return
+	}
+	switch n := len(req.Runs); {
+	case n == 0:
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "a batch needs at least one run in \"runs\"", map[string]any{"field": "runs"})
+		return
+	case n > MaxBatchRuns:
+		writeErrorCode(w, http.StatusBadRequest, CodeInvalid,
+			fmt.Sprintf("a batch holds at most %d runs, got %d; send it in several batches", MaxBatchRuns, n),
+			map[string]any{"field": "runs", "limit": MaxBatchRuns, "count": n})
+		return
+	}
+	results := make([]BatchResult, len(req.Runs))
+	// Lanes: the submissions to one session, in order; each new-session
+	// submission is a lane of its own.
+	var lanes [][]int
+	bySession := map[string]int{}
+	for i, b := range req.Runs {
+		if b.Session == "" {
+			lanes = append(lanes, []int{i})
+			continue
+		}
+		l, ok := bySession[b.Session]
+		if !ok {
+			l = len(lanes)
+			bySession[b.Session] = l
+			lanes = append(lanes, nil)
+		}
+		lanes[l] = append(lanes[l], i)
+	}
+	work := make(chan []int)
+	var wg sync.WaitGroup
+	for range min(batchWorkers, len(lanes)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for lane := range work {
+				for _, i := range lane {
+					results[i] = s.submitOne(r.Context(), req.Runs[i])
+				}
+			}
+		}()
+	}
+	for _, lane := range lanes {
+		work <- lane
+	}
+	close(work)
+	wg.Wait()
+	writeJSON(w, http.StatusOK, BatchResponse{Results: results})
+}
+
+// submitOne makes one submission of a batch.
+func (s *Server) submitOne(ctx context.Context, b BatchRun) BatchResult {
+	fail := func(err error) BatchResult {
+		status, body := errorBody(err)
+		return BatchResult{Status: status, Error: &body}
+	}
+	if err := checkBatchRun(b); err != nil {
+		return fail(err)
+	}
+	run, err := s.rt.Submit(ctx, runtime.SubmitRequest{
+		Session: b.Session, Provider: b.Provider, Model: b.Model, Prompt: b.Prompt,
+		Script: b.Script, Options: b.Options, Policy: b.Policy, Priority: b.Priority,
+		Deadline: time.Duration(b.Deadline), IdempotencyKey: b.IdempotencyKey, Labels: b.Labels,
+		Tags: b.Tags, Meta: b.Meta,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	out := s.withActivity(run)
+	return BatchResult{Status: http.StatusCreated, Run: &out}
+}
+
+// checkBatchRun applies to a submission the checks POST /v1/runs makes
+// before it submits.
+func checkBatchRun(b BatchRun) error {
+	switch {
+	case len(b.IdempotencyKey) > 200 || strings.ContainsAny(b.IdempotencyKey, "\x00\r\n"):
+		return fmt.Errorf("%w: idempotencyKey must be at most 200 printable bytes", belay.ErrInvalid)
+	case b.Session != "" && ids.Check(ids.Session, b.Session) != nil:
+		return fmt.Errorf("%w: %v", belay.ErrInvalid, ids.Check(ids.Session, b.Session))
+	case b.Session == "" && b.Provider == "":
+		return fmt.Errorf("%w: a run needs a session or a provider", belay.ErrInvalid)
+	case b.Deadline < 0:
+		return fmt.Errorf("%w: deadline must not be negative", belay.ErrInvalid)
+	}
+	return nil
+}
