@@ -26,6 +26,8 @@ import (
 	"github.com/belayhq/belay/internal/mcpserver"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/store/pgstore"
 )
 
 // Names in the data directory.
@@ -235,14 +237,24 @@ func Run(ctx context.Context, opts Options) (err error) {
 		log.Info("stopping: no new runs; in-flight runs are handed to the next start")
 		return nil
 	case err := <-lockLost:
-		log.Error("stopped writing and exiting: this daemon can no longer prove it owns the data directory; its runs resume in the daemon that does", "data", dir, "err", err)
-		return fmt.Errorf("%w: %w", ErrFenced, err)
+		what := storeName(st, dir)
+		log.Error("stopped writing and exiting: this daemon can no longer prove it is the one writer of its store; its runs resume in the daemon that is", "store", what, "err", err)
+		return fmt.Errorf("%w (%s): %w", ErrFenced, what, err)
 	}
 }
 
 // ErrFenced is why a daemon exits after losing (or no longer being able to
-// prove) its hold on the data directory.
-var ErrFenced = errors.New("daemon: lost ownership of the data directory")
+// prove) its hold on its store: the data directory, or the database.
+var ErrFenced = errors.New("daemon: lost ownership of its store")
+
+// storeName names the store a daemon writes: "data directory DIR" or
+// "database URL" (password redacted).
+func storeName(st store.Store, dir string) string {
+	if ps, ok := st.(*pgstore.Store); ok {
+		return "database " + ps.URL()
+	}
+	return "data directory " + dir
+}
 
 // removeIfSame unlinks path only if it still names the file id describes:
 // a daemon never removes a socket it did not create (a later daemon's).

@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/testpg"
 	"github.com/belayhq/belay/store/fsstore"
+	"github.com/belayhq/belay/store/pgstore"
 )
 
 // startOn runs a daemon on dir with the given store until it is stopped.
@@ -104,13 +109,18 @@ func TestStoreSettingIsChecked(t *testing.T) {
 const writerLockKey int64 = 0x62656c6179_02
 
 // runDaemon starts a daemon on dir and the store and returns the channel
-// its end is reported on; the test stops it with cancel.
-func runDaemon(t *testing.T, ctx context.Context, dir, url string) <-chan error {
+// its end is reported on; the test stops it with cancel. Its log goes to
+// logw (nil: nowhere).
+func runDaemon(t *testing.T, ctx context.Context, dir, url string, logw io.Writer) <-chan error {
 	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	if logw != nil {
+		log = slog.New(slog.NewTextHandler(logw, nil))
+	}
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{DataDir: dir, Store: url, Version: "test", Ready: func() { close(ready) }, Logger: slog.New(slog.DiscardHandler)})
+		done <- Run(ctx, Options{DataDir: dir, Store: url, Version: "test", Ready: func() { close(ready) }, Logger: log})
 	}()
 	select {
 	case <-ready:
@@ -130,7 +140,7 @@ func TestDaemonOnPostgresRetakesItsLock(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte("[store]\nlock_ttl = \"1s\"\n"), 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
-	done := runDaemon(t, ctx, dir, url)
+	done := runDaemon(t, ctx, dir, url, nil)
 	defer func() {
 		cancel()
 		require.NoError(t, <-done)
@@ -166,6 +176,24 @@ func TestDaemonOnPostgresRetakesItsLock(t *testing.T) {
 	}
 }
 
+// syncBuffer is a bytes.Buffer safe for the daemon's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // TestDaemonOnPostgresFencesItself: a daemon cut off from its writer lock
 // while another holder takes the database has lost it for good: it stops
 // writing and exits fenced, naming the store and the holder; the database
@@ -177,7 +205,8 @@ func TestDaemonOnPostgresFencesItself(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte("[store]\nlock_ttl = \"1s\"\n"), 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := runDaemon(t, ctx, dir, url)
+	var logs syncBuffer
+	done := runDaemon(t, ctx, dir, url, &logs)
 
 	// Another holder waits for the lock, so it has it the moment the
 	// daemon's lock connection dies, before the daemon can take it back.
@@ -209,6 +238,17 @@ func TestDaemonOnPostgresFencesItself(t *testing.T) {
 	require.ErrorIs(t, err, ErrFenced)
 	require.ErrorIs(t, err, belay.ErrStoreLocked)
 	require.ErrorContains(t, err, "another holder")
+	// The error and the log name the store, not the data directory.
+	require.ErrorContains(t, err, "database "+pgstore.Redact(url))
+	require.NotContains(t, err.Error(), "data directory")
+	var fenced string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "stopped writing and exiting") {
+			fenced = line
+		}
+	}
+	require.Contains(t, fenced, "store=\"database "+pgstore.Redact(url)+"\"")
+	require.NotContains(t, fenced, "data directory")
 
 	_, err = other.Exec(ctx, `SELECT pg_advisory_unlock($1)`, writerLockKey)
 	require.NoError(t, err)

@@ -100,7 +100,11 @@ func openStore(ctx context.Context, p storeParams) (store.Store, func(), error) 
 		}
 		return nil, nil, fmt.Errorf("daemon: lock %s: %w", p.dir, err)
 	}
-	hb, err := dl.StartHeartbeat(context.WithoutCancel(ctx), lock.HeartbeatOptions{OnLost: p.lost})
+	// The data directory's lock guards the socket, token and config here;
+	// its loss ends the daemon too, and says which lock it was.
+	hb, err := dl.StartHeartbeat(context.WithoutCancel(ctx), lock.HeartbeatOptions{OnLost: func(err error) {
+		p.lost(fmt.Errorf("the lock of data directory %s: %w", p.dir, err))
+	}})
 	if err != nil {
 		_ = dl.Release()
 		return nil, nil, fmt.Errorf("daemon: heartbeat %s: %w", p.dir, err)
