@@ -35,6 +35,12 @@ const (
 // given (so they queue in that order), others in parallel. A retry of the
 // whole batch with the same keys returns the same runs.
 func (s *Server) createRuns(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > MaxBatchBody {
+		// Said before reading it; a body without a length is cut at the
+		// limit as it is read.
+		writeErrorCode(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBatchBody), map[string]any{"limit": MaxBatchBody})
+		return
+	}
 	var req BatchRequest
 	if !decode(w, r, MaxBatchBody, &req) {
 		return

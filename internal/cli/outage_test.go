@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -30,22 +29,7 @@ func TestStoreOutage(t *testing.T) {
 	url := pg.Database(t)
 	home := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(home, daemon.ConfigName), []byte("[store]\nlock_ttl = \"1s\"\n"), 0o600))
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{DataDir: home, Store: url, Version: "test", Ready: func() { close(ready) }, Logger: slog.New(slog.DiscardHandler)})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	serveIn(t, home, url)
 	env := map[string]string{"BELAY_HOME": home, "BELAY_NO_AUTOSTART": "1"}
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
