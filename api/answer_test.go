@@ -19,7 +19,9 @@ import (
 	"github.com/belayhq/belay/runtime"
 )
 
-// longRun journals a complete run whose answer is n deltas of text.
+// longRun journals a complete run whose answer is n deltas of text. The
+// runtime must not be started (setupIdle): a started one would claim the
+// run before the test leases it.
 func longRun(t *testing.T, rt *runtime.Runtime, text string, n int) belay.Run {
 	t.Helper()
 	ctx := context.Background()
@@ -44,7 +46,7 @@ func longRun(t *testing.T, rt *runtime.Runtime, text string, n int) belay.Run {
 
 func TestAnswerStreamsWithTrailer(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "")
+	b := setupIdle(t)
 	run := longRun(t, b.rt, "line <one> & \"two\"\n", 300)
 	resp, err := b.srv.Client().Get(b.srv.URL + "/v1/runs/" + run.ID + "/answer")
 	require.NoError(t, err)
@@ -65,7 +67,7 @@ func TestAnswerStreamsWithTrailer(t *testing.T) {
 // daemon's work on its request.
 func TestAnswerStopsWhenClientGoesAway(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "")
+	b := setupIdle(t)
 	run := longRun(t, b.rt, strings.Repeat("x", 64<<10), 256) // 16 MiB
 	s := NewServer(Options{Runtime: b.rt})
 	ended := make(chan struct{})
@@ -133,7 +135,7 @@ func TestLongPollOutlivesBodyTimeout(t *testing.T) {
 // maxPageBytes (and holds at least one event), and the next page goes on.
 func TestEventPagesAreBounded(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "")
+	b := setupIdle(t)
 	run := longRun(t, b.rt, strings.Repeat("x", 256<<10), 20) // 5 MiB of events
 	var after uint64
 	texts := 0

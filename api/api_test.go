@@ -29,13 +29,21 @@ type bundle struct {
 	rt  *runtime.Runtime
 }
 
-func setup(t *testing.T, token string) *bundle {
+func setup(t *testing.T, token string) *bundle { return setupWith(t, token, true) }
+
+// setupIdle serves a runtime that is not started: it claims nothing, so a
+// test can write runs into its store by hand.
+func setupIdle(t *testing.T) *bundle { return setupWith(t, "", false) }
+
+func setupWith(t *testing.T, token string, start bool) *bundle {
 	t.Helper()
 	st, err := fsstore.Open(context.Background(), t.TempDir(), fsstore.Options{})
 	require.NoError(t, err)
 	rt, err := runtime.New(runtime.Options{Store: st, Providers: provider.Registry{"fake": fake.New(fake.Options{Resume: true})}, PruneEvery: -1})
 	require.NoError(t, err)
-	require.NoError(t, rt.Start(context.Background()))
+	if start {
+		require.NoError(t, rt.Start(context.Background()))
+	}
 	s := NewServer(Options{Runtime: rt, Version: "test", Keepalive: 50 * time.Millisecond, Metrics: NewMetrics(rt)})
 	srv := httptest.NewServer(s.Handler(token))
 	t.Cleanup(func() {
