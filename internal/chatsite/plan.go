@@ -101,11 +101,30 @@ func tokens(prompt string, words int) []string {
 }
 
 // AnswerText is the full answer the site gives to prompt (without an
-// error turn).
+// error turn), as the page renders it.
 func AnswerText(prompt string) (string, error) {
 	p, err := ParsePlan(prompt)
 	if err != nil {
 		return "", err
 	}
 	return strings.Join(tokens(prompt, p.Words), ""), nil
+}
+
+// AnswerMarkdown is the full answer's markdown source, what the turn's
+// copy button puts on the clipboard: the rendered text with its heading
+// in bold, so it differs from the page's text.
+func AnswerMarkdown(prompt string) (string, error) {
+	p, err := ParsePlan(prompt)
+	if err != nil {
+		return "", err
+	}
+	return markdown(tokens(prompt, p.Words)), nil
+}
+
+// markdown is the source of the tokens shown.
+func markdown(toks []string) string {
+	if len(toks) == 0 {
+		return ""
+	}
+	return "**" + toks[0] + "**" + strings.Join(toks[1:], "")
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -31,9 +32,16 @@ const (
 	ModeOutage      Mode = "outage" // "Something went wrong" instead of the chat
 	ModeDrift       Mode = "drift"  // the second UI version: other markup
 	Mode5xxOnce     Mode = "5xx-once"
+	// ModeAuth is the site behind a login: without the session cookie
+	// that the login form sets, pages redirect to /login and the API
+	// answers 401.
+	ModeAuth Mode = "auth"
 )
 
-var modes = []Mode{ModeReady, ModeLogin, ModeExpired, ModeLoggedOut, ModeChallenge, ModeRateLimited, ModeModal, ModeOutage, ModeDrift, Mode5xxOnce}
+var modes = []Mode{ModeReady, ModeLogin, ModeExpired, ModeLoggedOut, ModeChallenge, ModeRateLimited, ModeModal, ModeOutage, ModeDrift, Mode5xxOnce, ModeAuth}
+
+// SessionCookie is the cookie the login form of ModeAuth sets.
+const SessionCookie = "loopback_session"
 
 // Options configure a Site.
 type Options struct {
@@ -69,6 +77,8 @@ type Site struct {
 	prompts []Prompt
 	modalUp bool              // the modal of ModeModal is still shown
 	uploads map[string]string // file name -> sha256 of what was uploaded
+	logins  map[string]bool   // session cookies the login form gave out
+	hold    bool              // answers think until FinishHeld
 }
 
 type conv struct {
@@ -83,6 +93,7 @@ type turn struct {
 	plan    Plan
 	start   time.Time // when generation started (real time)
 	stopped time.Time // the user pressed stop
+	held    bool      // sent while answers were held: thinks until FinishHeld
 }
 
 //go:embed static
@@ -102,11 +113,12 @@ func Start(opts Options) (*Site, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chatsite: %w", err)
 	}
-	s := &Site{opts: opts, ln: ln, mode: ModeReady, convs: map[string]*conv{}, uploads: map[string]string{}, url: "http://" + ln.Addr().String()}
+	s := &Site{opts: opts, ln: ln, mode: ModeReady, convs: map[string]*conv{}, uploads: map[string]string{}, logins: map[string]bool{}, url: "http://" + ln.Addr().String()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.HandleFunc("GET /c/{id}", s.page)
 	mux.HandleFunc("GET /login", s.login)
+	mux.HandleFunc("POST /login", s.doLogin)
 	mux.HandleFunc("GET /static/app.js", s.asset)
 	mux.HandleFunc("POST /api/send", s.send)
 	mux.HandleFunc("POST /api/stop", s.stop)
@@ -118,6 +130,8 @@ func Start(opts Options) (*Site, error) {
 	mux.HandleFunc("POST /_harness/mode", s.harnessMode)
 	mux.HandleFunc("POST /_harness/drop", s.harnessDrop)
 	mux.HandleFunc("GET /_harness/prompts", s.harnessPrompts)
+	mux.HandleFunc("POST /_harness/hold", s.harnessHold)
+	mux.HandleFunc("POST /_harness/finish", s.harnessFinish)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -148,6 +162,33 @@ func (s *Site) DropNext(n int) {
 	s.drop = n
 }
 
+// HoldAnswers makes the answers to the prompts sent from now on think
+// until FinishHeld, so that a run's deadline passes while the site is
+// still working.
+func (s *Site) HoldAnswers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold = true
+}
+
+// FinishHeld ends the hold: every answer that was held finishes at once,
+// as a site that finished after belay stopped waiting would.
+func (s *Site) FinishHeld() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold = false
+	now := time.Now()
+	for _, c := range s.convs {
+		for _, t := range c.turns {
+			if t.held {
+				t.held = false
+				total := t.plan.Think + t.plan.Pause + t.plan.Stream
+				t.start = now.Add(-time.Duration(float64(total)/s.opts.Speed) - time.Millisecond)
+			}
+		}
+	}
+}
+
 // Prompts returns the log of received sends.
 func (s *Site) Prompts() []Prompt {
 	s.mu.Lock()
@@ -171,11 +212,23 @@ func (s *Site) Count(prompt string) int {
 // answers the i-th prompt (from 0) of conversation id, and whether that
 // turn is finished.
 func (s *Site) Answer(id string, i int) (text string, done bool, err error) {
+	v, err := s.answer(id, i)
+	return v.Text, v.State == "done", err
+}
+
+// Stopped reports whether the i-th answer of conversation id was stopped
+// with the stop control.
+func (s *Site) Stopped(id string, i int) (bool, error) {
+	v, err := s.answer(id, i)
+	return v.Stopped, err
+}
+
+func (s *Site) answer(id string, i int) (turnView, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.convs[id]
 	if c == nil {
-		return "", false, fmt.Errorf("chatsite: no conversation %s", id)
+		return turnView{}, fmt.Errorf("chatsite: no conversation %s", id)
 	}
 	n := -1
 	for _, t := range c.turns {
@@ -183,11 +236,10 @@ func (s *Site) Answer(id string, i int) (text string, done bool, err error) {
 			continue
 		}
 		if n++; n == i {
-			v := s.view(c, t, time.Now())
-			return v.Text, v.State == "done", nil
+			return s.view(c, t, time.Now()), nil
 		}
 	}
-	return "", false, fmt.Errorf("chatsite: conversation %s has no answer %d", id, i)
+	return turnView{}, fmt.Errorf("chatsite: conversation %s has no answer %d", id, i)
 }
 
 // Conversations returns the ids of the conversations, in no order.
@@ -204,8 +256,12 @@ func (s *Site) Conversations() []string {
 // turnView is a turn as the page renders it.
 type turnView struct {
 	Role      string     `json:"role"`
-	State     string     `json:"state,omitempty"` // thinking, streaming, done, error
-	Text      string     `json:"text"`
+	State string `json:"state,omitempty"` // thinking, streaming, done, error
+	Text  string `json:"text"`
+	// Markdown is the source of a finished turn, what its copy button
+	// copies.
+	Markdown  string     `json:"markdown,omitempty"`
+	Stopped   bool       `json:"stopped,omitempty"`
 	ActionBar bool       `json:"actionBar,omitempty"`
 	Artifacts []artifact `json:"artifacts,omitempty"`
 }
@@ -227,7 +283,12 @@ func (s *Site) view(c *conv, t *turn, now time.Time) turnView {
 	e := time.Duration(float64(at.Sub(t.start)) * s.opts.Speed)
 	p := t.plan
 	toks := tokens(t.prompt, p.Words)
-	v := turnView{Role: "assistant"}
+	v := turnView{Role: "assistant", Stopped: !t.stopped.IsZero()}
+	if t.held && t.stopped.IsZero() {
+		// Held: the answer thinks until FinishHeld.
+		v.State = "thinking"
+		return v
+	}
 	switch {
 	case e < p.Think:
 		v.State, v.Text = "thinking", ""
@@ -238,18 +299,21 @@ func (s *Site) view(c *conv, t *turn, now time.Time) turnView {
 	case p.Error:
 		v.State, v.Text = "error", ""
 	case e < p.Think+p.Pause:
-		v.State, v.Text = "streaming", toks[0]
+		v.State, v.Text, v.Markdown = "streaming", toks[0], markdown(toks[:1])
 	case e < p.Think+p.Pause+p.Stream:
 		n := 1 + int(float64(len(toks)-1)*float64(e-p.Think-p.Pause)/float64(p.Stream))
-		v.State, v.Text = "streaming", strings.Join(toks[:n], "")
+		v.State, v.Text, v.Markdown = "streaming", strings.Join(toks[:n], ""), markdown(toks[:n])
 	default:
-		v.State, v.Text, v.ActionBar = "done", strings.Join(toks, ""), true
+		v.State, v.Text, v.Markdown, v.ActionBar = "done", strings.Join(toks, ""), markdown(toks), true
 		for _, a := range p.Artifact {
 			v.Artifacts = append(v.Artifacts, artifact{Name: a, Href: "/files/" + c.id + "/" + a})
 		}
 	}
 	if !t.stopped.IsZero() && v.State != "done" && v.State != "error" {
 		v.State, v.ActionBar = "done", true
+	}
+	if v.State != "done" {
+		v.Markdown = "" // only a finished turn has a copy button
 	}
 	return v
 }
@@ -271,11 +335,14 @@ func (s *Site) page(w http.ResponseWriter, r *http.Request) {
 	if mode == Mode5xxOnce {
 		s.mode = ModeReady
 	}
+	authed := s.authed(r)
 	s.mu.Unlock()
-	switch mode {
-	case ModeLogin:
-		http.Redirect(w, r, "/login?next="+r.URL.Path, http.StatusFound)
+	switch {
+	case mode == ModeLogin, mode == ModeAuth && !authed:
+		http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.Path), http.StatusFound)
 		return
+	}
+	switch mode {
 	case ModeChallenge:
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusForbidden)
@@ -303,8 +370,47 @@ func (s *Site) page(w http.ResponseWriter, r *http.Request) {
 
 func (s *Site) login(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	fmt.Fprint(w, `<!doctype html><html><head><title>Log in - Loopback Chat</title></head><body>
-<h1>Welcome back</h1><button>Log in</button><button>Sign up</button><button>Continue with Google</button></body></html>`)
+	next := r.URL.Query().Get("next")
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		next = "/"
+	}
+	fmt.Fprintf(w, `<!doctype html><html><head><title>Log in - Loopback Chat</title></head><body>
+<h1>Welcome back</h1><form method="post" action="/login"><input type="hidden" name="next" value="%s">
+<button id="login" type="submit">Log in</button></form><button>Sign up</button><button>Continue with Google</button></body></html>`, template.HTMLEscapeString(next))
+}
+
+// doLogin is the login form's post: it gives out a session cookie that
+// lasts a day (so a browser profile keeps it across restarts) and goes
+// back to the page that asked for the login.
+func (s *Site) doLogin(w http.ResponseWriter, r *http.Request) {
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		next = "/"
+	}
+	tok := newID()
+	s.mu.Lock()
+	s.logins[tok] = true
+	s.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: tok, Path: "/", MaxAge: 86400, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// Logins returns how many logins the form has given out.
+func (s *Site) Logins() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.logins)
+}
+
+// authed reports whether a request may use the site: always, unless the
+// site is in ModeAuth and the request lacks a cookie the login form gave
+// out. s.mu is held.
+func (s *Site) authed(r *http.Request) bool {
+	if s.mode != ModeAuth {
+		return true
+	}
+	c, err := r.Cookie(SessionCookie)
+	return err == nil && s.logins[c.Value]
 }
 
 func (s *Site) asset(w http.ResponseWriter, r *http.Request) {
@@ -341,6 +447,10 @@ func (s *Site) send(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.authed(r) {
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Log in to continue."})
+		return
+	}
 	switch s.mode {
 	case ModeRateLimited:
 		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "You've reached the current usage cap. Try again later."})
@@ -370,7 +480,7 @@ func (s *Site) send(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	now := time.Now()
-	c.turns = append(c.turns, &turn{role: "user", text: req.Text}, &turn{role: "assistant", prompt: req.Text, plan: plan, start: now})
+	c.turns = append(c.turns, &turn{role: "user", text: req.Text}, &turn{role: "assistant", prompt: req.Text, plan: plan, start: now, held: s.hold})
 	s.prompts = append(s.prompts, Prompt{Conv: c.id, Hash: Hash(req.Text), Text: req.Text, Model: req.Model, Files: req.Files, At: now})
 	writeJSON(w, http.StatusOK, map[string]string{"conv": c.id})
 }
@@ -464,7 +574,7 @@ func (s *Site) dismiss(w http.ResponseWriter, r *http.Request) {
 func (s *Site) convJSON(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.mode == ModeExpired {
+	if s.mode == ModeExpired || !s.authed(r) {
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Your session has expired. Log in again."})
 		return
 	}
@@ -507,6 +617,16 @@ func (s *Site) harnessPrompts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.Prompts())
 }
 
+func (s *Site) harnessHold(w http.ResponseWriter, r *http.Request) {
+	s.HoldAnswers()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Site) harnessFinish(w http.ResponseWriter, r *http.Request) {
+	s.FinishHeld()
+	w.WriteHeader(http.StatusNoContent)
+}
+
 var errNoFile = errors.New("chatsite: no such file")
 
 // File returns the content of an artifact and, for the ones that fail,
@@ -537,6 +657,7 @@ func (s *Site) file(w http.ResponseWriter, r *http.Request) {
 	cid, name := r.PathValue("conv"), r.PathValue("name")
 	s.mu.Lock()
 	_, ok := s.convs[cid]
+	ok = ok && s.authed(r)
 	s.mu.Unlock()
 	if !ok {
 		http.NotFound(w, r)

@@ -41,10 +41,37 @@ type Artifact struct {
 
 // Manifest lists a run's artifacts.
 type Manifest struct {
-	Session   string     `json:"session"`
-	Run       string     `json:"run"`
+	Session string `json:"session"`
+	Run     string `json:"run"`
+	// Answer is the final answer as the site gives it.
+	Answer    *Answer    `json:"answer,omitempty"`
 	Artifacts []Artifact `json:"artifacts"`
 }
+
+// AnswerName is the file of the final answer in a run's artifact
+// directory.
+const AnswerName = "answer.md"
+
+// Answer is the final answer of a run, taken when the turn was complete:
+// from the turn's copy button, the page's clipboard write intercepted
+// (Source "copy": the site's markdown), or, when the site offers no copy,
+// the turn's text (Source "dom", Note says why).
+type Answer struct {
+	File   string `json:"file"`
+	Source string `json:"source"`
+	Note   string `json:"note,omitempty"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// SameAsStream: the answer equals the text streamed into the journal
+	// (what belay read prints).
+	SameAsStream bool `json:"sameAsStream"`
+}
+
+// Answer sources.
+const (
+	SourceCopy = "copy"
+	SourceDOM  = "dom"
+)
 
 // ReadManifest reads the manifest in an artifact directory.
 func ReadManifest(dir string) (*Manifest, error) {
@@ -70,17 +97,43 @@ func (r *runState) artifactDir() string {
 	return filepath.Join(r.runDir, "artifacts")
 }
 
-// artifacts downloads the files the answer turn links to, with retries and
-// no overall time cap but ArtifactTimeout per file, and writes the
-// manifest after each one. A file that cannot be downloaded is recorded
-// with its error; it does not fail the run, whose answer is complete.
-func (r *runState) artifacts(ctx context.Context, links []linkInfo) error {
+// writeAnswer stores the final answer in the artifact directory and
+// starts the manifest with it.
+func (r *runState) writeAnswer(m *Manifest, text, source, note, streamed string) error {
 	dir := r.artifactDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return internal(err, "create the artifact directory")
 	}
-	m := Manifest{Session: r.req.Session, Run: r.req.Run}
-	used := map[string]bool{ManifestName: true}
+	if err := atomicfile.WriteFile(vfs.OS, filepath.Join(dir, AnswerName), []byte(text), 0o600); err != nil {
+		return internal(err, "write the answer")
+	}
+	sum := sha256.Sum256([]byte(text))
+	m.Answer = &Answer{File: AnswerName, Source: source, Note: note, Size: int64(len(text)),
+		SHA256: hex.EncodeToString(sum[:]), SameAsStream: text == streamed}
+	return writeManifest(dir, m)
+}
+
+func writeManifest(dir string, m *Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return internal(err, "encode the artifact manifest")
+	}
+	if err := atomicfile.WriteFile(vfs.OS, filepath.Join(dir, ManifestName), b, 0o600); err != nil {
+		return internal(err, "write the artifact manifest")
+	}
+	return nil
+}
+
+// artifacts downloads the files the answer turn links to, with retries and
+// no overall time cap but ArtifactTimeout per file, and writes the
+// manifest after each one. A file that cannot be downloaded is recorded
+// with its error; it does not fail the run, whose answer is complete.
+func (r *runState) artifacts(ctx context.Context, m *Manifest, links []linkInfo) error {
+	dir := r.artifactDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return internal(err, "create the artifact directory")
+	}
+	used := map[string]bool{ManifestName: true, AnswerName: true}
 	for _, l := range links {
 		a := Artifact{Name: l.Name, URL: l.Href, File: fileName(l.Name, used)}
 		for a.Attempts = 1; ; a.Attempts++ {
@@ -102,9 +155,8 @@ func (r *runState) artifacts(ctx context.Context, links []linkInfo) error {
 			}
 		}
 		m.Artifacts = append(m.Artifacts, a)
-		b, _ := json.MarshalIndent(m, "", "  ")
-		if err := atomicfile.WriteFile(vfs.OS, filepath.Join(dir, ManifestName), b, 0o600); err != nil {
-			return internal(err, "write the artifact manifest")
+		if err := writeManifest(dir, m); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
@@ -66,7 +68,63 @@ func connect(ctx context.Context, b *chrome, id string) (*tab, error) {
 		return nil, err
 	}
 	t.id = string(chromedp.FromContext(tctx).Target.TargetID)
+	if err := t.hookCopies(ctx); err != nil {
+		t.close()
+		return nil, err
+	}
 	return t, nil
+}
+
+// copyHookJS records what the page copies instead of letting it reach the
+// clipboard: navigator.clipboard.writeText and write, and
+// document.execCommand("copy") (with the copy event a page may fill, else
+// the selected text). The OS clipboard is never read or written. The
+// records are in window.__belayCopies, newest last.
+const copyHookJS = `(() => {
+  if (window.__belayCopies) return;
+  const log = [];
+  Object.defineProperty(window, "__belayCopies", { value: log });
+  const keep = (t) => { log.push(String(t)); if (log.length > 20) log.shift(); };
+  const cb = navigator.clipboard;
+  if (cb) {
+    cb.writeText = (t) => { keep(t); return Promise.resolve(); };
+    cb.write = async (items) => {
+      for (const it of items || []) {
+        if (it.types && it.types.includes("text/plain")) keep(await (await it.getType("text/plain")).text());
+      }
+    };
+  }
+  const exec = document.execCommand.bind(document);
+  document.execCommand = (cmd, ...rest) => {
+    if (String(cmd).toLowerCase() !== "copy") return exec(cmd, ...rest);
+    const dt = new DataTransfer();
+    const ev = new ClipboardEvent("copy", { clipboardData: dt, bubbles: true, cancelable: true });
+    (document.activeElement || document).dispatchEvent(ev);
+    let t = dt.getData("text/plain");
+    if (!ev.defaultPrevented || t === "") {
+      const a = document.activeElement;
+      if (a && (a.tagName === "TEXTAREA" || a.tagName === "INPUT") && a.selectionStart !== a.selectionEnd) {
+        t = a.value.substring(a.selectionStart, a.selectionEnd);
+      } else {
+        t = String(document.getSelection() || "");
+      }
+    }
+    keep(t);
+    return true;
+  };
+})()`
+
+// hookCopies installs copyHookJS in the tab's documents from now on,
+// before their own scripts, and in the one it shows now.
+func (t *tab) hookCopies(ctx context.Context) error {
+	_, err := run(ctx, t, evalTimeout, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: copyHookJS}); err != nil {
+			return err
+		}
+		_, err := cdp.Call(ctx, tg, runtime.Evaluate, runtime.EvaluateParams{Expression: copyHookJS})
+		return err
+	}))
+	return err
 }
 
 func (t *tab) close() {
@@ -227,6 +285,58 @@ func (t *tab) turn(ctx context.Context, s *Site, i int) (turnState, error) {
 	var ts turnState
 	err := t.eval(ctx, turnJS, &ts, s.Selectors, i)
 	return ts, err
+}
+
+// copyClickJS clicks the copy button of assistant turn i and returns how
+// many copies the page had recorded before, or why it could not.
+const copyClickJS = `(p, i) => {` + jsLib + `
+  const t = qa(document, p.assistantTurn)[i];
+  if (!t) return { n: -1, why: "the turn is gone" };
+  if (!p.copy) return { n: -1, why: "the site profile names no copy button" };
+  const b = qa(t, p.copy).find(vis);
+  if (!b) return { n: -1, why: "the turn shows no copy button" };
+  const log = window.__belayCopies;
+  if (!log) return { n: -1, why: "the copy hook is not in the page" };
+  const n = log.length;
+  b.click();
+  return { n, why: "" };
+}`
+
+const copiedJS = `(n) => {
+  const log = window.__belayCopies;
+  return log && log.length > n ? log[log.length - 1] : null;
+}`
+
+// copyTurn clicks the copy button of assistant turn i and returns what
+// the page copied, intercepted by copyHookJS. An empty why with an empty
+// text means the page copied nothing in time.
+func (t *tab) copyTurn(ctx context.Context, s *Site, i int, wait time.Duration) (text, why string, err error) {
+	var c struct {
+		N   int    `json:"n"`
+		Why string `json:"why"`
+	}
+	if err := t.eval(ctx, copyClickJS, &c, s.Selectors, i); err != nil {
+		return "", "", err
+	}
+	if c.N < 0 {
+		return "", c.Why, nil
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		var got *string
+		if err := t.eval(ctx, copiedJS, &got, c.N); err != nil {
+			return "", "", err
+		}
+		if got != nil {
+			return *got, "", nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Sprintf("the copy button copied nothing in %s", wait), nil
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return "", "", err
+		}
+	}
 }
 
 // userTurns returns the texts of the user turns from index from.

@@ -171,6 +171,9 @@ type cursor struct {
 	Retries  int    `json:"retries,omitempty"` // error turns retried
 	Rebinds  int    `json:"rebinds,omitempty"`
 	Evidence string `json:"evidence,omitempty"` // why the last rebind happened
+	// Answer is where the final answer came from: "copy" (the turn's copy
+	// button), or "dom: " and why there was no copy to take.
+	Answer string `json:"answer,omitempty"`
 }
 
 // Cursor phases.
@@ -189,7 +192,7 @@ func ParseCursor(s string) (Cursor, error) {
 		return Cursor{}, fmt.Errorf("browser: malformed cursor: %w", err)
 	}
 	return Cursor{Run: c.Run, Site: c.Site, Phase: c.Phase, Hash: c.Hash, Baseline: c.Baseline,
-		PID: c.Chrome.PID, WS: c.Chrome.WS, Profile: c.Chrome.Profile, Rebinds: c.Rebinds, Evidence: c.Evidence}, nil
+		PID: c.Chrome.PID, WS: c.Chrome.WS, Profile: c.Chrome.Profile, Rebinds: c.Rebinds, Evidence: c.Evidence, Answer: c.Answer}, nil
 }
 
 // Cursor is the exported view of a run's browser state.
@@ -204,6 +207,7 @@ type Cursor struct {
 	Profile  string `json:"profile,omitempty"`
 	Rebinds  int    `json:"rebinds,omitempty"`
 	Evidence string `json:"evidence,omitempty"`
+	Answer   string `json:"answer,omitempty"`
 }
 
 // PromptHash is the hash of a prompt the cursor records.

@@ -2,8 +2,11 @@ package browser
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -297,4 +300,84 @@ func TestFourConcurrentRunsDoNotCrossTalk(t *testing.T) {
 	if len(convs) != 4 || len(profiles) != 4 {
 		t.Fatalf("%d conversations, %d profiles for 4 runs", len(convs), len(profiles))
 	}
+}
+
+// TestFinalAnswerIsTheCopy: the final answer is what the turn's copy
+// button copies (the site's markdown, which differs from the page's
+// text), taken by intercepting the page's clipboard write: through the
+// Clipboard API (the current UI) and through execCommand("copy") (the
+// second UI). A site profile without a copy button falls back to the
+// turn's text, and the journal says why.
+func TestFinalAnswerIsTheCopy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	nocopy := strings.Replace(strings.Replace(loopbackProfile(t), `name = "loopback"`, `name = "nocopy"`, 1), `copy = "button.copy"`, "", 1)
+	if err := os.MkdirAll(filepath.Join(b.dir, "sites"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b.dir, "sites", "nocopy.toml"), []byte(nocopy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		site   string
+		mode   chatsite.Mode
+		source string
+	}{
+		{"loopback", chatsite.ModeReady, SourceCopy},
+		{"loopback-v2", chatsite.ModeDrift, SourceCopy},
+		{"nocopy", chatsite.ModeReady, SourceDOM},
+	} {
+		if err := b.site.SetMode(tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		prompt := fmt.Sprintf("Copy me (%s). [[think=500ms stream=1s words=30]]", tc.site)
+		in, _ := json.Marshal(map[string]any{"options": map[string]any{"site": tc.site, "site_url": b.site.URL() + "/"}})
+		run := fmt.Sprintf("run_cp%d", i)
+		rec, err := b.run(t, provider.Request{Session: "ses_cp", Run: run, Prompt: prompt, Input: in, Attempt: 1})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.site, err)
+		}
+		text, _ := chatsite.AnswerText(prompt)
+		md, _ := chatsite.AnswerMarkdown(prompt)
+		if text == md {
+			t.Fatal("the site's markdown equals its text: the test proves nothing")
+		}
+		if got := rec.answer(); got != text {
+			t.Fatalf("%s: streamed %q, want the page's text %q", tc.site, got, text)
+		}
+		dir := filepath.Join(b.dir, "runs", "ses_cp", run, "artifacts")
+		m, err := ReadManifest(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.site, err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, AnswerName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := md
+		if tc.source == SourceDOM {
+			want = text
+		}
+		if m.Answer == nil || m.Answer.Source != tc.source || string(got) != want || m.Answer.SHA256 != PromptHash(want) || m.Answer.SameAsStream != (want == text) {
+			t.Fatalf("%s: answer %+v %q, want %s %q", tc.site, m.Answer, got, tc.source, want)
+		}
+		c := refCursor(*rec.ref.Ref)
+		if tc.source == SourceDOM {
+			if !strings.HasPrefix(c.Answer, "dom: ") || !strings.Contains(c.Answer, "no copy button") || !strings.Contains(m.Answer.Note, "no copy button") {
+				t.Fatalf("%s: journal note %q, manifest note %q", tc.site, c.Answer, m.Answer.Note)
+			}
+		} else if c.Answer != SourceCopy {
+			t.Fatalf("%s: journal note %q", tc.site, c.Answer)
+		}
+	}
+}
+
+// loopbackProfile is the embedded loopback site profile.
+func loopbackProfile(t *testing.T) string {
+	t.Helper()
+	b, err := embedded.ReadFile("sites/loopback.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -624,13 +624,39 @@ func (r *runState) stream(text string) error {
 	return nil
 }
 
-// complete finishes the run with the turn's final text.
+// complete finishes the run: the streamed text is completed, the final
+// answer is taken from the turn's copy button (or its text) and stored,
+// and the turn's artifacts are downloaded.
 func (r *runState) complete(ctx context.Context, text string, ts turnState) error {
 	if err := r.stream(text); err != nil {
 		return err
 	}
+	final, why, err := r.t.copyTurn(ctx, r.site, r.cur.Baseline, 3*time.Second)
+	if err != nil {
+		return r.lost(err, "copy the answer")
+	}
+	source := SourceCopy
+	if why != "" || final == "" {
+		// No copy to take: the answer is the turn's text, and the journal
+		// says why.
+		if why == "" {
+			why = "the copy button copied an empty text"
+		}
+		final, source = text, SourceDOM
+	}
+	r.cur.Answer = source
+	if source == SourceDOM {
+		r.cur.Answer = SourceDOM + ": " + why
+	}
+	if err := r.ref(); err != nil {
+		return err
+	}
+	m := &Manifest{Session: r.req.Session, Run: r.req.Run}
+	if err := r.writeAnswer(m, final, source, why, text); err != nil {
+		return err
+	}
 	if len(ts.Artifacts) > 0 {
-		if err := r.artifacts(ctx, ts.Artifacts); err != nil {
+		if err := r.artifacts(ctx, m, ts.Artifacts); err != nil {
 			return err
 		}
 	}

@@ -81,7 +81,18 @@
       const bar = el("div", "actions");
       const copy = el("button", "copy", "Copy");
       copy.setAttribute("aria-label", "Copy");
-      copy.onclick = () => navigator.clipboard.writeText(t.text);
+      // The copy button copies the turn's markdown source, not its text:
+      // the current UI through the Clipboard API, the second one through
+      // a selected textarea and execCommand("copy").
+      copy.onclick = v2 ? () => {
+        const ta = document.createElement("textarea");
+        ta.value = t.markdown;
+        document.body.appendChild(ta);
+        ta.focus();
+        ta.select();
+        document.execCommand("copy");
+        ta.remove();
+      } : () => navigator.clipboard.writeText(t.markdown);
       bar.appendChild(copy);
       const aloud = el("button", "read-aloud", "Read aloud");
       aloud.setAttribute("aria-label", "Stop read aloud");
