@@ -255,7 +255,7 @@ func (s *Site) Conversations() []string {
 
 // turnView is a turn as the page renders it.
 type turnView struct {
-	Role      string     `json:"role"`
+	Role  string `json:"role"`
 	State string `json:"state,omitempty"` // thinking, streaming, done, error
 	Text  string `json:"text"`
 	// Markdown is the source of a finished turn, what its copy button
