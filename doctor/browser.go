@@ -34,11 +34,14 @@ type BrowserReport struct {
 	SeedLoggedAt   time.Time `json:"seedLoggedAt,omitzero"`
 	SeedAgeSeconds *int64    `json:"seedAgeSeconds,omitempty"`
 	SeedLock       string    `json:"seedLock,omitempty"`
+
+	run string // the run the binding is of
 }
 
 // browserCursor is the part of the browser provider's cursor the doctor
 // reads.
 type browserCursor struct {
+	Run     string `json:"run"`
 	Site    string `json:"site"`
 	Phase   string `json:"phase"`
 	Rebinds int    `json:"rebinds"`
@@ -60,7 +63,7 @@ func (d *diagnosis) browserReport() *BrowserReport {
 	}
 	b := &BrowserReport{
 		Site: token(c.Site), SendPhase: token(c.Phase), ConversationURL: redactURL(ref.URL),
-		Target: shorten(ref.Target), BrowserPID: c.Chrome.PID, Rebinds: c.Rebinds,
+		Target: shorten(ref.Target), BrowserPID: c.Chrome.PID, Rebinds: c.Rebinds, run: c.Run,
 	}
 	r := d.last
 	if d.active != nil {
@@ -80,11 +83,17 @@ func (d *diagnosis) browserReport() *BrowserReport {
 // in place of the generic one: logging in again or solving a challenge
 // happens in belay browser login's window, and UI drift is diagnosed with
 // belay browser check.
-func browserCommand(b *BrowserReport, action Action, reason string) (string, string) {
+func browserCommand(b *BrowserReport, failed *belay.Run, action Action, reason string) (string, string) {
 	if b == nil || b.Site == "" {
 		return "", reason
 	}
 	switch {
+	case action == ActionResend && failed != nil && b.run == failed.ID && (b.SendPhase == "sent" || b.SendPhase == "intent"):
+		// The prompt reached the site (or may have): a retry does not ask
+		// again, it adopts the send and reads the site's answer.
+		id := token(failed.ID)
+		return cmdRetry(id), fmt.Sprintf("Run %s failed with %s after its prompt was sent to %s, which may have finished the answer since; retrying it reads that answer from the conversation without sending the prompt again.",
+			id, errorClass(failed), b.Site)
 	case action == ActionReauth:
 		return cmdBrowserLogin(b.Site), reason + fmt.Sprintf(" Log in to %s once in the window it opens; the next run copies that profile.", b.Site)
 	case action == ActionSolveChallenge:

@@ -46,6 +46,25 @@ func TestBrowserReport(t *testing.T) {
 		require.Equal(t, tc.command, rep.Command, tc.class)
 		require.True(t, strings.Contains(rep.Reason, "chatgpt"), rep.Reason)
 	}
+	// A run whose deadline passed after its send: the retry reads the
+	// site's answer instead of asking again; before the send (phase open)
+	// it is the generic resend.
+	for _, phase := range []string{"sent", "intent", "open"} {
+		in := setup()
+		browserSession(&in)
+		cur := strings.Replace(in.Session.Ref.Cursor, `"phase":"sent"`, `"phase":"`+phase+`"`, 1)
+		in.Session.Ref.Cursor = strings.Replace(cur, `"run":"run_1"`, `"run":"`+runA+`"`, 1)
+		finished(&in, runA, belay.RunFailed, belay.ClassTimeout, 0)
+		rep := Diagnose(in)
+		checkReport(t, rep)
+		require.Equal(t, ActionResend, rep.NextAction, phase)
+		require.Equal(t, "belay runs retry "+runA, rep.Command, phase)
+		if phase == "open" {
+			require.Contains(t, rep.Reason, "resending it is safe")
+			continue
+		}
+		require.Contains(t, rep.Reason, "without sending the prompt again", phase)
+	}
 	// Not a browser provider's ref: no browser report.
 	in := setup()
 	in.Session.Ref = belay.ConversationRef{Kind: "browser", URL: "https://chatgpt.com/c/x"}

@@ -28,7 +28,7 @@ func Diagnose(in Input) Report {
 		}
 	}
 	if d.rep.Browser = d.browserReport(); d.rep.Browser != nil {
-		if cmd, reason := browserCommand(d.rep.Browser, d.rep.NextAction, d.rep.Reason); cmd != "" {
+		if cmd, reason := browserCommand(d.rep.Browser, d.failed(), d.rep.NextAction, d.rep.Reason); cmd != "" {
 			d.rep.Command, d.rep.Reason = cmd, reason
 		}
 	}

@@ -169,6 +169,16 @@ var ErrDetach = errors.New("provider: detach: the work goes on")
 // Detached reports whether ctx was cancelled to detach (see ErrDetach).
 func Detached(ctx context.Context) bool { return errors.Is(context.Cause(ctx), ErrDetach) }
 
+// ErrDeadline is wrapped by the cause of a Run context's cancellation
+// when the run's absolute deadline passed: belay stops waiting, but
+// nobody asked the provider's side to stop (unlike a cancel), so a
+// provider may leave work there that a later run can read.
+var ErrDeadline = errors.New("provider: the run's deadline passed")
+
+// PastDeadline reports whether ctx was cancelled because the run's
+// deadline passed (see ErrDeadline).
+func PastDeadline(ctx context.Context) bool { return errors.Is(context.Cause(ctx), ErrDeadline) }
+
 // Error is a provider failure in one of belay's error classes.
 type Error struct {
 	Class   belay.ErrorClass

@@ -657,6 +657,10 @@ func (e *deadlineError) Error() string {
 	return "the run's deadline passed at " + e.at.UTC().Format(time.RFC3339)
 }
 
+// Unwrap tells the provider, through its context's cause, that the
+// deadline (not a cancel) ended the run.
+func (e *deadlineError) Unwrap() error { return provider.ErrDeadline }
+
 type windowError struct {
 	p      WindowPolicy
 	detach bool

@@ -303,3 +303,61 @@ func browsersUnder(dir string) int {
 	}
 	return len(profiles)
 }
+
+// TestBrowserDeadlinePassesThenRetryReads: a run's deadline passes while
+// the site is still answering. The run fails with class timeout and the
+// site is not stopped; the doctor names belay runs retry, which, once the
+// site finished, reads the answer from the conversation without sending
+// the prompt again.
+func TestBrowserDeadlinePassesThenRetryReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	t.Parallel()
+	site, dir, bin := browserSetup(t, 8)
+	daemon := startServe(t, bin, dir)
+	defer func() { _ = daemon.Process.Signal(syscall.SIGTERM); _ = daemon.Wait() }()
+	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	site.HoldAnswers()
+	prompt := "Think past the deadline. [[think=2s stream=2s words=40]]"
+	out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--deadline", "15s", "--json", prompt)
+	var res struct{ Run, Session string }
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	r, err := c.WaitRun(ctx, res.Run, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, belay.RunFailed, r.Status)
+	require.Equal(t, belay.ClassTimeout, r.Error.Class, r.Error.Message)
+	require.Equal(t, 1, site.Count(prompt), "the deadline passed before the send: the test proves nothing")
+	stopped, err := site.Stopped(r.Ref.ID, 0)
+	require.NoError(t, err)
+	require.False(t, stopped, "the deadline stopped the site's answer")
+
+	out = belayCmd(t, bin, dir, "sessions", "doctor", "--json", res.Session)
+	var rep struct {
+		NextAction, Command, Reason string
+		Browser                     struct{ SendPhase string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Equal(t, "resend", rep.NextAction, out)
+	require.Equal(t, "belay runs retry "+res.Run, rep.Command, out)
+	require.Contains(t, rep.Reason, "without sending the prompt again")
+	require.Equal(t, "sent", rep.Browser.SendPhase)
+
+	site.FinishHeld()
+	out = belayCmd(t, bin, dir, strings.Fields(rep.Command)[1:]...)
+	retried := strings.Fields(out)[0]
+	r2, err := c.WaitRun(ctx, retried, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, r2.Status, r2.Reason)
+	want, err := chatsite.AnswerText(prompt)
+	require.NoError(t, err)
+	require.Equal(t, want, runText(t, c, res.Session, retried))
+	require.Equal(t, 1, site.Count(prompt), "the retry sent the prompt again")
+	require.Equal(t, r.Ref.ID, r2.Ref.ID)
+	cur, err := browser.ParseCursor(r2.Ref.Cursor)
+	require.NoError(t, err)
+	require.Contains(t, cur.Evidence, "adopted the send of run "+res.Run)
+}

@@ -182,6 +182,9 @@ const (
 	phaseIntent = "intent" // the prompt is about to be (or was) sent
 	phaseSent   = "sent"   // the send was verified: never send again
 	phaseDone   = "done"
+	// phaseStopped: the run was cancelled and its answer stopped on the
+	// site; no later run adopts it.
+	phaseStopped = "stopped"
 )
 
 // ParseCursor decodes the state a browser ref's cursor holds (for doctor

@@ -251,6 +251,10 @@ func TestCancelStopsTheSite(t *testing.T) {
 	if len(text) >= len(full) {
 		t.Fatalf("the site finished the answer: %d of %d bytes", len(text), len(full))
 	}
+	// The journal says the answer was stopped: no later run adopts it.
+	if c := refCursor(*rec.ref.Ref); c.Phase != phaseStopped {
+		t.Fatalf("phase %q after the cancel", c.Phase)
+	}
 	if n := chromiumCount(t, b.dir); n != 0 {
 		t.Fatalf("%d browser processes left", n)
 	}
@@ -380,4 +384,70 @@ func loopbackProfile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestDeadlinePassesWhileTheSiteWorks: the run's deadline passes after
+// the send while the site still thinks. The run ends without stopping the
+// site (a deadline is belay giving up waiting, not a cancel); the site
+// finishes later; a new run of the session with the same prompt (what
+// belay runs retry makes) adopts the send and reads the finished answer,
+// and the site still received the prompt once.
+func TestDeadlinePassesWhileTheSiteWorks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	b.site.HoldAnswers()
+	prompt := "Finish late. [[think=1s stream=1s words=25]]"
+	req := provider.Request{Session: "ses_dl", Run: "run_dl1", Prompt: prompt, Attempt: 1}
+	var rec recorder
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	rec.onRef = func(c cursor) {
+		if c.Phase == phaseSent {
+			cancel(fmt.Errorf("deadline at test time: %w", provider.ErrDeadline))
+		}
+	}
+	if err := b.p.Run(ctx, req, rec.emit); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	conv := rec.ref.Ref.ID
+	if stopped, err := b.site.Stopped(conv, 0); err != nil || stopped {
+		t.Fatalf("the deadline stopped the site's answer (%v)", err)
+	}
+	if c := refCursor(*rec.ref.Ref); c.Phase != phaseSent {
+		t.Fatalf("phase %q after the deadline", c.Phase)
+	}
+	if n := chromiumCount(t, b.dir); n != 0 {
+		t.Fatalf("%d browser processes left", n)
+	}
+	b.site.FinishHeld()
+	if _, done, _ := b.site.Answer(conv, 0); !done {
+		t.Fatal("the site did not finish")
+	}
+
+	retry := provider.Request{Session: "ses_dl", Run: "run_dl2", Prompt: prompt, Attempt: 1, SessionRef: *rec.ref.Ref}
+	rec2, err := b.run(t, retry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec2.answer(); got != want {
+		t.Fatalf("answer %q, want %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+	c := refCursor(*rec2.ref.Ref)
+	if c.Run != "run_dl2" || c.Phase != phaseDone || !strings.Contains(c.Evidence, "adopted the send of run run_dl1") || rec2.ref.Ref.ID != conv {
+		t.Fatalf("ref %+v cursor %+v", rec2.ref.Ref, c)
+	}
+
+	// A later run with another prompt is a follow-up: it sends.
+	next := "Next question. [[think=200ms stream=200ms words=5]]"
+	rec3, err := b.run(t, provider.Request{Session: "ses_dl", Run: "run_dl3", Prompt: next, Attempt: 1, SessionRef: *rec2.ref.Ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := chatsite.AnswerText(next); rec3.answer() != want || b.site.Count(next) != 1 {
+		t.Fatalf("follow-up answer %q, sent %d times", rec3.answer(), b.site.Count(next))
+	}
 }

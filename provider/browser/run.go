@@ -33,11 +33,14 @@ type runState struct {
 	conv    string // the conversation id
 	emitted int    // bytes of answer text the journal holds
 	done    bool
+	// adopted: the run reads the answer to its prompt that an earlier run
+	// of the session sent (see adopt).
+	adopted bool
 }
 
 // execute is the attempt: reattach or launch, send at most once, follow.
 func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL string) error {
-	if prev != nil && (prev.Phase == phaseIntent || prev.Phase == phaseSent || prev.Phase == phaseDone) {
+	if prev != nil && (prev.Phase == phaseIntent || prev.Phase == phaseSent || prev.Phase == phaseDone || prev.Phase == phaseStopped) {
 		r.cur = *prev
 		r.url, r.conv = r.req.Ref.URL, r.req.Ref.ID
 		if err := r.reattach(ctx); err != nil {
@@ -70,6 +73,8 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 		// A follow-up continues the session's conversation.
 		start = r.req.SessionRef.URL
 	}
+	adopt := start != r.site.StartURL && follow.Run != r.req.Run && follow.Hash == PromptHash(r.req.Prompt) &&
+		(follow.Phase == phaseIntent || follow.Phase == phaseSent)
 	if err := r.launch(ctx, start); err != nil {
 		return err
 	}
@@ -79,15 +84,25 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
-	// The conversation's turns render after the page loads: the baseline is
-	// taken once they are all there (a follow-up's page shows at least the
-	// turns of the run before).
-	minA, minU := 0, 0
-	if start != r.site.StartURL && follow != nil && (follow.Phase == phaseSent || follow.Phase == phaseDone) {
-		minA, minU = follow.Baseline+1, follow.Users+1
-	}
-	if err := r.settleTurns(ctx, minA, minU); err != nil {
-		return err
+	if adopt {
+		found, err := r.adopt(ctx, follow)
+		if err != nil {
+			return err
+		}
+		if found {
+			return r.follow(ctx)
+		}
+	} else {
+		// The conversation's turns render after the page loads: the
+		// baseline is taken once they are all there (a follow-up's page
+		// shows at least the turns of the run before).
+		minA, minU := 0, 0
+		if start != r.site.StartURL && follow != nil && (follow.Phase == phaseSent || follow.Phase == phaseDone || follow.Phase == phaseStopped) {
+			minA, minU = follow.Baseline+1, follow.Users+1
+		}
+		if err := r.settleTurns(ctx, minA, minU); err != nil {
+			return err
+		}
 	}
 	if r.req.Model != "" {
 		// Before the intent: choosing a model sends nothing.
@@ -105,6 +120,39 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 		return err
 	}
 	return r.follow(ctx)
+}
+
+// adopt takes over the send of an earlier run of the session that ended
+// (its deadline passed, it failed) after it recorded the intent to send
+// the same prompt, or sent it: sending it again would ask the site a
+// second time, while the site may well have answered the first. The run
+// journals its own intent with the earlier run's baseline, looks for the
+// prompt in the conversation past that baseline, and if it is there,
+// settles without sending and reads the answer the site gives (finished
+// by now, or still coming). An earlier run that never settled its send,
+// with nothing past its baseline, did not send: then found is false and
+// the caller sends. An earlier settled send whose prompt the conversation
+// does not show is an error: it is not sent again.
+func (r *runState) adopt(ctx context.Context, prev *cursor) (found bool, err error) {
+	r.cur.Phase, r.cur.Hash = phaseIntent, prev.Hash
+	r.cur.Baseline, r.cur.Users = prev.Baseline, prev.Users
+	r.url, r.conv = r.req.SessionRef.URL, r.req.SessionRef.ID
+	if err := r.ref(); err != nil {
+		return false, err
+	}
+	found, err = r.findPrompt(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		if prev.Phase == phaseSent {
+			return false, provider.Errorf(belay.ClassTargetLost, "browser: run %s sent this prompt, but the conversation at %s does not show it after %d messages; not sending it again", prev.Run, r.url, prev.Users)
+		}
+		return false, nil
+	}
+	r.adopted = true
+	r.cur.Evidence = fmt.Sprintf("adopted the send of run %s: its prompt is in the conversation after %d messages", prev.Run, prev.Users)
+	return true, r.settleSend(ctx)
 }
 
 // upload attaches the run's files in the composer and waits until the
@@ -525,9 +573,9 @@ func (r *runState) follow(ctx context.Context) error {
 			continue
 		}
 		if ts.Error {
-			if r.req.Attempt > 1 && r.cur.Retries < 1 && r.site.Selectors.Retry != "" {
-				// A later attempt regenerates the answer once; the prompt
-				// is not sent again.
+			if (r.req.Attempt > 1 || r.adopted) && r.cur.Retries < 1 && r.site.Selectors.Retry != "" {
+				// A later attempt (or a run that adopted the send) regenerates
+				// the answer once; the prompt is not sent again.
 				r.cur.Retries++
 				if err := r.ref(); err != nil {
 					return err
@@ -669,12 +717,18 @@ func (r *runState) complete(ctx context.Context, text string, ts turnState) erro
 }
 
 // finish closes the attempt: on a detach the browser goes on for a later
-// resume; otherwise it is closed and its profile deleted.
+// resume; otherwise it is closed and its profile deleted. A cancel stops
+// the answer on the site too; a passed deadline does not: belay stopped
+// waiting, but the site's answer, once asked for, is left to finish, and
+// a later run with the same prompt reads it (adopt).
 func (r *runState) finish(ctx context.Context, err error) {
 	detach := provider.Detached(ctx) || errors.Is(err, provider.ErrDetach)
-	if !detach && !r.done && ctx.Err() != nil && r.t != nil && r.cur.Phase == phaseSent && r.site.Selectors.Stop != "" {
-		// Cancelled: stop the answer on the site too.
-		_, _ = r.t.click(context.Background(), r.site.Selectors.Stop)
+	cancelled := !detach && !r.done && ctx.Err() != nil && !provider.PastDeadline(ctx)
+	if cancelled && r.t != nil && r.cur.Phase == phaseSent && r.site.Selectors.Stop != "" {
+		if ok, _ := r.t.click(context.Background(), r.site.Selectors.Stop); ok {
+			r.cur.Phase = phaseStopped
+			_ = r.ref() // a note: without it, a retry would find the stopped answer and read it
+		}
 	}
 	if r.t != nil {
 		r.t.close()
