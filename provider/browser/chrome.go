@@ -28,9 +28,13 @@ type chrome struct {
 	Profile string `json:"profile"`
 }
 
-// alive reports whether the browser process is still the one started.
+// alive reports whether the browser process is still the one started
+// (a zombie is not).
 func (c *chrome) alive() bool {
 	if c == nil || c.PID <= 0 {
+		return false
+	}
+	if ok, err := proc.Alive(c.PID); err == nil && !ok {
 		return false
 	}
 	tok, err := proc.StartTime(c.PID)

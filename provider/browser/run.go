@@ -231,6 +231,11 @@ func (r *runState) launch(ctx context.Context, url string) error {
 		}
 		return &provider.Error{Class: belay.ClassTransient, Message: "browser: " + err.Error(), Err: err}
 	}
+	if err := writeRecord(r.runDir, b); err != nil {
+		b.kill()
+		_ = removeProfile(profile)
+		return internal(err, "record the browser")
+	}
 	r.b = b
 	r.cur.Chrome = *b
 	t, err := attach(ctx, b, "")
@@ -479,6 +484,10 @@ func (r *runState) findPrompt(ctx context.Context) (bool, error) {
 func (r *runState) reattach(ctx context.Context) error {
 	old := r.cur.Chrome
 	if old.alive() {
+		// This process follows the browser now (see reap.go).
+		if err := writeRecord(r.runDir, &old); err != nil {
+			return internal(err, "record the browser")
+		}
 		r.b = &old
 		if r.req.Ref.Target != "" && old.hasTarget(ctx, r.req.Ref.Target) {
 			t, err := attach(ctx, &old, r.req.Ref.Target)
@@ -738,6 +747,7 @@ func (r *runState) finish(ctx context.Context, err error) {
 	}
 	r.b.kill()
 	_ = removeProfile(r.b.Profile)
+	removeRecord(r.runDir)
 }
 
 // lost is a failure to talk to the bound target.

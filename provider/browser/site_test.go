@@ -1,7 +1,6 @@
 package browser
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -158,41 +157,6 @@ func TestSeedCloneAndLock(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(seed+".prev", "Default", "Cookies")); err != nil {
 		t.Fatalf("previous seed not kept: %v", err)
-	}
-}
-
-// TestOrphanedBrowsersAreReaped: the browser of a run that finished while
-// nothing followed it is ended and its profile deleted; the browser of an
-// active run is left alone.
-func TestOrphanedBrowsersAreReaped(t *testing.T) {
-	t.Parallel()
-	needChromium(t)
-	dir := t.TempDir()
-	p, err := New("browser", Config{Dir: dir, RunActive: func(_, run string) bool { return run == "run_live" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	chromium, _ := findChromium("")
-	var bs []*chrome
-	for _, run := range []string{"run_done", "run_live"} {
-		profile := filepath.Join(dir, "runs", "ses_k", run, "profile1-x")
-		if err := os.MkdirAll(profile, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		b, err := startChrome(context.Background(), chromium, profile, true, nil, filepath.Join(dir, run+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.kill()
-		bs = append(bs, b)
-	}
-	p.reapOrphans()
-	waitUntil(t, 10*time.Second, func() bool { return !bs[0].alive() }, "the finished run's browser is still running")
-	if _, err := os.Stat(bs[0].Profile); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("its profile is still there: %v", err)
-	}
-	if !bs[1].alive() {
-		t.Fatal("the active run's browser was ended")
 	}
 }
 
