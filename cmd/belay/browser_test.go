@@ -361,3 +361,56 @@ func TestBrowserDeadlinePassesThenRetryReads(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, cur.Evidence, "adopted the send of run "+res.Run)
 }
+
+// TestBrowserReapAfterDaemonKill: the daemon is SIGKILLed mid-answer and
+// not restarted; its run's browser keeps running. belay browser reap ends
+// it (its owner is gone) and deletes its profile copy. When a daemon
+// starts again later, the run reopens its conversation in a fresh browser
+// and stores the whole answer, the prompt sent once.
+func TestBrowserReapAfterDaemonKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	t.Parallel()
+	site, dir, bin := browserSetup(t, 20)
+	daemon := startServe(t, bin, dir)
+	defer func() { _ = daemon.Process.Kill(); _ = daemon.Wait() }()
+	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prompt := "Outlive the daemon. [[think=2s pause=1s stream=40s words=200]]"
+	out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", prompt)
+	var res struct{ Run, Session string }
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Eventually(t, func() bool { return len(runText(t, c, res.Session, res.Run)) > 20 }, time.Minute, 20*time.Millisecond)
+	require.NoError(t, daemon.Process.Signal(syscall.SIGKILL))
+	_ = daemon.Wait()
+	require.Equal(t, 1, browsersUnder(dir), "the browser did not outlive the daemon")
+
+	out = belayCmd(t, bin, dir, "browser", "reap", "--json")
+	var reaped struct{ Reaped []browser.Reaped }
+	require.NoError(t, json.Unmarshal([]byte(out), &reaped), out)
+	require.Len(t, reaped.Reaped, 1, out)
+	require.Equal(t, res.Run, reaped.Reaped[0].Run)
+	require.True(t, reaped.Reaped[0].Ended, out)
+	require.Eventually(t, func() bool { return browsersUnder(dir) == 0 }, 10*time.Second, 20*time.Millisecond, "the browser is still running")
+	profiles, err := filepath.Glob(filepath.Join(dir, "browser", "runs", res.Session, res.Run, "profile*"))
+	require.NoError(t, err)
+	require.Empty(t, profiles)
+	// Nothing left to reap.
+	out = belayCmd(t, bin, dir, "browser", "reap", "--json")
+	require.JSONEq(t, `{"reaped":[]}`, out)
+
+	daemon = startServe(t, bin, dir)
+	r, err := c.WaitRun(ctx, res.Run, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
+	want, err := chatsite.AnswerText(prompt)
+	require.NoError(t, err)
+	require.Equal(t, want, runText(t, c, res.Session, res.Run))
+	require.Equal(t, 1, site.Count(prompt))
+	cur, err := browser.ParseCursor(r.Ref.Cursor)
+	require.NoError(t, err)
+	require.Equal(t, 1, cur.Rebinds, cur.Evidence)
+	require.Contains(t, cur.Evidence, "the browser of the run is gone")
+}

@@ -30,7 +30,58 @@ belay browser login SITE; every run then gets its own copy of that
 profile. belay browser check SITE loads the site and reports which
 selectors and signals of its profile match. See docs/browser.md.`,
 	}
-	cmd.AddCommand(newBrowserCheckCmd(stdio), newBrowserLoginCmd(stdio), newBrowserSitesCmd(stdio))
+	cmd.AddCommand(newBrowserCheckCmd(stdio), newBrowserLoginCmd(stdio), newBrowserSitesCmd(stdio), newBrowserReapCmd(stdio))
+	return cmd
+}
+
+func newBrowserReapCmd(stdio Stdio) *cobra.Command {
+	var o browserOptions
+	cmd := &cobra.Command{
+		Use:   "reap",
+		Short: "End the run browsers that no daemon follows (after a daemon was killed and not restarted)",
+		Long: `A run's browser outlives its daemon so that a restart can reattach to it.
+If the daemon was killed and is not started again, those browsers keep
+running. belay browser reap ends every run browser whose recorded owner
+(the daemon that started it or last reattached to it) is gone, and
+deletes its profile copy. It proves first that each process is still that
+browser (pid, start time, leader of its own session): nothing else is
+signalled. A run that was still going resumes at the next daemon start
+by reopening its conversation in a fresh browser. A starting daemon does
+the same by itself for the runs that ended, keeping the browsers of the
+runs it resumes.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := browserProvider(stdio, o)
+			if err != nil {
+				return err
+			}
+			reaped, rerr := p.Reap(browser.ReapOptions{})
+			if o.JSON {
+				if reaped == nil {
+					reaped = []browser.Reaped{}
+				}
+				if err := writeJSON(stdio.Out, map[string]any{"reaped": reaped}); err != nil {
+					return err
+				}
+			} else {
+				for _, r := range reaped {
+					what := "ended browser"
+					if !r.Ended {
+						what = "cleared the record of browser"
+					}
+					fmt.Fprintf(stdio.Out, "%s pid %d of run %s (session %s): %s\n", what, r.PID, r.Run, r.Session, r.Why)
+				}
+				if len(reaped) == 0 && rerr == nil {
+					fmt.Fprintln(stdio.Err, "belay: no run browser without a live owner")
+				}
+			}
+			return rerr
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Data, "data", "", dataFlagHelp)
+	f.BoolVar(&o.JSON, "json", false, "print {\"reaped\": [...]}")
+	f.StringVar(&o.Provider, "provider", daemon.BrowserProvider, "the browser provider whose config to use")
 	return cmd
 }
 

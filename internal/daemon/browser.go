@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 
 	"github.com/belayhq/belay/provider"
@@ -47,6 +48,28 @@ func decodeBrowser(c *Config, name string, prim any, dataDir string) (browser.Co
 		}
 	}
 	return cfg.Config, nil
+}
+
+// reapBrowsers ends, as the daemon starts and before it resumes any run,
+// the browsers that runs of an earlier daemon left running and that no
+// run will reattach to (their run ended while no daemon followed it).
+// The browsers of runs that will resume are kept for them.
+func reapBrowsers(reg provider.Registry, log *slog.Logger) {
+	for name, p := range reg {
+		bp, ok := p.(*browser.Provider)
+		if !ok || bp.Config().RunActive == nil {
+			continue
+		}
+		reaped, err := bp.Reap(browser.ReapOptions{Active: bp.Config().RunActive})
+		for _, r := range reaped {
+			log.Info("reaped a browser", "provider", name, "session", r.Session, "run", r.Run, "pid", r.PID, "ended", r.Ended, "why", r.Why)
+		}
+		if err != nil {
+			// Hygiene, not correctness: what could not be judged is left
+			// running, and belay browser reap reports it.
+			log.Warn("reap browsers", "provider", name, "err", err)
+		}
+	}
 }
 
 // BrowserDir is where the browser providers keep seed profiles, site

@@ -184,6 +184,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		cleanup = append(cleanup, func() { _ = tl.Close() })
 	}
 
+	reapBrowsers(providers, log)
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
