@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,11 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/remote"
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
@@ -413,4 +420,176 @@ func TestBrowserReapAfterDaemonKill(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, cur.Rebinds, cur.Evidence)
 	require.Contains(t, cur.Evidence, "the browser of the run is gone")
+}
+
+// TestBrowserHeadedLogin: the site needs a login. A run fails before
+// typing with class auth and the doctor names belay browser login. Then
+// belay browser login opens a real window (under Xvfb) on the seed
+// profile; the test, as the person, logs in through the site's form and
+// closes the window; login checks the seed headless and reports it ready;
+// and a run, in its own copy of the seed, gets the answer.
+func TestBrowserHeadedLogin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	xvfb, err := exec.LookPath("xvfb-run")
+	if err != nil {
+		t.Skip("no xvfb-run: apt-get install -y xvfb")
+	}
+	t.Parallel()
+	site, dir, bin := browserSetup(t, 8)
+	require.NoError(t, site.SetMode(chatsite.ModeAuth))
+	begin := time.Now()
+	daemon := startServe(t, bin, dir)
+	defer func() { _ = daemon.Process.Signal(syscall.SIGTERM); _ = daemon.Wait() }()
+	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// Not logged in: the run fails before anything is typed.
+	out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", "never typed")
+	var res struct{ Run, Session, Status string }
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	r, err := c.WaitRun(ctx, res.Run, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, belay.RunFailed, r.Status)
+	require.Equal(t, belay.ClassAuth, r.Error.Class, r.Error.Message)
+	require.Empty(t, site.Prompts())
+	out = belayCmd(t, bin, dir, "sessions", "doctor", "--json", res.Session)
+	var rep struct{ NextAction, Command string }
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Equal(t, "reauth", rep.NextAction)
+	require.Equal(t, "belay browser login loopback", rep.Command)
+	t.Logf("auth failure after %s", time.Since(begin).Round(time.Millisecond))
+
+	// belay browser login, headed, in a virtual display.
+	login := exec.CommandContext(ctx, xvfb, "-a", bin, "browser", "login", "loopback", "--url", site.URL()+"/", "--json")
+	login.Env = append(os.Environ(), "BELAY_HOME="+dir, "BELAY_NO_AUTOSTART=1")
+	var lout, lerr lockedBuffer
+	login.Stdout, login.Stderr = &lout, &lerr
+	require.NoError(t, login.Start())
+	loginDone := make(chan error, 1)
+	go func() { loginDone <- login.Wait() }()
+
+	// The person: log in in the window, then close it.
+	seed := filepath.Join(dir, "browser", "seeds", "loopback")
+	var ws string
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(seed, "DevToolsActivePort"))
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if err != nil || len(lines) != 2 {
+			return false
+		}
+		ws = "ws://127.0.0.1:" + lines[0] + lines[1]
+		return strings.Contains(lerr.String(), "log in to loopback in the window")
+	}, time.Minute, 50*time.Millisecond, "no window opened: %s", &lerr)
+	t.Logf("window open after %s", time.Since(begin).Round(time.Millisecond))
+	require.NoError(t, personLogsIn(ctx, ws))
+	t.Logf("logged in after %s", time.Since(begin).Round(time.Millisecond))
+	select {
+	case err := <-loginDone:
+		require.NoError(t, err, "belay browser login: %s", lerr.String())
+	case <-ctx.Done():
+		t.Fatal("belay browser login did not return after the window closed")
+	}
+	var check struct {
+		Verdict struct{ State string }
+		Seed    browser.SeedInfo
+	}
+	require.NoError(t, json.Unmarshal([]byte(lout.String()), &check), lout.String())
+	require.Equal(t, "ready", check.Verdict.State, lout.String())
+	require.False(t, check.Seed.LoggedAt.IsZero())
+	require.Equal(t, 1, site.Logins())
+	t.Logf("login returned after %s", time.Since(begin).Round(time.Millisecond))
+
+	// A run, in a copy of the seed, is logged in.
+	prompt := "Now logged in. [[think=500ms stream=1s words=20]]"
+	out = belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", "--wait", "--timeout", "60s", prompt)
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, "complete", res.Status, out)
+	want, err := chatsite.AnswerText(prompt)
+	require.NoError(t, err)
+	require.Equal(t, want, runText(t, c, res.Session, res.Run))
+	require.Equal(t, 1, site.Logins(), "the run logged in again instead of using the seed")
+}
+
+// personLogsIn plays the person at belay browser login's window: submits
+// the site's login form, waits for the chat to show, and closes the
+// browser.
+func personLogsIn(ctx context.Context, ws string) error {
+	port := strings.TrimPrefix(ws, "ws://")
+	port = port[:strings.IndexByte(port, '/')]
+	var page string
+	deadline := time.Now().Add(30 * time.Second)
+	for page == "" {
+		resp, err := http.Get("http://" + port + "/json/list")
+		if err != nil {
+			return err
+		}
+		var ts []struct{ ID, Type, URL string }
+		err = json.NewDecoder(resp.Body).Decode(&ts)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		for _, ti := range ts {
+			if ti.Type == "page" && strings.Contains(ti.URL, "/login") {
+				page = ti.ID
+			}
+		}
+		if page == "" && time.Now().After(deadline) {
+			return fmt.Errorf("no login page among %+v", ts)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	actx, acancel := remote.NewAllocator(ctx, ws, remote.NoModifyURL)
+	defer acancel()
+	pctx, pcancel := chromedp.NewContext(actx, chromedp.WithTargetID(target.ID(page)))
+	defer pcancel()
+	if err := chromedp.Do(pctx); err != nil {
+		return err
+	}
+	eval := func(expr string) (bool, error) {
+		c, cancel := context.WithTimeout(pctx, 5*time.Second)
+		defer cancel()
+		return chromedp.Run(c, chromedp.Evaluate[bool](expr))
+	}
+	if _, err := eval(`(() => { document.querySelector("#login").click(); return true; })()`); err != nil {
+		return fmt.Errorf("click Log in: %w", err)
+	}
+	for {
+		ok, _ := eval(`!!document.querySelector("#prompt")`)
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the chat did not show after logging in")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Closing the window ends the browser (and login's wait); the
+	// connection drops with it.
+	_, _ = chromedp.Run(pctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdpbrowser.Close, cdp.Empty{})
+		return err
+	}))
+	return nil
+}
+
+// lockedBuffer is a buffer a child process writes while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/provider/browser"
 )
 
 // failureText says, for people, why a run did not complete (the provider's
@@ -48,6 +49,9 @@ func nextStep(run belay.Run) string {
 	if e := run.Error; e != nil {
 		class, after = e.Class, time.Duration(e.RetryAfterSeconds*float64(time.Second))
 	}
+	if next := browserStep(run, class, retry); next != "" {
+		return next
+	}
 	switch class {
 	case belay.ClassAuth:
 		return "The provider refused the credentials: check its API key (api_key_env in config.toml, or OPENAI_API_KEY / ANTHROPIC_API_KEY), then: " + retry
@@ -66,6 +70,31 @@ func nextStep(run belay.Run) string {
 		return "The request itself was refused: change the prompt, --model or options and send it again. Details: " + doctor
 	}
 	return "Details: " + doctor
+}
+
+// browserStep is the next step of a failed browser run, when it differs
+// from other providers': logging in and challenges happen in belay
+// browser login's window, and a run that sent its prompt is retried by
+// reading the site's answer, not by asking again.
+func browserStep(run belay.Run, class belay.ErrorClass, retry string) string {
+	if run.Ref.Kind != browser.RefKind {
+		return ""
+	}
+	c, err := browser.ParseCursor(run.Ref.Cursor)
+	if err != nil || c.Site == "" {
+		return ""
+	}
+	switch {
+	case class == belay.ClassAuth:
+		return fmt.Sprintf("The site is not logged in: log in once with belay browser login %s, then: %s", c.Site, retry)
+	case class == belay.ClassChallenge:
+		return fmt.Sprintf("The site shows a challenge: solve it in the window of belay browser login %s, then: %s", c.Site, retry)
+	case class == belay.ClassUIDrift:
+		return fmt.Sprintf("The page did not match the site profile: diagnose with belay browser check %s, fix the profile, then: %s", c.Site, retry)
+	case c.Run == run.ID && (c.Phase == "sent" || c.Phase == "intent"):
+		return fmt.Sprintf("The prompt was sent; the site may still finish the answer. This reads it without sending the prompt again: %s", retry)
+	}
+	return ""
 }
 
 // oneLine puts text on one line, cut at n bytes.

@@ -123,6 +123,10 @@ func chromeArgs(profile string, headless bool, extra []string) []string {
 	}
 	if headless {
 		args = append(args, "--headless", "--disable-gpu", "--no-sandbox", "--mute-audio")
+	} else if os.Geteuid() == 0 {
+		// Chromium refuses to start a window as root with its sandbox on
+		// (containers, CI).
+		args = append(args, "--no-sandbox")
 	}
 	return append(append(args, extra...), "about:blank")
 }
