@@ -46,6 +46,12 @@ type BrowserResult struct {
 	FirstDeltaP50Seconds float64 `json:"first_delta_p50_s"`
 	FirstDeltaMaxSeconds float64 `json:"first_delta_max_s"`
 	ThinkSeconds         float64 `json:"site_think_s"`
+	// From the site receiving the prompt to the first answer text in the
+	// journal: the site's thinking (ThinkSeconds/Speed of real time) plus
+	// how long belay takes to see and journal the text. Submit to send
+	// is the rest: admission, the browser's start, the page, typing.
+	SiteSendToDeltaP50Seconds float64 `json:"site_send_to_first_delta_p50_s"`
+	SubmitToSendP50Seconds    float64 `json:"submit_to_site_send_p50_s"`
 	// Memory per browser (proportional set size), sampled while the runs
 	// stream.
 	BrowserMemoryMeanBytes int64 `json:"browser_memory_mean_bytes"`
@@ -114,6 +120,7 @@ func Browser(ctx context.Context, cfg BrowserConfig) (*BrowserResult, error) {
 		runs = append(runs, sent{r.ID, r.Session, prompt, at})
 	}
 	firsts := make([]float64, len(runs))
+	fromSend, toSend := make([]float64, len(runs)), make([]float64, len(runs))
 	var mem []int64
 	var memMu sync.Mutex
 	stop := make(chan struct{})
@@ -142,6 +149,11 @@ func Browser(ctx context.Context, cfg BrowserConfig) (*BrowserResult, error) {
 			return nil, err
 		}
 		firsts[i] = at.Sub(s.at).Seconds()
+		for _, p := range site.Prompts() {
+			if p.Hash == chatsite.Hash(s.prompt) {
+				fromSend[i], toSend[i] = at.Sub(p.At).Seconds(), p.At.Sub(s.at).Seconds()
+			}
+		}
 	}
 	for _, s := range runs {
 		if err := waitComplete(ctx, c, s.run); err != nil {
@@ -153,7 +165,10 @@ func Browser(ctx context.Context, cfg BrowserConfig) (*BrowserResult, error) {
 	close(stop)
 	wg.Wait()
 	sort.Float64s(firsts)
+	sort.Float64s(fromSend)
+	sort.Float64s(toSend)
 	res.FirstDeltaP50Seconds, res.FirstDeltaMaxSeconds = firsts[(len(firsts)-1)/2], firsts[len(firsts)-1]
+	res.SiteSendToDeltaP50Seconds, res.SubmitToSendP50Seconds = fromSend[(len(fromSend)-1)/2], toSend[(len(toSend)-1)/2]
 	var sum int64
 	for _, m := range mem {
 		sum += m

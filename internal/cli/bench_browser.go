@@ -55,8 +55,8 @@ Needs chromium.`,
 			}
 			w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "browser bench: %d concurrent runs, site time x%g (thinking %.0f s of site time = %.1f s)\n\n", res.Runs, res.Speed, res.ThinkSeconds, res.ThinkSeconds/res.Speed)
-			fmt.Fprintln(w, "send→first delta p50\tmax\tbrowser memory mean\tmax")
-			fmt.Fprintf(w, "%.2f s\t%.2f s\t%s\t%s\n", res.FirstDeltaP50Seconds, res.FirstDeltaMaxSeconds, sizeString(res.BrowserMemoryMeanBytes), sizeString(res.BrowserMemoryMaxBytes))
+			fmt.Fprintln(w, "submit→first delta p50\tmax\tsubmit→site send p50\tsite send→first delta p50\tbrowser memory mean\tmax")
+			fmt.Fprintf(w, "%.2f s\t%.2f s\t%.2f s\t%.2f s\t%s\t%s\n", res.FirstDeltaP50Seconds, res.FirstDeltaMaxSeconds, res.SubmitToSendP50Seconds, res.SiteSendToDeltaP50Seconds, sizeString(res.BrowserMemoryMeanBytes), sizeString(res.BrowserMemoryMaxBytes))
 			fmt.Fprintln(w, "\nafter SIGKILL: daemon up\tstreaming again\tcomplete\texactly once")
 			fmt.Fprintf(w, "%.2f s\t%.2f s\t%.2f s\t%v\n", res.RestartSeconds, res.RecoveryDeltaSeconds, res.RecoveryFinishSeconds, res.ExactlyOnce)
 			if err := w.Flush(); err != nil {

@@ -205,7 +205,7 @@ func (r *runState) download(ctx context.Context, href, path string, a *Artifact)
 		if ua != "" {
 			req.Header.Set("User-Agent", ua)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := httpClient.Do(req)
 		if err != nil {
 			return err
 		}

@@ -41,6 +41,12 @@ func (c *chrome) alive() bool {
 	return err == nil && tok == c.Token
 }
 
+// httpClient makes the provider's HTTP requests (the DevTools endpoint,
+// artifact downloads). It keeps no idle connections: each request is one
+// of few, and a pooled connection would outlive the browser or site it
+// talks to.
+var httpClient = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DisableKeepAlives: true}}
+
 // httpBase is the DevTools HTTP endpoint, "http://127.0.0.1:PORT".
 func (c *chrome) httpBase() string {
 	s := strings.TrimPrefix(c.WS, "ws://")
@@ -65,7 +71,7 @@ func (c *chrome) targets(ctx context.Context) ([]devtoolsTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +105,7 @@ func CloseTarget(ctx context.Context, ws, id string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return err
 	}

@@ -100,7 +100,7 @@ func TestPageStates(t *testing.T) {
 func (b *bundle) run(t *testing.T, req provider.Request) (*recorder, error) {
 	t.Helper()
 	var rec recorder
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := b.p.Run(ctx, req, rec.emit)
 	return &rec, err
@@ -228,6 +228,20 @@ func TestModelPicker(t *testing.T) {
 	if n := len(b.site.Prompts()); n != 1 {
 		t.Fatalf("%d sends", n)
 	}
+	// The second UI's picker is a button with a menu (as ChatGPT's is):
+	// the menu item that names the model is clicked.
+	_ = b.site.SetMode(chatsite.ModeDrift)
+	v2, _ := json.Marshal(map[string]any{"options": map[string]any{"site": "loopback-v2", "site_url": b.site.URL() + "/"}})
+	if _, err := b.run(t, provider.Request{Session: "ses_m", Run: "run_o", Model: "deep", Prompt: "Menu pick. [[think=500ms stream=500ms words=10]]", Input: v2, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.run(t, provider.Request{Session: "ses_m", Run: "run_p", Model: "gpt-9", Prompt: "never sent", Input: v2, Attempt: 1})
+	if provider.ClassOf(err) != belay.ClassUIDrift || !strings.Contains(err.Error(), "no menu item names gpt-9") {
+		t.Fatalf("err %v", err)
+	}
+	if ps := b.site.Prompts(); len(ps) != 2 || ps[1].Model != "deep" {
+		t.Fatalf("prompts %+v", ps)
+	}
 }
 
 // TestUploads: the run's files are attached in the composer and sent with
@@ -307,7 +321,35 @@ func TestLoginImportAndCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Verdict.State != StateUnknown || strings.Join(rep.Verdict.Missing, ",") != "composer,send" {
+	if rep.Verdict.State != StateUnknown || strings.Join(rep.Verdict.Missing, ",") != "composer,send,model_picker" {
 		t.Fatalf("drift: %+v", rep.Verdict)
+	}
+}
+
+// TestSlowArtifactHasNoThirtySecondCap: an artifact that takes more than
+// 30 s of real time to download (slow.bin: 45 s of site time, at 1.4
+// site seconds per second) is downloaded whole.
+func TestSlowArtifactHasNoThirtySecondCap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes more than 30 s")
+	}
+	t.Parallel()
+	b := setup(t, 1.4)
+	prompt := "One slow file. [[think=300ms stream=300ms words=5 artifacts=slow.bin]]"
+	start := time.Now()
+	rec, err := b.run(t, provider.Request{Session: "ses_s", Run: "run_s", Prompt: prompt, Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 30*time.Second {
+		t.Fatalf("the run took %s: the download was not slower than 30 s, the test proves nothing", took)
+	}
+	m, err := ReadManifest(filepath.Join(b.dir, "runs", "ses_s", "run_s", "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := chatsite.File(rec.ref.Ref.ID, "slow.bin")
+	if len(m.Artifacts) != 1 || m.Artifacts[0].Error != "" || m.Artifacts[0].Attempts != 1 || m.Artifacts[0].SHA256 != PromptHash(string(want)) {
+		t.Fatalf("manifest %+v", m.Artifacts)
 	}
 }

@@ -29,7 +29,8 @@
     let r;
     try {
       const picker = $("#model");
-      const model = picker ? picker.value : "";
+      const menuPicker = $("#model-v2");
+      const model = picker ? picker.value : menuPicker ? menuPicker.dataset.model : "";
       r = await fetch("/api/send", { method: "POST", body: JSON.stringify({ conv, text, model, files }) });
     } catch (e) { showError("A network error occurred."); return; }
     const j = await r.json().catch(() => ({}));
@@ -160,6 +161,19 @@
       }
     }
   });
+  // The second UI's model picker is a button that opens a menu.
+  const menuPicker = $("#model-v2");
+  if (menuPicker) {
+    const menu = $("#model-menu");
+    menuPicker.onclick = () => { menu.hidden = !menu.hidden; };
+    for (const item of menu.querySelectorAll("[role=menuitem]")) {
+      item.onclick = () => {
+        menuPicker.dataset.model = item.dataset.model;
+        menuPicker.textContent = "Model: " + item.dataset.model;
+        menu.hidden = true;
+      };
+    }
+  }
   form.addEventListener("submit", send);
   stopBtn.addEventListener("click", () => post("/api/stop"));
   const dismiss = $("#dismiss");
