@@ -114,11 +114,20 @@ func TestBrowserSendThroughTheCLI(t *testing.T) {
 	// The answer's file is in the run's artifact directory.
 	var arts struct {
 		Dir       string
+		Answer    *browser.Answer
 		Artifacts []browser.Artifact
 	}
 	out = belayCmd(t, bin, dir, "read", "--artifacts", "--json", res.Run)
 	require.NoError(t, json.Unmarshal([]byte(out), &arts), out)
 	require.Len(t, arts.Artifacts, 1, out)
+	// The final answer as the site's copy button gives it (markdown).
+	md, err := chatsite.AnswerMarkdown(prompt)
+	require.NoError(t, err)
+	require.NotNil(t, arts.Answer, out)
+	require.Equal(t, browser.SourceCopy, arts.Answer.Source)
+	copied, err := os.ReadFile(filepath.Join(arts.Dir, arts.Answer.File))
+	require.NoError(t, err)
+	require.Equal(t, md, string(copied))
 	a := arts.Artifacts[0]
 	r, err := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")}).Run(context.Background(), res.Run)
 	require.NoError(t, err)

@@ -15,7 +15,9 @@ import (
 type artifactsResult struct {
 	Run       string             `json:"run"`
 	Session   string             `json:"session"`
-	Dir       string             `json:"dir"`
+	Dir string `json:"dir"`
+	// Answer is the final answer as the site gave it (answer.md).
+	Answer    *browser.Answer    `json:"answer,omitempty"`
 	Artifacts []browser.Artifact `json:"artifacts"`
 }
 
@@ -34,13 +36,23 @@ func printArtifacts(stdio Stdio, g globalOptions, run belay.Run) error {
 	case err != nil:
 		return err
 	default:
-		res.Artifacts = m.Artifacts
+		res.Answer, res.Artifacts = m.Answer, m.Artifacts
 	}
 	if g.JSON {
 		return writeJSON(stdio.Out, res)
 	}
+	if a := res.Answer; a != nil {
+		how := "from the site's copy button"
+		if a.Source != browser.SourceCopy {
+			how = "the page's text (" + a.Note + ")"
+		}
+		fmt.Fprintf(stdio.Out, "%s  %10d  %-24s  %s\n", a.SHA256[:16], a.Size, "answer, "+a.Source, filepath.Join(dir, a.File))
+		fmt.Fprintf(stdio.Err, "belay: the answer file is %s\n", how)
+	}
 	if len(res.Artifacts) == 0 {
-		fmt.Fprintf(stdio.Err, "belay: run %s has no artifacts\n", run.ID)
+		if res.Answer == nil {
+			fmt.Fprintf(stdio.Err, "belay: run %s has no artifacts\n", run.ID)
+		}
 		return nil
 	}
 	failed := 0
