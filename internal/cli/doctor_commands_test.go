@@ -8,8 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/doctor"
 	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/provider/browser"
 )
 
 // TestEveryCommandDoctorSuggestsParses runs every command the session
@@ -104,4 +106,31 @@ func shellSplit(t *testing.T, line string) []string {
 		out = append(out, cur.String())
 	}
 	return out
+}
+
+// TestBrowserFailureStepsParse: the next step printed for a failed
+// browser run names belay browser login/check or the retry that adopts
+// the send, each of which parses; and belay browser reap exists.
+func TestBrowserFailureStepsParse(t *testing.T) {
+	t.Parallel()
+	const id = "run_01jfz0000000000000000000aa"
+	ref := belay.ConversationRef{Kind: browser.RefKind, URL: "https://chatgpt.com/c/x",
+		Cursor: `{"run":"` + id + `","site":"chatgpt","phase":"sent","baseline":0}`}
+	for class, want := range map[belay.ErrorClass][]string{
+		belay.ClassAuth:      {"belay browser login chatgpt", "belay runs retry " + id},
+		belay.ClassChallenge: {"belay browser login chatgpt", "belay runs retry " + id},
+		belay.ClassUIDrift:   {"belay browser check chatgpt", "belay runs retry " + id},
+		belay.ClassTimeout:   {"without sending the prompt again", "belay runs retry " + id},
+	} {
+		run := belay.Run{ID: id, Session: "ses_01jfz0000000000000000000aa", Status: belay.RunFailed,
+			Error: &belay.RunError{Class: class, Message: "x"}, Ref: ref}
+		text := failureText(run)
+		for _, w := range want {
+			require.Contains(t, text, w, class)
+			if strings.HasPrefix(w, "belay ") {
+				parseCommand(t, strings.Fields(w)[1:])
+			}
+		}
+	}
+	parseCommand(t, []string{"browser", "reap", "--json"})
 }
