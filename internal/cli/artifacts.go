@@ -13,9 +13,9 @@ import (
 
 // artifactsResult is `belay read RUN --artifacts --json`.
 type artifactsResult struct {
-	Run       string             `json:"run"`
-	Session   string             `json:"session"`
-	Dir string `json:"dir"`
+	Run     string `json:"run"`
+	Session string `json:"session"`
+	Dir     string `json:"dir"`
 	// Answer is the final answer as the site gave it (answer.md).
 	Answer    *browser.Answer    `json:"answer,omitempty"`
 	Artifacts []browser.Artifact `json:"artifacts"`
