@@ -72,6 +72,27 @@ func belayCmd(t *testing.T, bin, dir string, args ...string) string {
 	return out.String()
 }
 
+// sendLoopback sends prompt to the loopback site with belay send --json
+// (and the extra flags) and returns the run and its session.
+func sendLoopback(t *testing.T, bin, dir string, site *chatsite.Site, prompt string, extra ...string) (run, session string) {
+	t.Helper()
+	args := append([]string{"send", "--site", "loopback", "--site-url", site.URL() + "/", "--json"}, extra...)
+	out := belayCmd(t, bin, dir, append(args, prompt)...)
+	var res struct{ Run, Session string }
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	return res.Run, res.Session
+}
+
+// requireAnswer checks that the journal holds the site's whole answer to
+// prompt for run, and that the site received the prompt once.
+func requireAnswer(t *testing.T, c *client.Client, site *chatsite.Site, session, run, prompt string) {
+	t.Helper()
+	want, err := chatsite.AnswerText(prompt)
+	require.NoError(t, err)
+	require.Equal(t, want, runText(t, c, session, run))
+	require.Equal(t, 1, site.Count(prompt), "the site received the prompt %d times", site.Count(prompt))
+}
+
 // runText is the answer text the journal holds for a run.
 func runText(t *testing.T, c *client.Client, session, run string) string {
 	t.Helper()
@@ -339,9 +360,8 @@ func TestBrowserDeadlinePassesThenRetryReads(t *testing.T) {
 
 	site.HoldAnswers()
 	prompt := "Think past the deadline. [[think=2s stream=2s words=40]]"
-	out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--deadline", "15s", "--json", prompt)
 	var res struct{ Run, Session string }
-	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	res.Run, res.Session = sendLoopback(t, bin, dir, site, prompt, "--deadline", "15s")
 	r, err := c.WaitRun(ctx, res.Run, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, belay.RunFailed, r.Status)
@@ -351,7 +371,7 @@ func TestBrowserDeadlinePassesThenRetryReads(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, stopped, "the deadline stopped the site's answer")
 
-	out = belayCmd(t, bin, dir, "sessions", "doctor", "--json", res.Session)
+	out := belayCmd(t, bin, dir, "sessions", "doctor", "--json", res.Session)
 	var rep struct {
 		NextAction, Command, Reason string
 		Browser                     struct{ SendPhase string }
@@ -368,10 +388,7 @@ func TestBrowserDeadlinePassesThenRetryReads(t *testing.T) {
 	r2, err := c.WaitRun(ctx, retried, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, belay.RunComplete, r2.Status, r2.Reason)
-	want, err := chatsite.AnswerText(prompt)
-	require.NoError(t, err)
-	require.Equal(t, want, runText(t, c, res.Session, retried))
-	require.Equal(t, 1, site.Count(prompt), "the retry sent the prompt again")
+	requireAnswer(t, c, site, res.Session, retried, prompt)
 	require.Equal(t, r.Ref.ID, r2.Ref.ID)
 	cur, err := browser.ParseCursor(r2.Ref.Cursor)
 	require.NoError(t, err)
@@ -395,15 +412,14 @@ func TestBrowserReapAfterDaemonKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	prompt := "Outlive the daemon. [[think=2s pause=1s stream=40s words=200]]"
-	out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", prompt)
 	var res struct{ Run, Session string }
-	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	res.Run, res.Session = sendLoopback(t, bin, dir, site, prompt)
 	require.Eventually(t, func() bool { return len(runText(t, c, res.Session, res.Run)) > 20 }, time.Minute, 20*time.Millisecond)
 	require.NoError(t, daemon.Process.Signal(syscall.SIGKILL))
 	_ = daemon.Wait()
 	require.Equal(t, 1, browsersUnder(dir), "the browser did not outlive the daemon")
 
-	out = belayCmd(t, bin, dir, "browser", "reap", "--json")
+	out := belayCmd(t, bin, dir, "browser", "reap", "--json")
 	var reaped struct{ Reaped []browser.Reaped }
 	require.NoError(t, json.Unmarshal([]byte(out), &reaped), out)
 	require.Len(t, reaped.Reaped, 1, out)
@@ -421,10 +437,7 @@ func TestBrowserReapAfterDaemonKill(t *testing.T) {
 	r, err := c.WaitRun(ctx, res.Run, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
-	want, err := chatsite.AnswerText(prompt)
-	require.NoError(t, err)
-	require.Equal(t, want, runText(t, c, res.Session, res.Run))
-	require.Equal(t, 1, site.Count(prompt))
+	requireAnswer(t, c, site, res.Session, res.Run, prompt)
 	cur, err := browser.ParseCursor(r.Ref.Cursor)
 	require.NoError(t, err)
 	require.Equal(t, 1, cur.Rebinds, cur.Evidence)
@@ -456,15 +469,14 @@ func TestBrowserHeadedLogin(t *testing.T) {
 	defer cancel()
 
 	// Not logged in: the run fails before anything is typed.
-	out := belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", "never typed")
 	var res struct{ Run, Session, Status string }
-	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	res.Run, res.Session = sendLoopback(t, bin, dir, site, "never typed")
 	r, err := c.WaitRun(ctx, res.Run, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, belay.RunFailed, r.Status)
 	require.Equal(t, belay.ClassAuth, r.Error.Class, r.Error.Message)
 	require.Empty(t, site.Prompts())
-	out = belayCmd(t, bin, dir, "sessions", "doctor", "--json", res.Session)
+	out := belayCmd(t, bin, dir, "sessions", "doctor", "--json", res.Session)
 	var rep struct{ NextAction, Command string }
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 	require.Equal(t, "reauth", rep.NextAction)
@@ -513,12 +525,11 @@ func TestBrowserHeadedLogin(t *testing.T) {
 
 	// A run, in a copy of the seed, is logged in.
 	prompt := "Now logged in. [[think=500ms stream=1s words=20]]"
-	out = belayCmd(t, bin, dir, "send", "--site", "loopback", "--site-url", site.URL()+"/", "--json", "--wait", "--timeout", "60s", prompt)
-	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
-	require.Equal(t, "complete", res.Status, out)
-	want, err := chatsite.AnswerText(prompt)
+	res.Run, res.Session = sendLoopback(t, bin, dir, site, prompt)
+	r, err = c.WaitRun(ctx, res.Run, time.Minute)
 	require.NoError(t, err)
-	require.Equal(t, want, runText(t, c, res.Session, res.Run))
+	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
+	requireAnswer(t, c, site, res.Session, res.Run, prompt)
 	require.Equal(t, 1, site.Logins(), "the run logged in again instead of using the seed")
 }
 
