@@ -72,6 +72,30 @@ func belayCmd(t *testing.T, bin, dir string, args ...string) string {
 	return out.String()
 }
 
+// browserEnv is a loopback site and a daemon configured for it, with a
+// client and a deadline for the test.
+type browserEnv struct {
+	site     *chatsite.Site
+	dir, bin string
+	daemon   *exec.Cmd
+	c        *client.Client
+	ctx      context.Context
+}
+
+// newBrowserEnv starts a site at speed and a daemon; the daemon (the one
+// running when the test ends) is killed at cleanup.
+func newBrowserEnv(t *testing.T, speed float64, timeout time.Duration) *browserEnv {
+	t.Helper()
+	site, dir, bin := browserSetup(t, speed)
+	e := &browserEnv{site: site, dir: dir, bin: bin, c: client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})}
+	e.daemon = startServe(t, bin, dir)
+	t.Cleanup(func() { _ = e.daemon.Process.Kill(); _ = e.daemon.Wait() })
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	return e
+}
+
 // sendLoopback sends prompt to the loopback site with belay send --json
 // (and the extra flags) and returns the run and its session.
 func sendLoopback(t *testing.T, bin, dir string, site *chatsite.Site, prompt string, extra ...string) (run, session string) {
@@ -202,12 +226,8 @@ func TestBrowserRunSurvivesDaemonKill(t *testing.T) {
 		t.Skip("crash test")
 	}
 	t.Parallel()
-	site, dir, bin := browserSetup(t, 400)
-	daemon := startServe(t, bin, dir)
-	defer func() { _ = daemon.Process.Kill(); _ = daemon.Wait() }()
-	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	e := newBrowserEnv(t, 400, 2*time.Minute)
+	site, dir, bin, c, ctx := e.site, e.dir, e.bin, e.c, e.ctx
 
 	// 30 minutes of site time: 20 thinking, 10 streaming 300 words.
 	prompt := "Prove the scheduler fair. [[think=20m pause=1m stream=9m words=300]]"
@@ -224,10 +244,10 @@ func TestBrowserRunSurvivesDaemonKill(t *testing.T) {
 	}, time.Minute, 20*time.Millisecond, "the answer never streamed")
 	before, err := c.Run(ctx, res.Run)
 	require.NoError(t, err)
-	require.NoError(t, daemon.Process.Signal(syscall.SIGKILL))
-	_ = daemon.Wait()
+	require.NoError(t, e.daemon.Process.Signal(syscall.SIGKILL))
+	_ = e.daemon.Wait()
 	killedAt := time.Now()
-	daemon = startServe(t, bin, dir)
+	e.daemon = startServe(t, bin, dir)
 
 	r, err := c.WaitRun(ctx, res.Run, time.Minute)
 	require.NoError(t, err)
@@ -351,12 +371,8 @@ func TestBrowserDeadlinePassesThenRetryReads(t *testing.T) {
 		t.Skip("browser test")
 	}
 	t.Parallel()
-	site, dir, bin := browserSetup(t, 8)
-	daemon := startServe(t, bin, dir)
-	defer func() { _ = daemon.Process.Signal(syscall.SIGTERM); _ = daemon.Wait() }()
-	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	e := newBrowserEnv(t, 8, 2*time.Minute)
+	site, dir, bin, c, ctx := e.site, e.dir, e.bin, e.c, e.ctx
 
 	site.HoldAnswers()
 	prompt := "Think past the deadline. [[think=2s stream=2s words=40]]"
@@ -405,18 +421,14 @@ func TestBrowserReapAfterDaemonKill(t *testing.T) {
 		t.Skip("crash test")
 	}
 	t.Parallel()
-	site, dir, bin := browserSetup(t, 20)
-	daemon := startServe(t, bin, dir)
-	defer func() { _ = daemon.Process.Kill(); _ = daemon.Wait() }()
-	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	e := newBrowserEnv(t, 20, 2*time.Minute)
+	site, dir, bin, c, ctx := e.site, e.dir, e.bin, e.c, e.ctx
 	prompt := "Outlive the daemon. [[think=2s pause=1s stream=40s words=200]]"
 	var res struct{ Run, Session string }
 	res.Run, res.Session = sendLoopback(t, bin, dir, site, prompt)
 	require.Eventually(t, func() bool { return len(runText(t, c, res.Session, res.Run)) > 20 }, time.Minute, 20*time.Millisecond)
-	require.NoError(t, daemon.Process.Signal(syscall.SIGKILL))
-	_ = daemon.Wait()
+	require.NoError(t, e.daemon.Process.Signal(syscall.SIGKILL))
+	_ = e.daemon.Wait()
 	require.Equal(t, 1, browsersUnder(dir), "the browser did not outlive the daemon")
 
 	out := belayCmd(t, bin, dir, "browser", "reap", "--json")
@@ -433,7 +445,7 @@ func TestBrowserReapAfterDaemonKill(t *testing.T) {
 	out = belayCmd(t, bin, dir, "browser", "reap", "--json")
 	require.JSONEq(t, `{"reaped":[]}`, out)
 
-	daemon = startServe(t, bin, dir)
+	e.daemon = startServe(t, bin, dir)
 	r, err := c.WaitRun(ctx, res.Run, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
@@ -459,14 +471,10 @@ func TestBrowserHeadedLogin(t *testing.T) {
 		t.Skip("no xvfb-run: apt-get install -y xvfb")
 	}
 	t.Parallel()
-	site, dir, bin := browserSetup(t, 8)
-	require.NoError(t, site.SetMode(chatsite.ModeAuth))
 	begin := time.Now()
-	daemon := startServe(t, bin, dir)
-	defer func() { _ = daemon.Process.Signal(syscall.SIGTERM); _ = daemon.Wait() }()
-	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	e := newBrowserEnv(t, 8, 3*time.Minute)
+	site, dir, bin, c, ctx := e.site, e.dir, e.bin, e.c, e.ctx
+	require.NoError(t, site.SetMode(chatsite.ModeAuth))
 
 	// Not logged in: the run fails before anything is typed.
 	var res struct{ Run, Session, Status string }
