@@ -219,7 +219,7 @@ func TestLostTabIsRecoveredByURL(t *testing.T) {
 func TestCancelStopsTheSite(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 8)
-	prompt := "Cancel me. [[think=1s pause=500ms stream=60s words=200]]"
+	prompt := "Cancel me. [[think=1s pause=500ms stream=5m words=200]]"
 	var rec recorder
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -248,8 +248,8 @@ func TestCancelStopsTheSite(t *testing.T) {
 		return done
 	}, "the site did not stop")
 	full, _ := chatsite.AnswerText(prompt)
-	if len(text) >= len(full) {
-		t.Fatalf("the site finished the answer: %d of %d bytes", len(text), len(full))
+	if stopped, _ := b.site.Stopped(rec.ref.Ref.ID, 0); !stopped || len(text) >= len(full) {
+		t.Fatalf("the site was not stopped (stopped %v, %d of %d bytes)", stopped, len(text), len(full))
 	}
 	// The journal says the answer was stopped: no later run adopts it.
 	if c := refCursor(*rec.ref.Ref); c.Phase != phaseStopped {
