@@ -492,13 +492,25 @@ func TestBrowserHeadedLogin(t *testing.T) {
 	t.Logf("auth failure after %s", time.Since(begin).Round(time.Millisecond))
 
 	// belay browser login, headed, in a virtual display.
-	login := exec.CommandContext(ctx, xvfb, "-a", bin, "browser", "login", "loopback", "--url", site.URL()+"/", "--json")
+	login := exec.Command(xvfb, "-a", bin, "browser", "login", "loopback", "--url", site.URL()+"/", "--json")
 	login.Env = append(os.Environ(), "BELAY_HOME="+dir, "BELAY_NO_AUTOSTART=1")
+	// Its own process group: a failed test ends xvfb-run, Xvfb and the
+	// window together.
+	login.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var lout, lerr lockedBuffer
 	login.Stdout, login.Stderr = &lout, &lerr
 	require.NoError(t, login.Start())
-	loginDone := make(chan error, 1)
-	go func() { loginDone <- login.Wait() }()
+	loginDone, exited := make(chan error, 1), make(chan struct{})
+	go func() { loginDone <- login.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+			// It ended (and was waited for): its group id may name another
+			// process group by now.
+		default:
+			_ = syscall.Kill(-login.Process.Pid, syscall.SIGKILL)
+		}
+	})
 
 	// The person: log in in the window, then close it.
 	seed := filepath.Join(dir, "browser", "seeds", "loopback")
