@@ -112,19 +112,8 @@ func (s *scheduler) remove(id string) bool {
 	if !ok {
 		return false
 	}
-	delete(s.queued, j.id)
 	unheap(j)
-	q := s.sessionQ[j.session]
-	for i, o := range q {
-		if o == j {
-			q = append(q[:i:i], q[i+1:]...)
-			break
-		}
-	}
-	if len(q) == 0 {
-		delete(s.sessionQ, j.session)
-	} else {
-		s.sessionQ[j.session] = q
+	if s.dequeue(j) {
 		s.offerHead(j.session)
 	}
 	return true
@@ -196,8 +185,9 @@ func (s *scheduler) promote(max int) []string {
 	return started
 }
 
-// start moves the head of its session's queue to active.
-func (s *scheduler) start(j *job) {
+// dequeue takes a queued job out of its session's queue, and reports
+// whether the session still has queued runs.
+func (s *scheduler) dequeue(j *job) bool {
 	delete(s.queued, j.id)
 	q := s.sessionQ[j.session]
 	for i, o := range q {
@@ -208,9 +198,15 @@ func (s *scheduler) start(j *job) {
 	}
 	if len(q) == 0 {
 		delete(s.sessionQ, j.session)
-	} else {
-		s.sessionQ[j.session] = q
+		return false
 	}
+	s.sessionQ[j.session] = q
+	return true
+}
+
+// start moves the head of its session's queue to active.
+func (s *scheduler) start(j *job) {
+	s.dequeue(j)
 	s.active[j.id] = j
 	s.bySession[j.session] = j.id
 	s.byProvider[j.provider]++

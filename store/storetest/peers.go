@@ -138,6 +138,16 @@ func (ps *peers) runningOn(p *peer, id string) belay.Run {
 	return run
 }
 
+// runningOnFirst starts two instances with g, the second once a run sent
+// to the first runs there.
+func (ps *peers) runningOnFirst(g *gateProvider) (a, b *peer, run belay.Run) {
+	ps.t.Helper()
+	a = ps.start(0, nil, runtime.Limits{}, g)
+	run = ps.send(a, ps.session(a, g.name), "hi", runtime.PolicyEnqueue)
+	ps.runningOn(a, run.ID)
+	return a, ps.start(1, nil, runtime.Limits{}, g), run
+}
+
 // gateProvider blocks every run until released and records how many runs
 // execute at once, overall and per session.
 type gateProvider struct {
@@ -217,13 +227,8 @@ func testPeerCaps(t *testing.T, h PeerHarness) {
 // testPeerCancel: a cancel received by the instance that does not run the
 // run is carried out by the one that does.
 func testPeerCancel(t *testing.T, h PeerHarness) {
-	ps := newPeers(t, h, 2)
-	g := newGate("gate")
-	a := ps.start(0, nil, runtime.Limits{}, g)
-	sess := ps.session(a, "gate")
-	run := ps.send(a, sess, "hi", runtime.PolicyEnqueue)
-	ps.runningOn(a, run.ID)
-	b := ps.start(1, nil, runtime.Limits{}, g)
+	ps, g := newPeers(t, h, 2), newGate("gate")
+	a, b, run := ps.runningOnFirst(g)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done, err := b.rt.Cancel(ctx, run.ID, "not needed")
@@ -308,13 +313,8 @@ func testPeerStalledOwner(t *testing.T, h PeerHarness) {
 // testPeerStoppedOwner: an instance that stops leaves its runs to the
 // other at once (it retires its owner record), and they finish there.
 func testPeerStoppedOwner(t *testing.T, h PeerHarness) {
-	ps := newPeers(t, h, 2)
-	g := newGate("gate")
-	a := ps.start(0, nil, runtime.Limits{}, g)
-	sess := ps.session(a, "gate")
-	run := ps.send(a, sess, "hi", runtime.PolicyEnqueue)
-	ps.runningOn(a, run.ID)
-	b := ps.start(1, nil, runtime.Limits{}, g)
+	ps, g := newPeers(t, h, 2), newGate("gate")
+	a, b, run := ps.runningOnFirst(g)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, a.rt.Stop(ctx))
