@@ -11,69 +11,15 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/store"
 )
 
-// Paging of GET /v1/runs.
-const (
-	DefaultRunsLimit = 100
-	MaxRunsLimit     = 1000
-)
-
-// Run orders of GET /v1/runs (sort=).
-const (
-	SortNewest  = "newest"  // created, newest first (the default)
-	SortOldest  = "oldest"  // created, oldest first
-	SortUpdated = "updated" // last change, most recent first
-)
-
-// RunPage is the body of GET /v1/runs: one page of runs and the cursor of
-// the next ("" after the last page).
-type RunPage struct {
-	Runs       []Run  `json:"runs"`
-	NextCursor string `json:"nextCursor,omitempty"`
-}
-
-// RunQuery is what GET /v1/runs selects: the filter, the order, the page
-// size and the cursor of the page (from a previous nextCursor).
-type RunQuery struct {
-	belay.RunFilter
-	Sort   string
-	Limit  int
-	Cursor string
-}
-
-// Values encodes q as the query string of GET /v1/runs.
-func (q RunQuery) Values() map[string][]string {
-	v := map[string][]string{}
-	set := func(k, val string) {
-		if val != "" {
-			v[k] = []string{val}
-		}
-	}
-	set("session", q.Session)
-	set("status", string(q.Status))
-	set("provider", q.Provider)
-	set("tag", q.Tag)
-	if !q.Since.IsZero() {
-		set("since", q.Since.UTC().Format(time.RFC3339Nano))
-	}
-	if q.Failed {
-		set("failed", "true")
-	}
-	set("sort", q.Sort)
-	if q.Limit > 0 {
-		set("limit", strconv.Itoa(q.Limit))
-	}
-	set("cursor", q.Cursor)
-	return v
-}
-
 // parseRunQuery reads the query of GET /v1/runs.
-func parseRunQuery(r *http.Request, now time.Time) (RunQuery, error) {
+func parseRunQuery(r *http.Request, now time.Time) (apitype.RunQuery, error) {
 	v := r.URL.Query()
-	q := RunQuery{Sort: v.Get("sort"), Cursor: v.Get("cursor"), Limit: DefaultRunsLimit}
+	q := apitype.RunQuery{Sort: v.Get("sort"), Cursor: v.Get("cursor"), Limit: apitype.DefaultRunsLimit}
 	q.Session, q.Provider, q.Tag = v.Get("session"), v.Get("provider"), v.Get("tag")
 	q.Status = belay.RunStatus(v.Get("status"))
 	if q.Session != "" {
@@ -107,15 +53,15 @@ func parseRunQuery(r *http.Request, now time.Time) (RunQuery, error) {
 	}
 	switch q.Sort {
 	case "":
-		q.Sort = SortNewest
-	case SortNewest, SortOldest, SortUpdated:
+		q.Sort = apitype.SortNewest
+	case apitype.SortNewest, apitype.SortOldest, apitype.SortUpdated:
 	default:
-		return q, fmt.Errorf("sort %q is not %s, %s or %s", q.Sort, SortNewest, SortOldest, SortUpdated)
+		return q, fmt.Errorf("sort %q is not %s, %s or %s", q.Sort, apitype.SortNewest, apitype.SortOldest, apitype.SortUpdated)
 	}
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > MaxRunsLimit {
-			return q, fmt.Errorf("limit must be 1-%d", MaxRunsLimit)
+		if err != nil || n < 1 || n > apitype.MaxRunsLimit {
+			return q, fmt.Errorf("limit must be 1-%d", apitype.MaxRunsLimit)
 		}
 		q.Limit = n
 	}
@@ -129,7 +75,7 @@ type runKey struct {
 }
 
 func keyOf(r *belay.Run, sort string) runKey {
-	if sort == SortUpdated {
+	if sort == apitype.SortUpdated {
 		return runKey{r.UpdatedAt, r.ID}
 	}
 	return runKey{r.CreatedAt, r.ID}
@@ -141,7 +87,7 @@ func (a runKey) before(b runKey, sort string) bool {
 	if c == 0 {
 		c = strings.Compare(a.id, b.id)
 	}
-	if sort == SortOldest {
+	if sort == apitype.SortOldest {
 		return c < 0
 	}
 	return c > 0
@@ -167,7 +113,7 @@ func decodeCursor(c string) (runKey, error) {
 func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 	q, err := parseRunQuery(r, time.Now())
 	if err != nil {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, err.Error(), nil)
 		return
 	}
 	page, next, err := ListRuns(r.Context(), s.st, q)
@@ -175,7 +121,7 @@ func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := RunPage{Runs: make([]Run, 0, len(page)), NextCursor: next}
+	out := apitype.RunPage{Runs: make([]apitype.Run, 0, len(page)), NextCursor: next}
 	for _, run := range page {
 		out.Runs = append(out.Runs, s.withActivity(run))
 	}
@@ -186,12 +132,12 @@ func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 // of the next page ("" after the last). A store that is a
 // store.RunLister selects the page without copying every run; the CLI
 // uses this to list runs from the files when the daemon is down.
-func ListRuns(ctx context.Context, st store.Store, q RunQuery) ([]belay.Run, string, error) {
+func ListRuns(ctx context.Context, st store.Store, q apitype.RunQuery) ([]belay.Run, string, error) {
 	if q.Sort == "" {
-		q.Sort = SortNewest
+		q.Sort = apitype.SortNewest
 	}
 	if q.Limit <= 0 {
-		q.Limit = DefaultRunsLimit
+		q.Limit = apitype.DefaultRunsLimit
 	}
 	var after *runKey
 	if q.Cursor != "" {

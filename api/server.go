@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
-	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/transcript"
@@ -29,8 +29,8 @@ import (
 // (prompt, script and options as JSON) at runtime.MaxInput: what is
 // accepted can be stored.
 const (
-	MaxBody    = 1 << 20               // most requests
-	MaxRunBody = journal.MaxRecordSize // run creation
+	MaxBody    = 1 << 20             // most requests
+	MaxRunBody = belay.MaxRecordSize // run creation
 )
 
 // Limits on waits a client may ask for.
@@ -154,10 +154,10 @@ func jsonMisses(mux *http.ServeMux) http.Handler {
 			w.Header().Set("Allow", allow)
 		}
 		if rec.Code == http.StatusMethodNotAllowed {
-			writeErrorCode(w, rec.Code, CodeMethod, r.Method+" is not allowed on "+r.URL.Path, nil)
+			writeErrorCode(w, rec.Code, apitype.CodeMethod, r.Method+" is not allowed on "+r.URL.Path, nil)
 			return
 		}
-		writeErrorCode(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, nil)
+		writeErrorCode(w, http.StatusNotFound, apitype.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, nil)
 	})
 }
 
@@ -172,7 +172,7 @@ func requireToken(token string, next http.Handler, public http.HandlerFunc) http
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="belay"`)
-			writeErrorCode(w, http.StatusUnauthorized, CodeUnauthenticated, "a valid bearer token is required (see the token file in the data directory)", nil)
+			writeErrorCode(w, http.StatusUnauthorized, apitype.CodeUnauthenticated, "a valid bearer token is required (see the token file in the data directory)", nil)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -189,7 +189,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 					panic(v)
 				}
 				s.log.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				writeErrorCode(w, http.StatusInternalServerError, CodeInternal, "internal error", nil)
+				writeErrorCode(w, http.StatusInternalServerError, apitype.CodeInternal, "internal error", nil)
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -204,24 +204,24 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeErrorCode(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit), map[string]any{"limit": limit})
+			writeErrorCode(w, http.StatusRequestEntityTooLarge, apitype.CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit), map[string]any{"limit": limit})
 			return false
 		}
 		if errors.Is(err, io.EOF) {
-			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body is empty; send a JSON object", nil)
+			writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "request body is empty; send a JSON object", nil)
 			return false
 		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			w.Header().Set("Connection", "close")
-			writeErrorCode(w, http.StatusRequestTimeout, CodeTimeout, "the request body did not arrive within the read timeout", nil)
+			writeErrorCode(w, http.StatusRequestTimeout, apitype.CodeTimeout, "the request body did not arrive within the read timeout", nil)
 			return false
 		}
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body is not valid JSON for this endpoint: "+err.Error(), nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "request body is not valid JSON for this endpoint: "+err.Error(), nil)
 		return false
 	}
 	if dec.More() {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "request body has data after the JSON object", nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "request body has data after the JSON object", nil)
 		return false
 	}
 	return true
@@ -231,7 +231,7 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 func pathID(w http.ResponseWriter, r *http.Request, prefix string) (string, bool) {
 	id := r.PathValue("id")
 	if err := ids.Check(prefix, id); err != nil {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, err.Error(), nil)
 		return "", false
 	}
 	return id, true
@@ -240,7 +240,7 @@ func pathID(w http.ResponseWriter, r *http.Request, prefix string) (string, bool
 func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
 	k := r.Header.Get("Idempotency-Key")
 	if len(k) > 200 || strings.ContainsAny(k, "\x00\r\n") {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "Idempotency-Key must be at most 200 printable bytes", nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "Idempotency-Key must be at most 200 printable bytes", nil)
 		return "", false
 	}
 	return k, true
@@ -276,14 +276,14 @@ func (s *Server) problems(ctx context.Context) []string {
 // doctor all see a daemon that answers but cannot write.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	st := s.rt.Stats()
-	h := Health{
-		Status: HealthOK, Version: s.opts.Version, Incarnation: s.rt.Incarnation(), PID: os.Getpid(),
+	h := apitype.Health{
+		Status: apitype.HealthOK, Version: s.opts.Version, Incarnation: s.rt.Incarnation(), PID: os.Getpid(),
 		DataDir: s.opts.DataDir, StartedAt: s.started, Active: st.Active, Queued: st.Queued,
 		Watchers: len(s.watchers),
 	}
 	code := http.StatusOK
 	if p := s.problems(r.Context()); len(p) > 0 {
-		h.Status, h.Problems, code = HealthDegraded, p, http.StatusServiceUnavailable
+		h.Status, h.Problems, code = apitype.HealthDegraded, p, http.StatusServiceUnavailable
 	}
 	writeJSON(w, code, h)
 }
@@ -292,10 +292,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 // status only, no pid, paths, ids or error text.
 func (s *Server) publicHealth(w http.ResponseWriter, r *http.Request) {
 	if len(s.problems(r.Context())) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": HealthDegraded})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": apitype.HealthDegraded})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": HealthOK})
+	writeJSON(w, http.StatusOK, map[string]string{"status": apitype.HealthOK})
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
@@ -303,7 +303,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req CreateSessionRequest
+	var req apitype.CreateSessionRequest
 	if !decode(w, r, MaxBody, &req) {
 		return
 	}
@@ -324,7 +324,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if st := belay.SessionState(q.Get("state")); st != "" && !st.Valid() {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "state must be idle, active or quarantined", map[string]any{"field": "state"})
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "state must be idle, active or quarantined", map[string]any{"field": "state"})
 		return
 	}
 	limit, cursor, ok := pageParams(w, r)
@@ -341,7 +341,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := SessionList{Sessions: list}
+	out := apitype.SessionList{Sessions: list}
 	if len(list) > limit {
 		out.Sessions = list[:limit]
 		out.NextCursor = list[limit-1].ID
@@ -365,8 +365,8 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sess)
 }
 
-func (s *Server) withActivity(run belay.Run) Run {
-	out := Run{Run: run}
+func (s *Server) withActivity(run belay.Run) apitype.Run {
+	out := apitype.Run{Run: run}
 	if a, ok := s.rt.Activity(run.ID); ok {
 		out.Activity = &a
 	}
@@ -380,7 +380,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	status := belay.RunStatus(r.URL.Query().Get("status"))
 	if status != "" && !status.Valid() {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "status must be queued, running, complete, failed, cancelled or stranded", map[string]any{"field": "status"})
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "status must be queued, running, complete, failed, cancelled or stranded", map[string]any{"field": "status"})
 		return
 	}
 	limit, cursor, ok := pageParams(w, r)
@@ -397,7 +397,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		badCursor(w, cursor)
 		return
 	}
-	out := RunList{Runs: []Run{}, NextCursor: next}
+	out := apitype.RunList{Runs: []apitype.Run{}, NextCursor: next}
 	for _, run := range runs {
 		out.Runs = append(out.Runs, s.withActivity(run))
 	}
@@ -409,7 +409,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req CreateRunRequest
+	var req apitype.CreateRunRequest
 	if !decode(w, r, MaxRunBody, &req) {
 		return
 	}
@@ -421,16 +421,16 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		req.Session = id
 	} else if req.Session != "" {
 		if err := ids.Check(ids.Session, req.Session); err != nil {
-			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+			writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, err.Error(), nil)
 			return
 		}
 	}
 	if req.Session == "" && req.Provider == "" {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "a run needs a session or a provider", nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "a run needs a session or a provider", nil)
 		return
 	}
 	if req.Deadline < 0 {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "deadline must not be negative", nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "deadline must not be negative", nil)
 		return
 	}
 	run, err := s.rt.Submit(r.Context(), runtime.SubmitRequest{
@@ -467,7 +467,7 @@ func waitFor(w http.ResponseWriter, r *http.Request, name string) (time.Duration
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, name+" must be a duration such as 30s", nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, name+" must be a duration such as 30s", nil)
 		return 0, false
 	}
 	return min(d, MaxWait), true
@@ -537,7 +537,7 @@ func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) daemonDoctor(w http.ResponseWriter, r *http.Request) {
 	if s.opts.DaemonDoctor == nil {
-		writeErrorCode(w, http.StatusNotFound, CodeNotFound, "daemon doctor is not available", nil)
+		writeErrorCode(w, http.StatusNotFound, apitype.CodeNotFound, "daemon doctor is not available", nil)
 		return
 	}
 	rep, err := s.opts.DaemonDoctor(r.Context())
@@ -554,7 +554,7 @@ func (s *Server) transcript(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.opts.Export == nil {
-		writeErrorCode(w, http.StatusNotFound, CodeNotFound, "transcript export is not available", nil)
+		writeErrorCode(w, http.StatusNotFound, apitype.CodeNotFound, "transcript export is not available", nil)
 		return
 	}
 	format := r.URL.Query().Get("format")
@@ -567,11 +567,11 @@ func (s *Server) transcript(w http.ResponseWriter, r *http.Request) {
 		sum, err := s.opts.Export(r.Context(), sw, id, format)
 		if sum.Total() > 0 {
 			if b, jerr := json.Marshal(sum); jerr == nil {
-				w.Header().Set(TrailerExportNotes, string(b))
+				w.Header().Set(apitype.TrailerExportNotes, string(b))
 			}
 		}
 		return err
-	}, TrailerExportNotes)
+	}, apitype.TrailerExportNotes)
 }
 
 func (s *Server) post(w http.ResponseWriter, r *http.Request) {
@@ -583,7 +583,7 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req PostRequest
+	var req apitype.PostRequest
 	if !decode(w, r, MaxBody, &req) {
 		return
 	}
@@ -609,7 +609,7 @@ func (s *Server) listInbox(w http.ResponseWriter, r *http.Request) {
 	}
 	status := belay.DeliveryStatus(r.URL.Query().Get("status"))
 	if status != "" && !status.Valid() {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "status must be pending, leased, done or error", map[string]any{"field": "status"})
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "status must be pending, leased, done or error", map[string]any{"field": "status"})
 		return
 	}
 	limit, cursor, ok := pageParams(w, r)
@@ -629,22 +629,22 @@ func (s *Server) listInbox(w http.ResponseWriter, r *http.Request) {
 	if ds == nil {
 		ds = []belay.Delivery{}
 	}
-	writeJSON(w, http.StatusOK, DeliveryList{Deliveries: ds, NextCursor: next})
+	writeJSON(w, http.StatusOK, apitype.DeliveryList{Deliveries: ds, NextCursor: next})
 }
 
 func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
-	var req LeaseRequest
+	var req apitype.LeaseRequest
 	if !decode(w, r, MaxBody, &req) {
 		return
 	}
 	if req.Session != "" {
 		if err := ids.Check(ids.Session, req.Session); err != nil {
-			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+			writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, err.Error(), nil)
 			return
 		}
 	}
 	if req.TTL <= 0 {
-		req.TTL = Duration(time.Minute)
+		req.TTL = apitype.Duration(time.Minute)
 	}
 	if req.Max <= 0 {
 		req.Max = 1
@@ -661,7 +661,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case req.To != "" && req.Session != "":
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "an addressed lease (to) covers every session: leave session out", nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "an addressed lease (to) covers every session: leave session out", nil)
 		return
 	case req.To != "":
 		ds, err = s.rt.LeaseTo(r.Context(), req.To, req.Owner, time.Duration(req.TTL), min(req.Max, 100), wait)
@@ -675,7 +675,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 	if ds == nil {
 		ds = []belay.Delivery{}
 	}
-	writeJSON(w, http.StatusOK, DeliveryList{Deliveries: ds})
+	writeJSON(w, http.StatusOK, apitype.DeliveryList{Deliveries: ds})
 }
 
 func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
@@ -683,7 +683,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req SettleRequest
+	var req apitype.SettleRequest
 	if !decode(w, r, MaxBody, &req) {
 		return
 	}
@@ -696,7 +696,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
-	var req PruneRequest
+	var req apitype.PruneRequest
 	if r.ContentLength != 0 && !decode(w, r, MaxBody, &req) {
 		return
 	}
@@ -711,7 +711,7 @@ func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	force := r.URL.Query().Get("force")
 	if force != "" && force != "true" && force != "false" {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "force must be true or false", nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "force must be true or false", nil)
 		return
 	}
 	if err := s.rt.DeleteSession(r.Context(), r.PathValue("id"), force == "true"); err != nil {
@@ -734,12 +734,12 @@ func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req RetryRequest
+	var req apitype.RetryRequest
 	if r.ContentLength != 0 && !decode(w, r, MaxBody, &req) {
 		return
 	}
 	if req.Policy != "" && !req.Policy.Valid() {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "policy must be enqueue, reject, interrupt or replace", map[string]any{"field": "policy"})
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "policy must be enqueue, reject, interrupt or replace", map[string]any{"field": "policy"})
 		return
 	}
 	run, tools, err := s.rt.Retry(r.Context(), runtime.RetryRequest{Run: id, AllowSideEffects: req.AllowSideEffects, IdempotencyKey: key, Policy: req.Policy})
@@ -747,5 +747,5 @@ func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, RetryResponse{Run: s.withActivity(run), MayRepeat: tools})
+	writeJSON(w, http.StatusCreated, apitype.RetryResponse{Run: s.withActivity(run), MayRepeat: tools})
 }

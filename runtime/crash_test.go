@@ -22,7 +22,6 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
-	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
@@ -242,7 +241,7 @@ func TestRuntimeCrashRecovery(t *testing.T) {
 		evs, err := st.Events(ctx, sess.ID, 0, 0)
 		require.NoError(t, err)
 		for _, e := range evs {
-			if e.Type == store.EventDeliverySettled {
+			if e.Type == belay.EventDeliverySettled {
 				var p struct{ ID, Kind string }
 				require.NoError(t, json.Unmarshal(e.Data, &p))
 				if p.Kind == "done" {

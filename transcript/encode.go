@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/journal"
 )
@@ -136,7 +137,7 @@ func ExportReport(w io.Writer, events []journal.Event, f Format) (Report, error)
 	}
 	opts := EncodeOptions{}
 	for _, e := range events {
-		if e.Type == evSession {
+		if e.Type == belay.EventSessionCreated {
 			opts = sessionOptions(e.Data)
 			break
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
 	brt "github.com/belayhq/belay/runtime"
@@ -91,18 +92,18 @@ func List(ctx context.Context, cfg ListConfig) (*ListResult, error) {
 	srv := httptest.NewServer(api.NewServer(api.Options{Runtime: rt, Version: "bench"}).Handler(""))
 	defer srv.Close()
 
-	get := func(q string) (api.RunPage, time.Duration, error) {
+	get := func(q string) (apitype.RunPage, time.Duration, error) {
 		t0 := time.Now()
 		resp, err := srv.Client().Get(srv.URL + "/v1/runs?" + q)
 		if err != nil {
-			return api.RunPage{}, 0, err
+			return apitype.RunPage{}, 0, err
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			b, _ := io.ReadAll(resp.Body)
-			return api.RunPage{}, 0, fmt.Errorf("bench: GET /v1/runs?%s: %s", q, b)
+			return apitype.RunPage{}, 0, fmt.Errorf("bench: GET /v1/runs?%s: %s", q, b)
 		}
-		var p api.RunPage
+		var p apitype.RunPage
 		err = json.NewDecoder(resp.Body).Decode(&p)
 		return p, time.Since(t0), err
 	}

@@ -238,7 +238,7 @@ func journalAnswer(ctx context.Context, dir string, size int64, chunk int, each 
 		text := pattern[off : off+n]
 		off = (off + n) % len(answerText)
 		b, _ := json.Marshal(map[string]string{"text": text})
-		batch = append(batch, belay.Event{Type: "run.text", Run: run.ID, Epoch: run.Epoch, Data: b})
+		batch = append(batch, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: b})
 		_, _ = io.WriteString(h, text)
 		if each != nil {
 			each(text)

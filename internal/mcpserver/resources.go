@@ -11,7 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/ids"
 )
@@ -120,7 +120,7 @@ func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest)
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(b)}}}, nil
 }
 
-func (s *Server) runResource(ctx context.Context, run api.Run, budget int) (RunResource, error) {
+func (s *Server) runResource(ctx context.Context, run apitype.Run, budget int) (RunResource, error) {
 	text, total, err := s.answerPage(ctx, run.Run, 0, max(budget, 0))
 	if err != nil {
 		return RunResource{}, err
@@ -131,7 +131,7 @@ func (s *Server) runResource(ctx context.Context, run api.Run, budget int) (RunR
 // resourceError maps a not-found onto the protocol's resource-not-found.
 func resourceError(uri string, err error) error {
 	var te *ToolError
-	if errors.As(err, &te) && te.Code == api.CodeNotFound {
+	if errors.As(err, &te) && te.Code == apitype.CodeNotFound {
 		return mcp.ResourceNotFoundError(uri)
 	}
 	return err
@@ -156,7 +156,7 @@ func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	}
 	// A daemon restarting is waited for a little: the subscription must be
 	// recorded in the daemon, or refused.
-	req2 := api.PostRequest{
+	req2 := apitype.PostRequest{
 		Type: WakeType, Key: s.sub + "/" + run.ID, To: s.sub, AfterRun: run.ID,
 		Data: mustJSON(wakeData{Run: run.ID, URI: uri}),
 	}
