@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store"
 )
 
@@ -216,4 +218,174 @@ func pageRuns(runs []belay.Run, sort string, after *runKey, limit int) []belay.R
 		}
 	}
 	return page
+}
+
+func (s *Server) withActivity(run belay.Run) apitype.Run {
+	out := apitype.Run{Run: run}
+	if a, ok := s.rt.Activity(run.ID); ok {
+		out.Activity = &a
+	}
+	return out
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Session)
+	if !ok {
+		return
+	}
+	status := belay.RunStatus(r.URL.Query().Get("status"))
+	if status != "" && !status.Valid() {
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "status must be queued, running, complete, failed, cancelled or stranded", map[string]any{"field": "status"})
+		return
+	}
+	limit, cursor, ok := pageParams(w, r)
+	if !ok {
+		return
+	}
+	runs, err := s.st.Runs(r.Context(), belay.RunFilter{Session: id, Status: status})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	runs, next, ok := runsPage(runs, cursor, limit)
+	if !ok {
+		badCursor(w, cursor)
+		return
+	}
+	out := apitype.RunList{Runs: []apitype.Run{}, NextCursor: next}
+	for _, run := range runs {
+		out.Runs = append(out.Runs, s.withActivity(run))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	var req apitype.CreateRunRequest
+	if !decode(w, r, MaxRunBody, &req) {
+		return
+	}
+	if r.PathValue("id") != "" {
+		id, ok := pathID(w, r, ids.Session)
+		if !ok {
+			return
+		}
+		req.Session = id
+	} else if req.Session != "" {
+		if err := ids.Check(ids.Session, req.Session); err != nil {
+			writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, err.Error(), nil)
+			return
+		}
+	}
+	if req.Session == "" && req.Provider == "" {
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "a run needs a session or a provider", nil)
+		return
+	}
+	if req.Deadline < 0 {
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "deadline must not be negative", nil)
+		return
+	}
+	run, err := s.rt.Submit(r.Context(), runtime.SubmitRequest{
+		Session: req.Session, Provider: req.Provider, Model: req.Model, Prompt: req.Prompt,
+		Script: req.Script, Options: req.Options, Policy: req.Policy, Priority: req.Priority,
+		Deadline: time.Duration(req.Deadline), IdempotencyKey: key, Labels: req.Labels,
+		Tags: req.Tags, Meta: req.Meta,
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.withActivity(run))
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	run, err := s.st.Run(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withActivity(run))
+}
+
+// waitRun long-polls until the run ends or the wait (at most a minute)
+// passes; then it answers with the run as it is: a timeout is not an error.
+func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	d, ok := waitFor(w, r, "timeout")
+	if !ok {
+		return
+	}
+	if d > 0 {
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	defer cancel()
+	run, err := s.rt.Wait(ctx, id)
+	if err != nil && !errors.Is(err, belay.ErrStillRunning) {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withActivity(run))
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	var body struct {
+		Reason string `json:"reason,omitempty"`
+	}
+	if r.ContentLength != 0 && !decode(w, r, MaxBody, &body) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	run, err := s.rt.Cancel(ctx, id, body.Reason)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withActivity(run))
+}
+
+// retryRun creates a new run with the input of a finished one (belay runs
+// retry), refused when side effects settled unless allowed.
+func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	var req apitype.RetryRequest
+	if r.ContentLength != 0 && !decode(w, r, MaxBody, &req) {
+		return
+	}
+	if req.Policy != "" && !req.Policy.Valid() {
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "policy must be enqueue, reject, interrupt or replace", map[string]any{"field": "policy"})
+		return
+	}
+	run, tools, err := s.rt.Retry(r.Context(), runtime.RetryRequest{Run: id, AllowSideEffects: req.AllowSideEffects, IdempotencyKey: key, Policy: req.Policy})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, apitype.RetryResponse{Run: s.withActivity(run), MayRepeat: tools})
 }
