@@ -25,8 +25,8 @@ type layer struct {
 // package is placed here on purpose, not by accident.
 var layers = []layer{
 	{"vocabulary", 0, []string{"", "apitype"}},
-	{"utilities", 1, []string{"internal/atomicfile", "internal/chatsite", "internal/clock", "internal/datadir", "internal/delta",
-		"internal/ids", "internal/proc", "internal/testpg", "internal/vfs/..."}},
+	{"utilities", 1, []string{"internal/atomicfile", "internal/chatsite", "internal/clock", "internal/crashtest", "internal/datadir", "internal/delta",
+		"internal/ids", "internal/jsonx", "internal/proc", "internal/testpg", "internal/vfs/..."}},
 	{"formats", 2, []string{"journal", "lock", "transcript"}},
 	{"store", 3, []string{"store/..."}},
 	// The store conformance suite drives runtime instances over a store
