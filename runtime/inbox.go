@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/jsonx"
 	"github.com/belayhq/belay/store"
 )
 
@@ -164,5 +165,5 @@ func outcomeDelivery(run belay.Run, phase belay.RunPhase, runErr *belay.RunError
 	if runErr != nil {
 		data.Class = runErr.Class
 	}
-	return &belay.DeliveryInput{Session: run.Session, Type: typ, Key: run.ID, Data: mustJSON(data)}
+	return &belay.DeliveryInput{Session: run.Session, Type: typ, Key: run.ID, Data: jsonx.Must(data)}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/jsonx"
 	"github.com/belayhq/belay/provider"
 )
 
@@ -342,7 +343,7 @@ func (rn *runner) attemptOnce(in belay.InputData, resume bool) error {
 	rn.mu.Unlock()
 
 	// The update that starts an attempt records it (attempt and resume).
-	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt, Data: mustJSON(belay.AttemptData{Attempt: rn.attempt, Resume: resume})}); err != nil {
+	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt, Data: jsonx.Must(belay.AttemptData{Attempt: rn.attempt, Resume: resume})}); err != nil {
 		return err
 	}
 	if !resume {
@@ -447,7 +448,7 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		}
 	case provider.TurnEnd:
 		wd.progress(belay.TierAfterTurnEnd)
-		return rn.update(belay.RunUpdate{Phase: belay.PhaseFinishing, Data: mustJSON(belay.TurnEndData{StopReason: ev.StopReason})})
+		return rn.update(belay.RunUpdate{Phase: belay.PhaseFinishing, Data: jsonx.Must(belay.TurnEndData{StopReason: ev.StopReason})})
 	}
 	return nil
 }
@@ -766,7 +767,7 @@ func (rn *runner) stallIfStore(err error) {
 }
 
 func (rn *runner) append(d belay.Durability, typ string, v any) error {
-	_, err := rn.r.store.Append(bgCtx, rn.run.Session, d, belay.Event{Type: typ, Run: rn.id, Epoch: rn.epoch, Data: mustJSON(v)})
+	_, err := rn.r.store.Append(bgCtx, rn.run.Session, d, belay.Event{Type: typ, Run: rn.id, Epoch: rn.epoch, Data: jsonx.Must(v)})
 	if err != nil {
 		if errors.Is(err, belay.ErrStaleEpoch) {
 			return errLeaseLost

@@ -14,6 +14,7 @@ import (
 	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/internal/jsonx"
 )
 
 // subscribeRetry is how long a subscription waits for a daemon that does
@@ -158,7 +159,7 @@ func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	// recorded in the daemon, or refused.
 	req2 := apitype.PostRequest{
 		Type: WakeType, Key: s.sub + "/" + run.ID, To: s.sub, AfterRun: run.ID,
-		Data: mustJSON(wakeData{Run: run.ID, URI: uri}),
+		Data: jsonx.Must(wakeData{Run: run.ID, URI: uri}),
 	}
 	deadline := time.Now().Add(subscribeRetry)
 	for backoff := 100 * time.Millisecond; ; backoff = min(backoff*2, 2*time.Second) {
@@ -191,12 +192,4 @@ func (s *Server) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) err
 	defer s.mu.Unlock()
 	delete(s.subs[req.Params.URI], req.Session)
 	return nil
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }
