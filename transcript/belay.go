@@ -6,18 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/journal"
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // belayCodec reads belay's session journal. Its header is the first event
 // (seq 1); each line must carry a valid CRC-32C.
@@ -38,23 +35,11 @@ func (c belayCodec) checkHeader(line []byte) error {
 // checkLine verifies a journal line as journal/doc.go specifies it: the
 // checksum trailer over the body, valid JSON, a seq and a type.
 func (belayCodec) checkLine(line []byte) string {
-	const trailer = 18 // ,"crc":"XXXXXXXX"}
 	if len(line) > belay.MaxRecordSize {
 		return "line longer than the journal's record limit"
 	}
-	if len(line) < trailer+2 || line[0] != '{' {
-		return "not a journal line"
-	}
-	body, tr := line[:len(line)-trailer], line[len(line)-trailer:]
-	if !bytes.HasPrefix(tr, []byte(`,"crc":"`)) || tr[16] != '"' || tr[17] != '}' {
-		return "missing checksum trailer"
-	}
-	want, err := strconv.ParseUint(string(tr[8:16]), 16, 32)
-	if err != nil {
-		return "malformed checksum"
-	}
-	if got := crc32.Checksum(body, castagnoli); uint64(got) != want {
-		return fmt.Sprintf("checksum mismatch (stored %08x, computed %08x)", want, got)
+	if _, problem := journal.VerifyLine(line); problem != "" {
+		return problem
 	}
 	if !validJSON(line) {
 		return "not valid JSON"
@@ -206,7 +191,7 @@ func writeJournal(evs []journal.Event) ([]byte, error) {
 		return nil, fmt.Errorf("transcript: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	j, err := journal.Open(dir, journal.Options{FS: noSync{}})
+	j, err := journal.Open(dir, journal.Options{FS: vfs.NoSync(vfs.OS)})
 	if err != nil {
 		return nil, fmt.Errorf("transcript: %w", err)
 	}
