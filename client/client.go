@@ -1,6 +1,8 @@
 // Package client is the typed Go client of belay's HTTP API v1. The CLI
 // talks to the daemon only through it, over the daemon's unix socket or
-// over TCP with a bearer token.
+// over TCP with a bearer token. It imports only the vocabulary (packages
+// belay and apitype), never the server, the runtime or a store
+// (docs/architecture.md).
 package client
 
 import (
