@@ -1,6 +1,9 @@
 // Package belay is the domain vocabulary of belay, a durable session
 // runtime for long-running AI agent work: sessions, runs, events,
-// deliveries, leases and the errors they return.
+// deliveries, leases and the errors they return, every event type name and
+// the payload of each event. It imports only the standard library, so
+// every other package (and any program that reads belay's events) can
+// use it; see docs/architecture.md.
 //
 // A Session is a durable handle to one provider conversation. Its Events are
 // journaled with gap-free sequence numbers; its Runs are executed under

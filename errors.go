@@ -3,6 +3,7 @@ package belay
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 )
 
@@ -124,3 +125,20 @@ func (e *StaleEpochError) Error() string {
 
 // Is makes errors.Is(err, ErrStaleEpoch) hold.
 func (e *StaleEpochError) Is(target error) bool { return target == ErrStaleEpoch }
+
+// SideEffectsError refuses a retry that could repeat side effects (G9);
+// errors.Is(err, ErrSideEffects) holds.
+type SideEffectsError struct {
+	Run   string
+	Tools []string
+}
+
+// ErrSideEffects is the sentinel of SideEffectsError.
+var ErrSideEffects = errors.New("belay: side effects settled")
+
+func (e *SideEffectsError) Error() string {
+	return fmt.Sprintf("run %s settled side-effecting tool call(s) %s; a retry could run them again", e.Run, strings.Join(e.Tools, ", "))
+}
+
+// Is makes errors.Is(err, ErrSideEffects) hold.
+func (e *SideEffectsError) Is(target error) bool { return target == ErrSideEffects }

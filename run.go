@@ -254,3 +254,49 @@ func tagName(s string) bool {
 	}
 	return true
 }
+
+// Policy says what a new run does when its session already has a run
+// queued or running (G4).
+type Policy string
+
+// Follow-up policies.
+const (
+	// PolicyEnqueue queues the new run behind the session's others (FIFO).
+	PolicyEnqueue Policy = "enqueue"
+	// PolicyReject refuses the new run: the session is busy (ErrActive).
+	PolicyReject Policy = "reject"
+	// PolicyInterrupt cancels the active run and runs the new one next.
+	PolicyInterrupt Policy = "interrupt"
+	// PolicyReplace cancels the session's queued runs; the active one goes
+	// on and the new one runs after it.
+	PolicyReplace Policy = "replace"
+)
+
+// Valid reports whether p is a known policy ("" counts as enqueue).
+func (p Policy) Valid() bool {
+	switch p {
+	case "", PolicyEnqueue, PolicyReject, PolicyInterrupt, PolicyReplace:
+		return true
+	}
+	return false
+}
+
+// Tier names which inactivity timeout of the watchdog applies.
+type Tier string
+
+// Tiers of the watchdog.
+const (
+	TierAwaitingFirst Tier = "awaiting_first_token"
+	TierStreaming     Tier = "streaming"
+	TierToolRunning   Tier = "tool_running"
+	TierAfterTurnEnd  Tier = "after_turn_end"
+)
+
+// Activity is what the runtime knows of an active run's liveness.
+type Activity struct {
+	Run          string    `json:"run"`
+	Phase        RunPhase  `json:"phase"`
+	Attempt      int       `json:"attempt"`
+	LastProgress time.Time `json:"lastProgress"`
+	Tier         Tier      `json:"tier"`
+}

@@ -79,3 +79,19 @@ type SessionFilter struct {
 	// of the next page is the last id of the page before.
 	Before string
 }
+
+// PruneReport lists what Prune deleted (or would delete) and kept.
+type PruneReport struct {
+	Pruned []PrunedSession `json:"pruned"`
+	Kept   int             `json:"kept"`
+	DryRun bool            `json:"dryRun"`
+}
+
+// PrunedSession is one session Prune deleted.
+type PrunedSession struct {
+	ID         string        `json:"id"`
+	LastActive time.Time     `json:"lastActive"`
+	Age        time.Duration `json:"age"`
+	Rule       string        `json:"rule"`
+	Bytes      int64         `json:"bytes"`
+}

@@ -8,22 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/runtime"
-)
-
-// Trailers of a streamed body. A streamed body is whole only when it ends
-// with the status trailer "ok"; otherwise the error trailer says why it
-// stopped (a damaged journal, the daemon stopping), and a body with neither
-// was cut off.
-const (
-	TrailerStatus = "Belay-Status"
-	TrailerError  = "Belay-Error"
-	// TrailerExportNotes ends a transcript export that changed something
-	// to make the conversation valid for its format: a
-	// transcript.ExportSummary as JSON (the count of each kind of change
-	// and the first ones in full). It is absent when nothing changed.
-	TrailerExportNotes = "Belay-Export-Notes"
 )
 
 // answer serves GET /v1/runs/{id}/answer: the run's answer text as it is
@@ -42,7 +29,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Belay-Run-Status", string(run.Status))
+	h.Set("Belay-apitype.Run-Status", string(run.Status))
 	stream(w, r, func(sw *streamWriter) error {
 		// Deltas are small; the connection gets them in 64 KiB writes.
 		bw := bufio.NewWriterSize(sw, 64<<10)
@@ -57,12 +44,12 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 // the status trailers, and the trailers named in more if write set them.
 // An error before any byte of the body is an ordinary error response.
 func stream(w http.ResponseWriter, r *http.Request, write func(*streamWriter) error, more ...string) {
-	w.Header().Set("Trailer", strings.Join(append([]string{TrailerStatus, TrailerError}, more...), ", "))
+	w.Header().Set("Trailer", strings.Join(append([]string{apitype.TrailerStatus, apitype.TrailerError}, more...), ", "))
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w)}
 	err := write(sw)
 	switch {
 	case err == nil:
-		w.Header().Set(TrailerStatus, "ok")
+		w.Header().Set(apitype.TrailerStatus, "ok")
 	case sw.n == 0 && r.Context().Err() == nil && !errors.Is(err, errClientGone):
 		w.Header().Del("Trailer")
 		for _, k := range more {
@@ -71,9 +58,9 @@ func stream(w http.ResponseWriter, r *http.Request, write func(*streamWriter) er
 		writeError(w, err)
 	default:
 		_, code := statusOf(err)
-		body, _ := json.Marshal(ErrorBody{Code: code, Message: err.Error()})
-		w.Header().Set(TrailerStatus, "error")
-		w.Header().Set(TrailerError, string(body))
+		body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: err.Error()})
+		w.Header().Set(apitype.TrailerStatus, "error")
+		w.Header().Set(apitype.TrailerError, string(body))
 	}
 }
 

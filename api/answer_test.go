@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/runtime"
 )
 
@@ -35,7 +36,7 @@ func longRun(t *testing.T, rt *runtime.Runtime, text string, n int) belay.Run {
 	d, _ := json.Marshal(map[string]string{"text": text})
 	var evs []belay.Event
 	for range n {
-		evs = append(evs, belay.Event{Type: runtime.EventText, Run: run.ID, Epoch: run.Epoch, Data: d})
+		evs = append(evs, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: d})
 	}
 	_, err = st.Append(ctx, sess.ID, belay.Sync, evs...)
 	require.NoError(t, err)
@@ -52,15 +53,15 @@ func TestAnswerStreamsWithTrailer(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, "complete", resp.Header.Get("Belay-Run-Status"))
+	require.Equal(t, "complete", resp.Header.Get("Belay-apitype.Run-Status"))
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.Equal(t, strings.Repeat("line <one> & \"two\"\n", 300), string(body))
-	require.Equal(t, "ok", resp.Trailer.Get(TrailerStatus), "a whole answer ends with the ok trailer")
+	require.Equal(t, "ok", resp.Trailer.Get(apitype.TrailerStatus), "a whole answer ends with the ok trailer")
 
 	code, raw := b.do("GET", "/v1/runs/run_01m84gxpdkc7bs4zhbns75pgh2/answer", "", nil)
 	require.Equal(t, http.StatusNotFound, code)
-	require.Equal(t, CodeNotFound, errCode(t, raw))
+	require.Equal(t, apitype.CodeNotFound, errCode(t, raw))
 }
 
 // TestAnswerStopsWhenClientGoesAway: a reader that hangs up stops the
@@ -111,7 +112,7 @@ func TestSlowBodyTimesOut(t *testing.T) {
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
 	raw, _ := io.ReadAll(resp.Body)
-	require.Equal(t, CodeTimeout, errCode(t, raw))
+	require.Equal(t, apitype.CodeTimeout, errCode(t, raw))
 }
 
 // TestLongPollOutlivesBodyTimeout: the body deadline ends once the body is
@@ -144,7 +145,7 @@ func TestEventPagesAreBounded(t *testing.T) {
 		code, raw := b.do("GET", fmt.Sprintf("/v1/sessions/%s/events?after=%d", run.Session, after), "", nil)
 		require.Equal(t, http.StatusOK, code)
 		require.LessOrEqual(t, len(raw), maxPageBytes+(1<<20)+(64<<10), "a page is bounded")
-		var l EventList
+		var l apitype.EventList
 		require.NoError(t, json.Unmarshal(raw, &l))
 		if len(l.Events) == 0 {
 			break
@@ -152,7 +153,7 @@ func TestEventPagesAreBounded(t *testing.T) {
 		for _, e := range l.Events {
 			require.Equal(t, after+1, e.Seq)
 			after = e.Seq
-			if e.Type == runtime.EventText {
+			if e.Type == belay.EventRunText {
 				texts++
 			}
 		}

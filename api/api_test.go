@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
 	"github.com/belayhq/belay/runtime"
@@ -74,7 +75,7 @@ func (b *bundle) do(method, path, body string, hdr map[string]string) (int, []by
 
 func errCode(t *testing.T, raw []byte) string {
 	t.Helper()
-	var e Error
+	var e apitype.Error
 	require.NoError(t, json.Unmarshal(raw, &e), "%s", raw)
 	require.NotEmpty(t, e.Error.Message)
 	return e.Error.Code
@@ -85,11 +86,11 @@ func TestRunLifecycleOverHTTP(t *testing.T) {
 	b := setup(t, "")
 	code, raw := b.do("POST", "/v1/runs", `{"provider":"fake","prompt":"hi there"}`, map[string]string{"Idempotency-Key": "k1"})
 	require.Equal(t, http.StatusCreated, code, "%s", raw)
-	var run Run
+	var run apitype.Run
 	require.NoError(t, json.Unmarshal(raw, &run))
 	code, raw = b.do("POST", "/v1/runs", `{"provider":"fake","prompt":"hi there"}`, map[string]string{"Idempotency-Key": "k1"})
 	require.Equal(t, http.StatusCreated, code)
-	var again Run
+	var again apitype.Run
 	require.NoError(t, json.Unmarshal(raw, &again))
 	require.Equal(t, run.ID, again.ID, "the same Idempotency-Key returns the same run")
 
@@ -100,7 +101,7 @@ func TestRunLifecycleOverHTTP(t *testing.T) {
 
 	code, raw = b.do("GET", "/v1/sessions/"+run.Session+"/events?after=0", "", nil)
 	require.Equal(t, http.StatusOK, code)
-	var page EventList
+	var page apitype.EventList
 	require.NoError(t, json.Unmarshal(raw, &page))
 	require.Equal(t, uint64(1), page.Events[0].Seq)
 	require.Equal(t, page.LastSeq, page.Events[len(page.Events)-1].Seq)
@@ -125,7 +126,7 @@ func TestSSEResumesWithLastEventID(t *testing.T) {
 	b := setup(t, "")
 	code, raw := b.do("POST", "/v1/runs", `{"provider":"fake","prompt":"one two three","script":{"tokens":6,"rate":100}}`, nil)
 	require.Equal(t, http.StatusCreated, code, "%s", raw)
-	var run Run
+	var run apitype.Run
 	require.NoError(t, json.Unmarshal(raw, &run))
 	read := func(lastID string, n int) []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -189,22 +190,22 @@ func TestErrorsAndHardening(t *testing.T) {
 		status             int
 		code               string
 	}{
-		{"GET", "/v1/sessions/ses_..%2F..%2Fetc", "", 400, CodeInvalid},
-		{"GET", "/v1/sessions/..%2F..%2Fetc%2Fpasswd/events", "", 400, CodeInvalid},
-		{"GET", "/v1/runs/run_01jfz0000000000000000000aa", "", 404, CodeNotFound},
-		{"POST", "/v1/runs", `{"provider":"fake",`, 400, CodeInvalid},
-		{"POST", "/v1/runs", `{"provider":"fake","bogus":1}`, 400, CodeInvalid},
-		{"POST", "/v1/runs", ``, 400, CodeInvalid},
-		{"POST", "/v1/runs", `{"prompt":"no provider"}`, 400, CodeInvalid},
-		{"POST", "/v1/runs", `{"provider":"nope","prompt":"x"}`, 400, CodeInvalid},
-		{"POST", "/v1/runs", `{"provider":"fake","policy":"often"}`, 400, CodeInvalid},
-		{"POST", "/v1/runs", `{"provider":"fake"} {}`, 400, CodeInvalid},
-		{"POST", "/v1/sessions", `{"provider":"fake","prompt":"` + strings.Repeat("x", MaxBody) + `"}`, 413, CodeTooLarge},
-		{"POST", "/v1/inbox/dlv_01jfz0000000000000000000aa/settle", `{"kind":"done","epoch":1}`, 404, CodeNotFound},
-		{"POST", "/v1/inbox/lease", `{"owner":""}`, 400, CodeInvalid},
-		{"GET", "/v1/sessions?limit=-1", "", 400, CodeInvalid},
-		{"GET", "/v1/nothing", "", 404, CodeNotFound},
-		{"DELETE", "/v1/sessions", "", 405, CodeMethod},
+		{"GET", "/v1/sessions/ses_..%2F..%2Fetc", "", 400, apitype.CodeInvalid},
+		{"GET", "/v1/sessions/..%2F..%2Fetc%2Fpasswd/events", "", 400, apitype.CodeInvalid},
+		{"GET", "/v1/runs/run_01jfz0000000000000000000aa", "", 404, apitype.CodeNotFound},
+		{"POST", "/v1/runs", `{"provider":"fake",`, 400, apitype.CodeInvalid},
+		{"POST", "/v1/runs", `{"provider":"fake","bogus":1}`, 400, apitype.CodeInvalid},
+		{"POST", "/v1/runs", ``, 400, apitype.CodeInvalid},
+		{"POST", "/v1/runs", `{"prompt":"no provider"}`, 400, apitype.CodeInvalid},
+		{"POST", "/v1/runs", `{"provider":"nope","prompt":"x"}`, 400, apitype.CodeInvalid},
+		{"POST", "/v1/runs", `{"provider":"fake","policy":"often"}`, 400, apitype.CodeInvalid},
+		{"POST", "/v1/runs", `{"provider":"fake"} {}`, 400, apitype.CodeInvalid},
+		{"POST", "/v1/sessions", `{"provider":"fake","prompt":"` + strings.Repeat("x", MaxBody) + `"}`, 413, apitype.CodeTooLarge},
+		{"POST", "/v1/inbox/dlv_01jfz0000000000000000000aa/settle", `{"kind":"done","epoch":1}`, 404, apitype.CodeNotFound},
+		{"POST", "/v1/inbox/lease", `{"owner":""}`, 400, apitype.CodeInvalid},
+		{"GET", "/v1/sessions?limit=-1", "", 400, apitype.CodeInvalid},
+		{"GET", "/v1/nothing", "", 404, apitype.CodeNotFound},
+		{"DELETE", "/v1/sessions", "", 405, apitype.CodeMethod},
 	}
 	for _, tc := range cases {
 		code, raw := b.do(tc.method, tc.path, tc.body, nil)
@@ -220,7 +221,7 @@ func TestBearerTokenOnTCP(t *testing.T) {
 	b := setup(t, "s3cret-token-0123456789abcdef0123456789")
 	code, raw := b.do("GET", "/v1/sessions", "", nil)
 	require.Equal(t, http.StatusUnauthorized, code)
-	require.Equal(t, CodeUnauthenticated, errCode(t, raw))
+	require.Equal(t, apitype.CodeUnauthenticated, errCode(t, raw))
 	code, _ = b.do("GET", "/v1/sessions", "", map[string]string{"Authorization": "Bearer wrong"})
 	require.Equal(t, http.StatusUnauthorized, code)
 	code, _ = b.do("GET", "/v1/sessions", "", map[string]string{"Authorization": "Bearer s3cret-token-0123456789abcdef0123456789x"})
@@ -264,7 +265,7 @@ func FuzzHandlers(f *testing.F) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		if w.Code >= 400 {
-			var e Error
+			var e apitype.Error
 			if json.Unmarshal(w.Body.Bytes(), &e) != nil || e.Error.Code == "" {
 				t.Fatalf("%s %s: %d without an error body: %q", method, target, w.Code, w.Body.String())
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/runtime"
 )
@@ -38,24 +39,24 @@ func (s *Server) createRuns(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > MaxBatchBody {
 		// Said before reading it; a body without a length is cut at the
 		// limit as it is read.
-		writeErrorCode(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBatchBody), map[string]any{"limit": MaxBatchBody})
+		writeErrorCode(w, http.StatusRequestEntityTooLarge, apitype.CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBatchBody), map[string]any{"limit": MaxBatchBody})
 		return
 	}
-	var req BatchRequest
+	var req apitype.BatchRequest
 	if !decode(w, r, MaxBatchBody, &req) {
 		return
 	}
 	switch n := len(req.Runs); {
 	case n == 0:
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "a batch needs at least one run in \"runs\"", map[string]any{"field": "runs"})
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "a batch needs at least one run in \"runs\"", map[string]any{"field": "runs"})
 		return
 	case n > MaxBatchRuns:
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid,
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid,
 			fmt.Sprintf("a batch holds at most %d runs, got %d; send it in several batches", MaxBatchRuns, n),
 			map[string]any{"field": "runs", "limit": MaxBatchRuns, "count": n})
 		return
 	}
-	results := make([]BatchResult, len(req.Runs))
+	results := make([]apitype.BatchResult, len(req.Runs))
 	// Lanes: the submissions to one session, in order; each new-session
 	// submission is a lane of its own.
 	var lanes [][]int
@@ -91,14 +92,14 @@ func (s *Server) createRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	close(work)
 	wg.Wait()
-	writeJSON(w, http.StatusOK, BatchResponse{Results: results})
+	writeJSON(w, http.StatusOK, apitype.BatchResponse{Results: results})
 }
 
 // submitOne makes one submission of a batch.
-func (s *Server) submitOne(ctx context.Context, b BatchRun) BatchResult {
-	fail := func(err error) BatchResult {
+func (s *Server) submitOne(ctx context.Context, b apitype.BatchRun) apitype.BatchResult {
+	fail := func(err error) apitype.BatchResult {
 		status, body := errorBody(err)
-		return BatchResult{Status: status, Error: &body}
+		return apitype.BatchResult{Status: status, Error: &body}
 	}
 	if err := checkBatchRun(b); err != nil {
 		return fail(err)
@@ -113,12 +114,12 @@ func (s *Server) submitOne(ctx context.Context, b BatchRun) BatchResult {
 		return fail(err)
 	}
 	out := s.withActivity(run)
-	return BatchResult{Status: http.StatusCreated, Run: &out}
+	return apitype.BatchResult{Status: http.StatusCreated, Run: &out}
 }
 
 // checkBatchRun applies to a submission the checks POST /v1/runs makes
 // before it submits.
-func checkBatchRun(b BatchRun) error {
+func checkBatchRun(b apitype.BatchRun) error {
 	switch {
 	case len(b.IdempotencyKey) > 200 || strings.ContainsAny(b.IdempotencyKey, "\x00\r\n"):
 		return fmt.Errorf("%w: idempotencyKey must be at most 200 printable bytes", belay.ErrInvalid)

@@ -13,16 +13,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
 	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
-func (b *bundle) batch(body string) (int, BatchResponse, []byte) {
+func (b *bundle) batch(body string) (int, apitype.BatchResponse, []byte) {
 	b.t.Helper()
 	code, raw := b.do("POST", "/v1/runs:batch", body, nil)
-	var out BatchResponse
+	var out apitype.BatchResponse
 	if code == http.StatusOK {
 		require.NoError(b.t, json.Unmarshal(raw, &out), "%s", raw)
 	}
@@ -63,7 +64,7 @@ func TestBatchSubmit(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, r.Status, "item %d", i)
 			require.Nil(t, r.Run)
 			require.NotNil(t, r.Error)
-			require.Equal(t, CodeInvalid, r.Error.Code)
+			require.Equal(t, apitype.CodeInvalid, r.Error.Code)
 			require.NotEmpty(t, r.Error.Message)
 		default:
 			require.Equal(t, http.StatusCreated, r.Status, "item %d: %+v", i, r.Error)
@@ -78,7 +79,7 @@ func TestBatchSubmit(t *testing.T) {
 	// One session's runs were created, and so queue, in the batch's order.
 	code, raw = b.do("GET", "/v1/sessions/"+sess.ID+"/runs", "", nil)
 	require.Equal(t, http.StatusOK, code)
-	var list RunList
+	var list apitype.RunList
 	require.NoError(t, json.Unmarshal(raw, &list))
 	require.Len(t, list.Runs, 5)
 	for i, r := range list.Runs {
@@ -103,7 +104,7 @@ func TestBatchLimits(t *testing.T) {
 	for _, body := range []string{`{"runs":[]}`, `{}`, `{"runs":null}`} {
 		code, _, raw := b.batch(body)
 		require.Equal(t, http.StatusBadRequest, code, "%s: %s", body, raw)
-		require.Equal(t, CodeInvalid, errCode(t, raw))
+		require.Equal(t, apitype.CodeInvalid, errCode(t, raw))
 	}
 	code, _, raw := b.batch(`{"runs":[{"provider":"fake","prompt":"x","bogus":1}]}`)
 	require.Equal(t, http.StatusBadRequest, code, "unknown fields are refused: %s", raw)
@@ -111,9 +112,9 @@ func TestBatchLimits(t *testing.T) {
 	many := `{"runs":[` + strings.Repeat(`{"provider":"fake","prompt":"x"},`, MaxBatchRuns) + `{"provider":"fake","prompt":"x"}]}`
 	code, _, raw = b.batch(many)
 	require.Equal(t, http.StatusBadRequest, code, "%s", raw)
-	var e Error
+	var e apitype.Error
 	require.NoError(t, json.Unmarshal(raw, &e))
-	require.Equal(t, CodeInvalid, e.Error.Code)
+	require.Equal(t, apitype.CodeInvalid, e.Error.Code)
 	require.EqualValues(t, MaxBatchRuns, e.Error.Details["limit"])
 	require.Contains(t, e.Error.Message, "at most 1000 runs")
 
@@ -121,12 +122,12 @@ func TestBatchLimits(t *testing.T) {
 	code, _, raw = b.batch(big)
 	require.Equal(t, http.StatusRequestEntityTooLarge, code)
 	require.NoError(t, json.Unmarshal(raw, &e))
-	require.Equal(t, CodeTooLarge, e.Error.Code)
+	require.Equal(t, apitype.CodeTooLarge, e.Error.Code)
 	require.EqualValues(t, MaxBatchBody, e.Error.Details["limit"])
 
 	code, raw = b.do("GET", "/v1/runs", "", nil)
 	require.Equal(t, http.StatusOK, code)
-	var page RunPage
+	var page apitype.RunPage
 	require.NoError(t, json.Unmarshal(raw, &page))
 	require.Empty(t, page.Runs, "a refused batch makes nothing")
 }
@@ -168,9 +169,9 @@ func FuzzBatch(f *testing.F) {
 		h.ServeHTTP(w, req)
 		switch {
 		case w.Code == http.StatusOK:
-			var in BatchRequest
+			var in apitype.BatchRequest
 			require.NoError(t, json.Unmarshal([]byte(body), &in), "a 200 for a body that is not a batch")
-			var out BatchResponse
+			var out apitype.BatchResponse
 			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &out), "%s", w.Body.String())
 			require.Len(t, out.Results, len(in.Runs))
 			for i, r := range out.Results {
@@ -187,7 +188,7 @@ func FuzzBatch(f *testing.F) {
 				}
 			}
 		case w.Code >= 400 && w.Code < 500:
-			var e Error
+			var e apitype.Error
 			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &e), "%s", w.Body.String())
 			require.NotEmpty(t, e.Error.Code)
 		default:

@@ -7,34 +7,9 @@ import (
 	"net/http"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/runtime"
-)
-
-// Error codes: the stable "code" of error responses.
-const (
-	CodeInvalid          = "invalid_argument"
-	CodeNotFound         = "not_found"
-	CodeExists           = "already_exists"
-	CodeStaleEpoch       = "stale_epoch"
-	CodeLeaseExpired     = "lease_expired"
-	CodeLeaseHeld        = "lease_held"
-	CodeNotLeased        = "not_leased"
-	CodeTerminal         = "already_finished"
-	CodeConversationBusy = "conversation_busy"
-	CodeReadOnly         = "read_only"
-	CodeUnavailable      = "unavailable"
-	// CodeStoreUnreachable: the daemon is up but cannot reach its store
-	// (a database); nothing was written. Retry once /healthz says ok.
-	CodeStoreUnreachable = "store_unreachable"
-	CodeUnauthenticated  = "unauthenticated"
-	CodeTooLarge         = "too_large"
-	CodeOverloaded       = "overloaded"
-	CodeMethod           = "method_not_allowed"
-	CodeTimeout          = "timeout"
-	CodeSideEffects      = "side_effects_settled"
-	CodeDiskFull         = "disk_full"
-	CodeInternal         = "internal"
 )
 
 // statusOf maps an error onto an HTTP status and code.
@@ -42,41 +17,41 @@ func statusOf(err error) (int, string) {
 	var stale *belay.StaleEpochError
 	switch {
 	case errors.Is(err, belay.ErrLeaseExpired):
-		return http.StatusConflict, CodeLeaseExpired
+		return http.StatusConflict, apitype.CodeLeaseExpired
 	case errors.As(err, &stale), errors.Is(err, belay.ErrStaleEpoch):
-		return http.StatusConflict, CodeStaleEpoch
-	case errors.Is(err, runtime.ErrSideEffects):
-		return http.StatusConflict, CodeSideEffects
+		return http.StatusConflict, apitype.CodeStaleEpoch
+	case errors.Is(err, belay.ErrSideEffects):
+		return http.StatusConflict, apitype.CodeSideEffects
 	case errors.Is(err, runtime.ErrConversationBusy):
-		return http.StatusConflict, CodeConversationBusy
+		return http.StatusConflict, apitype.CodeConversationBusy
 	case errors.Is(err, belay.ErrTooLarge):
-		return http.StatusRequestEntityTooLarge, CodeTooLarge
+		return http.StatusRequestEntityTooLarge, apitype.CodeTooLarge
 	case errors.Is(err, belay.ErrInvalid):
-		return http.StatusBadRequest, CodeInvalid
+		return http.StatusBadRequest, apitype.CodeInvalid
 	case errors.Is(err, belay.ErrNotFound):
-		return http.StatusNotFound, CodeNotFound
+		return http.StatusNotFound, apitype.CodeNotFound
 	case errors.Is(err, belay.ErrExists):
-		return http.StatusConflict, CodeExists
+		return http.StatusConflict, apitype.CodeExists
 	case errors.Is(err, belay.ErrLeaseHeld):
-		return http.StatusConflict, CodeLeaseHeld
+		return http.StatusConflict, apitype.CodeLeaseHeld
 	case errors.Is(err, belay.ErrNotLeased):
-		return http.StatusConflict, CodeNotLeased
+		return http.StatusConflict, apitype.CodeNotLeased
 	case errors.Is(err, belay.ErrTerminal):
-		return http.StatusConflict, CodeTerminal
+		return http.StatusConflict, apitype.CodeTerminal
 	case errors.Is(err, belay.ErrActive):
-		return http.StatusConflict, CodeConversationBusy
+		return http.StatusConflict, apitype.CodeConversationBusy
 	case errors.Is(err, belay.ErrDiskFull):
-		return http.StatusInsufficientStorage, CodeDiskFull
+		return http.StatusInsufficientStorage, apitype.CodeDiskFull
 	case errors.Is(err, belay.ErrReadOnly):
-		return http.StatusServiceUnavailable, CodeReadOnly
+		return http.StatusServiceUnavailable, apitype.CodeReadOnly
 	case errors.Is(err, belay.ErrStoreUnreachable):
-		return http.StatusServiceUnavailable, CodeStoreUnreachable
+		return http.StatusServiceUnavailable, apitype.CodeStoreUnreachable
 	case errors.Is(err, belay.ErrStoreClosed):
-		return http.StatusServiceUnavailable, CodeUnavailable
+		return http.StatusServiceUnavailable, apitype.CodeUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout, CodeTimeout
+		return http.StatusGatewayTimeout, apitype.CodeTimeout
 	}
-	return http.StatusInternalServerError, CodeInternal
+	return http.StatusInternalServerError, apitype.CodeInternal
 }
 
 // writeError writes err as an API error.
@@ -86,14 +61,14 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 // errorBody is err as an API error and its HTTP status.
-func errorBody(err error) (int, ErrorBody) {
+func errorBody(err error) (int, apitype.ErrorBody) {
 	status, code := statusOf(err)
 	var details map[string]any
 	var stale *belay.StaleEpochError
 	var field *provider.FieldError
 	var unknown *provider.UnknownError
 	var conflict *runtime.IdempotencyConflictError
-	var effects *runtime.SideEffectsError
+	var effects *belay.SideEffectsError
 	var large *belay.TooLargeError
 	var full *belay.DiskFullError
 	switch {
@@ -112,14 +87,14 @@ func errorBody(err error) (int, ErrorBody) {
 	case errors.As(err, &effects):
 		details = map[string]any{"run": effects.Run, "tools": effects.Tools}
 	}
-	return status, ErrorBody{Code: code, Message: err.Error(), Details: details}
+	return status, apitype.ErrorBody{Code: code, Message: err.Error(), Details: details}
 }
 
 func writeErrorCode(w http.ResponseWriter, status int, code, msg string, details map[string]any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Error{Error: ErrorBody{Code: code, Message: msg, Details: details}})
+	_ = json.NewEncoder(w).Encode(apitype.Error{Error: apitype.ErrorBody{Code: code, Message: msg, Details: details}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
 )
 
@@ -56,7 +57,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "after must be a seq (a non-negative integer)", nil)
+			writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "after must be a seq (a non-negative integer)", nil)
 			return
 		}
 		after = n
@@ -69,7 +70,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get("Last-Event-ID"); v != "" {
 			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 			if err != nil {
-				writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "Last-Event-ID must be a seq", nil)
+				writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "Last-Event-ID must be a seq", nil)
 				return
 			}
 			after = n
@@ -86,7 +87,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "limit must be a positive integer", nil)
+			writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "limit must be a positive integer", nil)
 			return
 		}
 		limit = min(n, maxEventsPage)
@@ -123,7 +124,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if evs == nil {
 		evs = []belay.Event{}
 	}
-	writeJSON(w, http.StatusOK, EventList{Events: evs, LastSeq: sess.LastSeq, State: sess.State})
+	writeJSON(w, http.StatusOK, apitype.EventList{Events: evs, LastSeq: sess.LastSeq, State: sess.State})
 }
 
 // sse streams events as Server-Sent Events until the client goes away or
@@ -165,7 +166,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 		if err != nil {
 			// A damaged or failed session: say so once, then end the stream.
 			_, code := statusOf(err)
-			body, _ := json.Marshal(ErrorBody{Code: code, Message: err.Error()})
+			body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: err.Error()})
 			fmt.Fprintf(w, "event: error\ndata: %s\n\n", body)
 			_ = rc.Flush()
 			return
@@ -192,7 +193,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 		case werr != nil:
 			// A failed or damaged session: say so once and end the stream.
 			_, code := statusOf(werr)
-			body, _ := json.Marshal(ErrorBody{Code: code, Message: werr.Error()})
+			body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: werr.Error()})
 			fmt.Fprintf(w, "event: error\ndata: %s\n\n", body)
 			_ = rc.Flush()
 			return

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/belayhq/belay/apitype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,13 +18,13 @@ import (
 func TestDurationRange(t *testing.T) {
 	t.Parallel()
 	for _, in := range []string{`1e300`, `-1`, `-1e300`, `1e10`, `9223372037`, `"-5s"`, `"3000000h"`, `"soon"`, `true`, `{}`} {
-		var d Duration
+		var d apitype.Duration
 		require.Error(t, json.Unmarshal([]byte(in), &d), "%s", in)
 	}
 	for in, want := range map[string]time.Duration{
 		`0`: 0, `1.5`: 1500 * time.Millisecond, `"90s"`: 90 * time.Second, `9223372036`: 9223372036 * time.Second,
 	} {
-		var d Duration
+		var d apitype.Duration
 		require.NoError(t, json.Unmarshal([]byte(in), &d), "%s", in)
 		require.Equal(t, want, time.Duration(d), "%s", in)
 	}
@@ -31,7 +32,7 @@ func TestDurationRange(t *testing.T) {
 	b := setup(t, "")
 	code, raw := b.do("POST", "/v1/inbox/lease", `{"owner":"a","ttl":1e300}`, nil)
 	require.Equal(t, http.StatusBadRequest, code, "%s", raw)
-	require.Equal(t, CodeInvalid, errCode(t, raw))
+	require.Equal(t, apitype.CodeInvalid, errCode(t, raw))
 	require.Contains(t, string(raw), "bad duration 1e300")
 }
 
@@ -44,7 +45,7 @@ func FuzzDuration(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var d Duration
+		var d apitype.Duration
 		if err := json.Unmarshal(in, &d); err != nil {
 			if err.Error() == "" {
 				t.Fatal("empty error")
@@ -75,7 +76,7 @@ func FuzzDuration(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var back Duration
+		var back apitype.Duration
 		if err := json.Unmarshal(out, &back); err != nil || back != d {
 			t.Fatalf("round trip of %v: %s -> %v, %v", time.Duration(d), out, time.Duration(back), err)
 		}

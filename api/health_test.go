@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
 	"github.com/belayhq/belay/runtime"
@@ -73,19 +74,19 @@ func TestHealthDegraded(t *testing.T) {
 	}
 	code, body := get(true)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, HealthOK, body["status"])
+	require.Equal(t, apitype.HealthOK, body["status"])
 	require.Nil(t, body["problems"])
 
 	sick := fmt.Errorf("%w: postgres://db/belay does not answer: connection refused", belay.ErrStoreUnreachable)
 	st.err.Store(&sick)
 	code, body = get(true)
 	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Equal(t, HealthDegraded, body["status"])
+	require.Equal(t, apitype.HealthDegraded, body["status"])
 	require.Equal(t, []any{"store unreachable: postgres://db/belay does not answer: connection refused"}, body["problems"])
 	require.NotEmpty(t, body["incarnation"])
 	code, body = get(false)
 	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Equal(t, map[string]any{"status": HealthDegraded}, body, "no detail without the token")
+	require.Equal(t, map[string]any{"status": apitype.HealthDegraded}, body, "no detail without the token")
 
 	fenced := fmt.Errorf("%w: this node stopped writing", belay.ErrReadOnly)
 	st.err.Store(&fenced)
@@ -96,7 +97,7 @@ func TestHealthDegraded(t *testing.T) {
 	st.err.Store(nil)
 	code, body = get(false)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, HealthOK, body["status"])
+	require.Equal(t, apitype.HealthOK, body["status"])
 }
 
 // TestStoreUnreachableIs503: a write the store could not make because it
@@ -105,8 +106,8 @@ func TestStoreUnreachableIs503(t *testing.T) {
 	t.Parallel()
 	status, code := statusOf(fmt.Errorf("%w: connect: refused", belay.ErrStoreUnreachable))
 	require.Equal(t, http.StatusServiceUnavailable, status)
-	require.Equal(t, CodeStoreUnreachable, code)
+	require.Equal(t, apitype.CodeStoreUnreachable, code)
 	status, code = statusOf(errors.Join(belay.ErrReadOnly, belay.ErrStoreUnreachable))
 	require.Equal(t, http.StatusServiceUnavailable, status)
-	require.Equal(t, CodeReadOnly, code, "fenced for good is read_only")
+	require.Equal(t, apitype.CodeReadOnly, code, "fenced for good is read_only")
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/belayhq/belay/apitype"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -175,7 +176,7 @@ func (cl *ConnLimiter) reject(c net.Conn) {
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(time.Second))
 		_, _ = c.Read(make([]byte, 4096))
-		body, _ := json.Marshal(Error{Error: ErrorBody{Code: CodeOverloaded, Message: fmt.Sprintf(
+		body, _ := json.Marshal(apitype.Error{Error: apitype.ErrorBody{Code: apitype.CodeOverloaded, Message: fmt.Sprintf(
 			"the daemon is at its limit of %d connections; retry in %s", cl.max, RetryAfter)}})
 		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: %d\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 			int(RetryAfter/time.Second), len(body), body)
@@ -202,7 +203,7 @@ func (s *Server) acquireWatcher(w http.ResponseWriter) (release func(), ok bool)
 
 func writeOverloaded(w http.ResponseWriter, msg string) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
-	writeErrorCode(w, http.StatusServiceUnavailable, CodeOverloaded, msg, nil)
+	writeErrorCode(w, http.StatusServiceUnavailable, apitype.CodeOverloaded, msg, nil)
 }
 
 // deadlines bounds a request's body read and its response writes: the body

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/runtime"
 )
 
@@ -25,8 +26,8 @@ func TestRunInputLimitsAgree(t *testing.T) {
 		t.Helper()
 		code, raw := b.do("POST", "/v1/runs", body, nil)
 		require.Equal(t, http.StatusRequestEntityTooLarge, code, "%.300s", raw)
-		require.Equal(t, CodeTooLarge, errCode(t, raw))
-		var e Error
+		require.Equal(t, apitype.CodeTooLarge, errCode(t, raw))
+		var e apitype.Error
 		require.NoError(t, json.Unmarshal(raw, &e))
 		require.NotNil(t, e.Error.Details["limit"], "the limit is named")
 		return e.Error.Details
@@ -46,7 +47,7 @@ func TestRunInputLimitsAgree(t *testing.T) {
 	prompt := strings.Repeat("y", runtime.MaxInput-len(`{"prompt":""}`))
 	code, raw = b.do("POST", "/v1/runs", body(prompt), nil)
 	require.Equal(t, http.StatusCreated, code, "%.300s", raw)
-	var run Run
+	var run apitype.Run
 	require.NoError(t, json.Unmarshal(raw, &run))
 	code, raw = b.do("GET", "/v1/runs/"+run.ID+"/wait?timeout=30s", "", nil)
 	require.Equal(t, http.StatusOK, code)

@@ -59,7 +59,7 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) ObserveFsync(d time.Duration) { m.fsync.Observe(d.Seconds()) }
 
 // Watchdog counts a watchdog firing.
-func (m *Metrics) Watchdog(tier runtime.Tier) { m.watchdogs.WithLabelValues(string(tier)).Inc() }
+func (m *Metrics) Watchdog(tier belay.Tier) { m.watchdogs.WithLabelValues(string(tier)).Inc() }
 
 // RunEnded counts a run that ended.
 func (m *Metrics) RunEnded(run belay.Run) { m.ended.WithLabelValues(string(run.Status)).Inc() }

@@ -7,36 +7,29 @@ import (
 	"strings"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
-)
-
-// List pages: every list endpoint answers at most a page, DefaultPage items
-// unless ?limit= asks for up to MaxPage, and a nextCursor when there is
-// more; ?cursor= asks for the page after it.
-const (
-	DefaultPage = 100
-	MaxPage     = 1000
 )
 
 // pageParams reads ?limit= and ?cursor=.
 func pageParams(w http.ResponseWriter, r *http.Request) (limit int, cursor string, ok bool) {
 	q := r.URL.Query()
-	limit = DefaultPage
+	limit = apitype.DefaultPage
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 0 {
-			writeErrorCode(w, http.StatusBadRequest, CodeInvalid, "limit must be a non-negative integer", nil)
+			writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "limit must be a non-negative integer", nil)
 			return 0, "", false
 		}
 		if n > 0 {
-			limit = min(n, MaxPage)
+			limit = min(n, apitype.MaxPage)
 		}
 	}
 	return limit, q.Get("cursor"), true
 }
 
 func badCursor(w http.ResponseWriter, cursor string) {
-	writeErrorCode(w, http.StatusBadRequest, CodeInvalid, fmt.Sprintf("cursor %q is not a cursor this list returned", cursor), nil)
+	writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, fmt.Sprintf("cursor %q is not a cursor this list returned", cursor), nil)
 }
 
 // sessionsCursor checks a sessions cursor: the id of the last session of

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/belayhq/belay/apitype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,7 +27,7 @@ func TestListsArePaged(t *testing.T) {
 		require.Less(t, pages, 3)
 		code, raw := b.do("GET", "/v1/sessions?limit=2&cursor="+cursor, "", nil)
 		require.Equal(t, http.StatusOK, code, "%s", raw)
-		var l SessionList
+		var l apitype.SessionList
 		require.NoError(t, json.Unmarshal(raw, &l))
 		for _, s := range l.Sessions {
 			seen = append(seen, s.ID)
@@ -40,7 +41,7 @@ func TestListsArePaged(t *testing.T) {
 	require.Equal(t, created, seen, "every session once, newest first")
 	code, raw := b.do("GET", "/v1/sessions?cursor=nope", "", nil)
 	require.Equal(t, http.StatusBadRequest, code)
-	require.Equal(t, CodeInvalid, errCode(t, raw))
+	require.Equal(t, apitype.CodeInvalid, errCode(t, raw))
 
 	// Runs and inbox items of a session.
 	ses := created[0]
@@ -48,20 +49,20 @@ func TestListsArePaged(t *testing.T) {
 	for i := range 3 {
 		code, raw := b.do("POST", "/v1/sessions/"+ses+"/runs", fmt.Sprintf(`{"prompt":"p%d"}`, i), nil)
 		require.Equal(t, http.StatusCreated, code, "%s", raw)
-		var r Run
+		var r apitype.Run
 		require.NoError(t, json.Unmarshal(raw, &r))
 		runs = append(runs, r.ID)
 	}
 	code, raw = b.do("GET", "/v1/sessions/"+ses+"/runs?limit=2", "", nil)
 	require.Equal(t, http.StatusOK, code)
-	var rl RunList
+	var rl apitype.RunList
 	require.NoError(t, json.Unmarshal(raw, &rl))
 	require.Len(t, rl.Runs, 2)
 	require.Equal(t, runs[:2], []string{rl.Runs[0].ID, rl.Runs[1].ID})
 	require.NotEmpty(t, rl.NextCursor)
 	code, raw = b.do("GET", "/v1/sessions/"+ses+"/runs?limit=2&cursor="+rl.NextCursor, "", nil)
 	require.Equal(t, http.StatusOK, code)
-	rl = RunList{}
+	rl = apitype.RunList{}
 	require.NoError(t, json.Unmarshal(raw, &rl))
 	require.Len(t, rl.Runs, 1)
 	require.Equal(t, runs[2], rl.Runs[0].ID)
@@ -76,7 +77,7 @@ func TestListsArePaged(t *testing.T) {
 	for {
 		code, raw := b.do("GET", "/v1/sessions/"+ses+"/inbox?status=pending&limit=1&cursor="+cursor, "", nil)
 		require.Equal(t, http.StatusOK, code, "%s", raw)
-		var dl DeliveryList
+		var dl apitype.DeliveryList
 		require.NoError(t, json.Unmarshal(raw, &dl))
 		for _, d := range dl.Deliveries {
 			if d.Type == "ui.event" {

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,69 +12,16 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store"
 )
 
-// Paging of GET /v1/runs.
-const (
-	DefaultRunsLimit = 100
-	MaxRunsLimit     = 1000
-)
-
-// Run orders of GET /v1/runs (sort=).
-const (
-	SortNewest  = "newest"  // created, newest first (the default)
-	SortOldest  = "oldest"  // created, oldest first
-	SortUpdated = "updated" // last change, most recent first
-)
-
-// RunPage is the body of GET /v1/runs: one page of runs and the cursor of
-// the next ("" after the last page).
-type RunPage struct {
-	Runs       []Run  `json:"runs"`
-	NextCursor string `json:"nextCursor,omitempty"`
-}
-
-// RunQuery is what GET /v1/runs selects: the filter, the order, the page
-// size and the cursor of the page (from a previous nextCursor).
-type RunQuery struct {
-	belay.RunFilter
-	Sort   string
-	Limit  int
-	Cursor string
-}
-
-// Values encodes q as the query string of GET /v1/runs.
-func (q RunQuery) Values() map[string][]string {
-	v := map[string][]string{}
-	set := func(k, val string) {
-		if val != "" {
-			v[k] = []string{val}
-		}
-	}
-	set("session", q.Session)
-	set("status", string(q.Status))
-	set("provider", q.Provider)
-	set("tag", q.Tag)
-	if !q.Since.IsZero() {
-		set("since", q.Since.UTC().Format(time.RFC3339Nano))
-	}
-	if q.Failed {
-		set("failed", "true")
-	}
-	set("sort", q.Sort)
-	if q.Limit > 0 {
-		set("limit", strconv.Itoa(q.Limit))
-	}
-	set("cursor", q.Cursor)
-	return v
-}
-
 // parseRunQuery reads the query of GET /v1/runs.
-func parseRunQuery(r *http.Request, now time.Time) (RunQuery, error) {
+func parseRunQuery(r *http.Request, now time.Time) (apitype.RunQuery, error) {
 	v := r.URL.Query()
-	q := RunQuery{Sort: v.Get("sort"), Cursor: v.Get("cursor"), Limit: DefaultRunsLimit}
+	q := apitype.RunQuery{Sort: v.Get("sort"), Cursor: v.Get("cursor"), Limit: apitype.DefaultRunsLimit}
 	q.Session, q.Provider, q.Tag = v.Get("session"), v.Get("provider"), v.Get("tag")
 	q.Status = belay.RunStatus(v.Get("status"))
 	if q.Session != "" {
@@ -107,15 +55,15 @@ func parseRunQuery(r *http.Request, now time.Time) (RunQuery, error) {
 	}
 	switch q.Sort {
 	case "":
-		q.Sort = SortNewest
-	case SortNewest, SortOldest, SortUpdated:
+		q.Sort = apitype.SortNewest
+	case apitype.SortNewest, apitype.SortOldest, apitype.SortUpdated:
 	default:
-		return q, fmt.Errorf("sort %q is not %s, %s or %s", q.Sort, SortNewest, SortOldest, SortUpdated)
+		return q, fmt.Errorf("sort %q is not %s, %s or %s", q.Sort, apitype.SortNewest, apitype.SortOldest, apitype.SortUpdated)
 	}
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > MaxRunsLimit {
-			return q, fmt.Errorf("limit must be 1-%d", MaxRunsLimit)
+		if err != nil || n < 1 || n > apitype.MaxRunsLimit {
+			return q, fmt.Errorf("limit must be 1-%d", apitype.MaxRunsLimit)
 		}
 		q.Limit = n
 	}
@@ -129,7 +77,7 @@ type runKey struct {
 }
 
 func keyOf(r *belay.Run, sort string) runKey {
-	if sort == SortUpdated {
+	if sort == apitype.SortUpdated {
 		return runKey{r.UpdatedAt, r.ID}
 	}
 	return runKey{r.CreatedAt, r.ID}
@@ -141,7 +89,7 @@ func (a runKey) before(b runKey, sort string) bool {
 	if c == 0 {
 		c = strings.Compare(a.id, b.id)
 	}
-	if sort == SortOldest {
+	if sort == apitype.SortOldest {
 		return c < 0
 	}
 	return c > 0
@@ -167,7 +115,7 @@ func decodeCursor(c string) (runKey, error) {
 func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 	q, err := parseRunQuery(r, time.Now())
 	if err != nil {
-		writeErrorCode(w, http.StatusBadRequest, CodeInvalid, err.Error(), nil)
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, err.Error(), nil)
 		return
 	}
 	page, next, err := ListRuns(r.Context(), s.st, q)
@@ -175,7 +123,7 @@ func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := RunPage{Runs: make([]Run, 0, len(page)), NextCursor: next}
+	out := apitype.RunPage{Runs: make([]apitype.Run, 0, len(page)), NextCursor: next}
 	for _, run := range page {
 		out.Runs = append(out.Runs, s.withActivity(run))
 	}
@@ -186,12 +134,12 @@ func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 // of the next page ("" after the last). A store that is a
 // store.RunLister selects the page without copying every run; the CLI
 // uses this to list runs from the files when the daemon is down.
-func ListRuns(ctx context.Context, st store.Store, q RunQuery) ([]belay.Run, string, error) {
+func ListRuns(ctx context.Context, st store.Store, q apitype.RunQuery) ([]belay.Run, string, error) {
 	if q.Sort == "" {
-		q.Sort = SortNewest
+		q.Sort = apitype.SortNewest
 	}
 	if q.Limit <= 0 {
-		q.Limit = DefaultRunsLimit
+		q.Limit = apitype.DefaultRunsLimit
 	}
 	var after *runKey
 	if q.Cursor != "" {
@@ -270,4 +218,174 @@ func pageRuns(runs []belay.Run, sort string, after *runKey, limit int) []belay.R
 		}
 	}
 	return page
+}
+
+func (s *Server) withActivity(run belay.Run) apitype.Run {
+	out := apitype.Run{Run: run}
+	if a, ok := s.rt.Activity(run.ID); ok {
+		out.Activity = &a
+	}
+	return out
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Session)
+	if !ok {
+		return
+	}
+	status := belay.RunStatus(r.URL.Query().Get("status"))
+	if status != "" && !status.Valid() {
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "status must be queued, running, complete, failed, cancelled or stranded", map[string]any{"field": "status"})
+		return
+	}
+	limit, cursor, ok := pageParams(w, r)
+	if !ok {
+		return
+	}
+	runs, err := s.st.Runs(r.Context(), belay.RunFilter{Session: id, Status: status})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	runs, next, ok := runsPage(runs, cursor, limit)
+	if !ok {
+		badCursor(w, cursor)
+		return
+	}
+	out := apitype.RunList{Runs: []apitype.Run{}, NextCursor: next}
+	for _, run := range runs {
+		out.Runs = append(out.Runs, s.withActivity(run))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	var req apitype.CreateRunRequest
+	if !decode(w, r, MaxRunBody, &req) {
+		return
+	}
+	if r.PathValue("id") != "" {
+		id, ok := pathID(w, r, ids.Session)
+		if !ok {
+			return
+		}
+		req.Session = id
+	} else if req.Session != "" {
+		if err := ids.Check(ids.Session, req.Session); err != nil {
+			writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, err.Error(), nil)
+			return
+		}
+	}
+	if req.Session == "" && req.Provider == "" {
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "a run needs a session or a provider", nil)
+		return
+	}
+	if req.Deadline < 0 {
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "deadline must not be negative", nil)
+		return
+	}
+	run, err := s.rt.Submit(r.Context(), runtime.SubmitRequest{
+		Session: req.Session, Provider: req.Provider, Model: req.Model, Prompt: req.Prompt,
+		Script: req.Script, Options: req.Options, Policy: req.Policy, Priority: req.Priority,
+		Deadline: time.Duration(req.Deadline), IdempotencyKey: key, Labels: req.Labels,
+		Tags: req.Tags, Meta: req.Meta,
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.withActivity(run))
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	run, err := s.st.Run(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withActivity(run))
+}
+
+// waitRun long-polls until the run ends or the wait (at most a minute)
+// passes; then it answers with the run as it is: a timeout is not an error.
+func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	d, ok := waitFor(w, r, "timeout")
+	if !ok {
+		return
+	}
+	if d > 0 {
+		release, ok := s.acquireWatcher(w)
+		if !ok {
+			return
+		}
+		defer release()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	defer cancel()
+	run, err := s.rt.Wait(ctx, id)
+	if err != nil && !errors.Is(err, belay.ErrStillRunning) {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withActivity(run))
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	var body struct {
+		Reason string `json:"reason,omitempty"`
+	}
+	if r.ContentLength != 0 && !decode(w, r, MaxBody, &body) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	run, err := s.rt.Cancel(ctx, id, body.Reason)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.withActivity(run))
+}
+
+// retryRun creates a new run with the input of a finished one (belay runs
+// retry), refused when side effects settled unless allowed.
+func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, ids.Run)
+	if !ok {
+		return
+	}
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	var req apitype.RetryRequest
+	if r.ContentLength != 0 && !decode(w, r, MaxBody, &req) {
+		return
+	}
+	if req.Policy != "" && !req.Policy.Valid() {
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "policy must be enqueue, reject, interrupt or replace", map[string]any{"field": "policy"})
+		return
+	}
+	run, tools, err := s.rt.Retry(r.Context(), runtime.RetryRequest{Run: id, AllowSideEffects: req.AllowSideEffects, IdempotencyKey: key, Policy: req.Policy})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, apitype.RetryResponse{Run: s.withActivity(run), MayRepeat: tools})
 }

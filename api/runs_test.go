@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 )
 
 func TestListRunsAcrossSessions(t *testing.T) {
@@ -27,17 +28,17 @@ func TestListRunsAcrossSessions(t *testing.T) {
 		}
 		code, raw := b.do("POST", "/v1/runs", fmt.Sprintf(`{"provider":"fake","prompt":"p%d","tags":%s,"meta":{"i":"%d"}}`, i, tags, i), nil)
 		require.Equal(t, http.StatusCreated, code, "%s", raw)
-		var r Run
+		var r apitype.Run
 		require.NoError(t, json.Unmarshal(raw, &r))
 		want = append(want, r.ID)
 	}
 	slices.Reverse(want) // newest first
 
-	page := func(q string) RunPage {
+	page := func(q string) apitype.RunPage {
 		t.Helper()
 		code, raw := b.do("GET", "/v1/runs?"+q, "", nil)
 		require.Equal(t, http.StatusOK, code, "%s", raw)
-		var p RunPage
+		var p apitype.RunPage
 		require.NoError(t, json.Unmarshal(raw, &p))
 		return p
 	}
@@ -66,9 +67,9 @@ func TestListRunsAcrossSessions(t *testing.T) {
 	require.Len(t, page("provider=fake&since=1h").Runs, 7)
 
 	// The store's page selection agrees with sorting everything.
-	for _, sort := range []string{SortNewest, SortOldest, SortUpdated} {
+	for _, sort := range []string{apitype.SortNewest, apitype.SortOldest, apitype.SortUpdated} {
 		for _, limit := range []int{1, 2, 3, 100} {
-			q := RunQuery{RunFilter: belay.RunFilter{Tag: "all"}, Sort: sort, Limit: limit}
+			q := apitype.RunQuery{RunFilter: belay.RunFilter{Tag: "all"}, Sort: sort, Limit: limit}
 			var viaStore, viaSort []string
 			for {
 				page, next, err := ListRuns(context.Background(), b.rt.Store(), q)
@@ -93,7 +94,7 @@ func TestListRunsAcrossSessions(t *testing.T) {
 	for _, q := range []string{"limit=0", "limit=5000", "sort=sideways", "status=bogus", "tag=a%20b", "since=yesterday", "failed=maybe", "cursor=zzz", "session=../x"} {
 		code, raw := b.do("GET", "/v1/runs?"+q, "", nil)
 		require.Equal(t, http.StatusBadRequest, code, "%s: %s", q, raw)
-		require.Equal(t, CodeInvalid, errCode(t, raw))
+		require.Equal(t, apitype.CodeInvalid, errCode(t, raw))
 	}
 }
 
@@ -106,7 +107,7 @@ func TestPageRuns(t *testing.T) {
 		at := base.Add(time.Duration(rand.IntN(50)) * time.Second) // many ties
 		runs = append(runs, belay.Run{ID: fmt.Sprintf("run_%026d", i), CreatedAt: at, UpdatedAt: at.Add(time.Duration(rand.IntN(50)) * time.Second)})
 	}
-	for _, sort := range []string{SortNewest, SortOldest, SortUpdated} {
+	for _, sort := range []string{apitype.SortNewest, apitype.SortOldest, apitype.SortUpdated} {
 		full := slices.Clone(runs)
 		slices.SortFunc(full, func(a, b belay.Run) int {
 			ka, kb := keyOf(&a, sort), keyOf(&b, sort)

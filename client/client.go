@@ -1,6 +1,8 @@
 // Package client is the typed Go client of belay's HTTP API v1. The CLI
 // talks to the daemon only through it, over the daemon's unix socket or
-// over TCP with a bearer token.
+// over TCP with a bearer token. It imports only the vocabulary (packages
+// belay and apitype), never the server, the runtime or a store
+// (docs/architecture.md).
 package client
 
 import (
@@ -19,11 +21,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
-	"github.com/belayhq/belay/doctor"
-	"github.com/belayhq/belay/runtime"
-	"github.com/belayhq/belay/store"
-	"github.com/belayhq/belay/transcript"
+	"github.com/belayhq/belay/apitype"
 )
 
 // Client talks to one daemon.
@@ -72,7 +70,7 @@ type Error struct {
 	// RetryAfter is the wait a 503 overloaded answer asked for.
 	RetryAfter time.Duration
 	// health is the body of a degraded /healthz (503).
-	health *api.Health
+	health *apitype.Health
 }
 
 // ErrOverloaded matches an answer that the daemon is at its connection or
@@ -90,37 +88,37 @@ func (e *Error) Error() string {
 // errors.Is(err, belay.ErrNotFound) across the wire.
 func (e *Error) Is(target error) bool {
 	switch e.Code {
-	case api.CodeInvalid:
+	case apitype.CodeInvalid:
 		return target == belay.ErrInvalid
-	case api.CodeNotFound:
+	case apitype.CodeNotFound:
 		return target == belay.ErrNotFound
-	case api.CodeExists:
+	case apitype.CodeExists:
 		return target == belay.ErrExists
-	case api.CodeStaleEpoch:
+	case apitype.CodeStaleEpoch:
 		return target == belay.ErrStaleEpoch
-	case api.CodeLeaseExpired:
+	case apitype.CodeLeaseExpired:
 		return target == belay.ErrLeaseExpired || target == belay.ErrStaleEpoch
-	case api.CodeLeaseHeld:
+	case apitype.CodeLeaseHeld:
 		return target == belay.ErrLeaseHeld
-	case api.CodeNotLeased:
+	case apitype.CodeNotLeased:
 		return target == belay.ErrNotLeased
-	case api.CodeTerminal:
+	case apitype.CodeTerminal:
 		return target == belay.ErrTerminal
-	case api.CodeConversationBusy:
+	case apitype.CodeConversationBusy:
 		return target == belay.ErrActive
-	case api.CodeReadOnly:
+	case apitype.CodeReadOnly:
 		return target == belay.ErrReadOnly
-	case api.CodeDiskFull:
+	case apitype.CodeDiskFull:
 		return target == belay.ErrDiskFull
-	case api.CodeUnavailable:
+	case apitype.CodeUnavailable:
 		return target == belay.ErrStoreClosed
-	case api.CodeStoreUnreachable:
+	case apitype.CodeStoreUnreachable:
 		return target == belay.ErrStoreUnreachable
-	case api.CodeSideEffects:
-		return target == runtime.ErrSideEffects
-	case api.CodeOverloaded:
+	case apitype.CodeSideEffects:
+		return target == belay.ErrSideEffects
+	case apitype.CodeOverloaded:
 		return target == ErrOverloaded
-	case api.CodeTooLarge:
+	case apitype.CodeTooLarge:
 		return target == belay.ErrTooLarge
 	}
 	return false
@@ -193,7 +191,7 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, i
 	for attempt := 0; ; attempt++ {
 		err := c.once(ctx, method, path, hdr, payload, in != nil, out)
 		var e *Error
-		if attempt == overloadRetries || !errors.As(err, &e) || e.Code != api.CodeOverloaded {
+		if attempt == overloadRetries || !errors.As(err, &e) || e.Code != apitype.CodeOverloaded {
 			return err
 		}
 		t := time.NewTimer(min(max(e.RetryAfter, 100*time.Millisecond), 2*time.Second))
@@ -250,14 +248,14 @@ func (c *Client) once(ctx context.Context, method, path string, hdr http.Header,
 }
 
 func decodeError(resp *http.Response) error {
-	var e api.Error
+	var e apitype.Error
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
-		var h api.Health
-		if resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(raw, &h) == nil && h.Status == api.HealthDegraded {
-			return &Error{Status: resp.StatusCode, Code: api.CodeStoreUnreachable, Message: "the daemon is degraded: " + strings.Join(h.Problems, "; "), health: &h}
+		var h apitype.Health
+		if resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(raw, &h) == nil && h.Status == apitype.HealthDegraded {
+			return &Error{Status: resp.StatusCode, Code: apitype.CodeStoreUnreachable, Message: "the daemon is degraded: " + strings.Join(h.Problems, "; "), health: &h}
 		}
-		return &Error{Status: resp.StatusCode, Code: api.CodeInternal, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))}
+		return &Error{Status: resp.StatusCode, Code: apitype.CodeInternal, Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))}
 	}
 	out := &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
@@ -278,9 +276,9 @@ func keyHeader(key string) http.Header {
 // not answer before ctx's deadline (stopped, wedged) is unreachable too. A
 // degraded daemon (it answers, but cannot write: its store is
 // unreachable) is not an error: the Health says so (Status
-// api.HealthDegraded, Problems).
-func (c *Client) Health(ctx context.Context) (api.Health, error) {
-	var h api.Health
+// apitype.HealthDegraded, Problems).
+func (c *Client) Health(ctx context.Context) (apitype.Health, error) {
+	var h apitype.Health
 	err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
 	var e *Error
 	if errors.As(err, &e) && e.health != nil {
@@ -293,7 +291,7 @@ func (c *Client) Health(ctx context.Context) (api.Health, error) {
 }
 
 // CreateSession creates a session; key makes it idempotent.
-func (c *Client) CreateSession(ctx context.Context, req api.CreateSessionRequest, key string) (belay.Session, error) {
+func (c *Client) CreateSession(ctx context.Context, req apitype.CreateSessionRequest, key string) (belay.Session, error) {
 	var s belay.Session
 	return s, c.do(ctx, http.MethodPost, "/v1/sessions", keyHeader(key), req, &s)
 }
@@ -325,7 +323,7 @@ func (c *Client) Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.S
 // SessionsPage returns one page of sessions after cursor ("" for the
 // first): at most f.Limit (the daemon's default page if 0), and the next
 // page's cursor.
-func (c *Client) SessionsPage(ctx context.Context, f belay.SessionFilter, cursor string) (api.SessionList, error) {
+func (c *Client) SessionsPage(ctx context.Context, f belay.SessionFilter, cursor string) (apitype.SessionList, error) {
 	q := url.Values{}
 	if f.State != "" {
 		q.Set("state", string(f.State))
@@ -334,25 +332,25 @@ func (c *Client) SessionsPage(ctx context.Context, f belay.SessionFilter, cursor
 		q.Set("provider", f.Provider)
 	}
 	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(min(f.Limit, api.MaxPage)))
+		q.Set("limit", strconv.Itoa(min(f.Limit, apitype.MaxPage)))
 	}
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
-	var out api.SessionList
+	var out apitype.SessionList
 	return out, c.do(ctx, http.MethodGet, "/v1/sessions?"+q.Encode(), nil, nil, &out)
 }
 
 // Runs lists a session's runs in creation order, following the pages.
-func (c *Client) Runs(ctx context.Context, session string) ([]api.Run, error) {
-	var all []api.Run
+func (c *Client) Runs(ctx context.Context, session string) ([]apitype.Run, error) {
+	var all []apitype.Run
 	cursor := ""
 	for {
-		q := url.Values{"limit": {strconv.Itoa(api.MaxPage)}}
+		q := url.Values{"limit": {strconv.Itoa(apitype.MaxPage)}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		var out api.RunList
+		var out apitype.RunList
 		err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/runs?"+q.Encode(), nil, nil, &out)
 		all = append(all, out.Runs...)
 		if err != nil || out.NextCursor == "" {
@@ -364,14 +362,14 @@ func (c *Client) Runs(ctx context.Context, session string) ([]api.Run, error) {
 
 // ListRuns lists runs across sessions, one page at a time: pass the
 // NextCursor of a page as q.Cursor for the next.
-func (c *Client) ListRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error) {
-	var out api.RunPage
+func (c *Client) ListRuns(ctx context.Context, q apitype.RunQuery) (apitype.RunPage, error) {
+	var out apitype.RunPage
 	return out, c.do(ctx, http.MethodGet, "/v1/runs?"+url.Values(q.Values()).Encode(), nil, nil, &out)
 }
 
 // CreateRun submits a run; key makes it idempotent.
-func (c *Client) CreateRun(ctx context.Context, req api.CreateRunRequest, key string) (api.Run, error) {
-	var r api.Run
+func (c *Client) CreateRun(ctx context.Context, req apitype.CreateRunRequest, key string) (apitype.Run, error) {
+	var r apitype.Run
 	return r, c.do(ctx, http.MethodPost, "/v1/runs", keyHeader(key), req, &r)
 }
 
@@ -380,9 +378,9 @@ func (c *Client) CreateRun(ctx context.Context, req api.CreateRunRequest, key st
 // come back in the order given, each with its run or its error (AsError
 // turns one into an error). The error is for the batch as a whole: too
 // large, daemon unreachable.
-func (c *Client) CreateRuns(ctx context.Context, runs []api.BatchRun) ([]api.BatchResult, error) {
-	var out api.BatchResponse
-	if err := c.do(ctx, http.MethodPost, "/v1/runs:batch", nil, api.BatchRequest{Runs: runs}, &out); err != nil {
+func (c *Client) CreateRuns(ctx context.Context, runs []apitype.BatchRun) ([]apitype.BatchResult, error) {
+	var out apitype.BatchResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/runs:batch", nil, apitype.BatchRequest{Runs: runs}, &out); err != nil {
 		return nil, err
 	}
 	if len(out.Results) != len(runs) {
@@ -393,7 +391,7 @@ func (c *Client) CreateRuns(ctx context.Context, runs []api.BatchRun) ([]api.Bat
 
 // AsError returns the error of one result of a batch (nil if it made a
 // run), matching belay's sentinels like any API error.
-func AsError(r api.BatchResult) error {
+func AsError(r apitype.BatchResult) error {
 	if r.Error == nil {
 		return nil
 	}
@@ -401,21 +399,21 @@ func AsError(r api.BatchResult) error {
 }
 
 // Run returns one run.
-func (c *Client) Run(ctx context.Context, id string) (api.Run, error) {
-	var r api.Run
+func (c *Client) Run(ctx context.Context, id string) (apitype.Run, error) {
+	var r apitype.Run
 	return r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, &r)
 }
 
 // WaitRun long-polls until the run ends or timeout (at most a minute)
 // passes, and returns the run as it is then.
-func (c *Client) WaitRun(ctx context.Context, id string, timeout time.Duration) (api.Run, error) {
-	var r api.Run
+func (c *Client) WaitRun(ctx context.Context, id string, timeout time.Duration) (apitype.Run, error) {
+	var r apitype.Run
 	return r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/wait?timeout="+timeout.String(), nil, nil, &r)
 }
 
 // CancelRun cancels a run.
-func (c *Client) CancelRun(ctx context.Context, id, reason string) (api.Run, error) {
-	var r api.Run
+func (c *Client) CancelRun(ctx context.Context, id, reason string) (apitype.Run, error) {
+	var r apitype.Run
 	var body any
 	if reason != "" {
 		body = map[string]string{"reason": reason}
@@ -424,7 +422,7 @@ func (c *Client) CancelRun(ctx context.Context, id, reason string) (api.Run, err
 }
 
 // Events long-polls a page of a session's events after seq after.
-func (c *Client) Events(ctx context.Context, session string, after uint64, limit int, wait time.Duration) (api.EventList, error) {
+func (c *Client) Events(ctx context.Context, session string, after uint64, limit int, wait time.Duration) (apitype.EventList, error) {
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
@@ -432,13 +430,13 @@ func (c *Client) Events(ctx context.Context, session string, after uint64, limit
 	if wait > 0 {
 		q.Set("wait", wait.String())
 	}
-	var out api.EventList
+	var out apitype.EventList
 	return out, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/events?"+q.Encode(), nil, nil, &out)
 }
 
 // Doctor diagnoses a session.
-func (c *Client) Doctor(ctx context.Context, session string) (doctor.Report, error) {
-	var r doctor.Report
+func (c *Client) Doctor(ctx context.Context, session string) (apitype.DoctorReport, error) {
+	var r apitype.DoctorReport
 	return r, c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/doctor", nil, nil, &r)
 }
 
@@ -449,10 +447,10 @@ func (c *Client) DaemonDoctor(ctx context.Context) (json.RawMessage, error) {
 }
 
 // Transcript writes a session's transcript in a format to w.
-func (c *Client) Transcript(ctx context.Context, session, format string, w io.Writer) (transcript.ExportSummary, error) {
-	var sum transcript.ExportSummary
+func (c *Client) Transcript(ctx context.Context, session, format string, w io.Writer) (apitype.ExportSummary, error) {
+	var sum apitype.ExportSummary
 	tr, err := c.streamTrailer(ctx, "/v1/sessions/"+url.PathEscape(session)+"/transcript?format="+url.QueryEscape(format), w)
-	if v := tr.Get(api.TrailerExportNotes); v != "" {
+	if v := tr.Get(apitype.TrailerExportNotes); v != "" {
 		if jerr := json.Unmarshal([]byte(v), &sum); jerr != nil && err == nil {
 			err = fmt.Errorf("client: the export's notes do not decode: %w", jerr)
 		}
@@ -504,13 +502,13 @@ func (c *Client) streamTrailer(ctx context.Context, path string, w io.Writer) (h
 		}
 		return resp.Trailer, err
 	}
-	switch resp.Trailer.Get(api.TrailerStatus) {
+	switch resp.Trailer.Get(apitype.TrailerStatus) {
 	case "ok":
 		return resp.Trailer, nil
 	case "error":
-		var e api.ErrorBody
-		if json.Unmarshal([]byte(resp.Trailer.Get(api.TrailerError)), &e) != nil || e.Code == "" {
-			e = api.ErrorBody{Code: api.CodeInternal, Message: "the daemon stopped the stream: " + resp.Trailer.Get(api.TrailerError)}
+		var e apitype.ErrorBody
+		if json.Unmarshal([]byte(resp.Trailer.Get(apitype.TrailerError)), &e) != nil || e.Code == "" {
+			e = apitype.ErrorBody{Code: apitype.CodeInternal, Message: "the daemon stopped the stream: " + resp.Trailer.Get(apitype.TrailerError)}
 		}
 		return resp.Trailer, &Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message}
 	}
@@ -518,7 +516,7 @@ func (c *Client) streamTrailer(ctx context.Context, path string, w io.Writer) (h
 }
 
 // Post adds an item to a session's inbox.
-func (c *Client) Post(ctx context.Context, session string, req api.PostRequest) (belay.Delivery, error) {
+func (c *Client) Post(ctx context.Context, session string, req apitype.PostRequest) (belay.Delivery, error) {
 	var d belay.Delivery
 	return d, c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/inbox", nil, req, &d)
 }
@@ -528,11 +526,11 @@ func (c *Client) Inbox(ctx context.Context, session string, status belay.Deliver
 	var all []belay.Delivery
 	cursor := ""
 	for {
-		q := url.Values{"status": {string(status)}, "limit": {strconv.Itoa(api.MaxPage)}}
+		q := url.Values{"status": {string(status)}, "limit": {strconv.Itoa(apitype.MaxPage)}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		var out api.DeliveryList
+		var out apitype.DeliveryList
 		err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session)+"/inbox?"+q.Encode(), nil, nil, &out)
 		all = append(all, out.Deliveries...)
 		if err != nil || out.NextCursor == "" {
@@ -543,13 +541,13 @@ func (c *Client) Inbox(ctx context.Context, session string, status belay.Deliver
 }
 
 // Lease leases deliverable items, waiting up to req.Wait.
-func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) ([]belay.Delivery, error) {
-	var out api.DeliveryList
+func (c *Client) Lease(ctx context.Context, req apitype.LeaseRequest) ([]belay.Delivery, error) {
+	var out apitype.DeliveryList
 	return out.Deliveries, c.do(ctx, http.MethodPost, "/v1/inbox/lease", nil, req, &out)
 }
 
 // Settle acks, releases or retries a leased item.
-func (c *Client) Settle(ctx context.Context, id string, req api.SettleRequest) (belay.Delivery, error) {
+func (c *Client) Settle(ctx context.Context, id string, req apitype.SettleRequest) (belay.Delivery, error) {
 	var d belay.Delivery
 	return d, c.do(ctx, http.MethodPost, "/v1/inbox/"+url.PathEscape(id)+"/settle", nil, req, &d)
 }
@@ -565,14 +563,14 @@ func (c *Client) DeleteSession(ctx context.Context, id string, force bool) error
 }
 
 // Prune prunes sessions by the daemon's retention policy.
-func (c *Client) Prune(ctx context.Context, dryRun bool) (store.PruneReport, error) {
-	var r store.PruneReport
-	return r, c.do(ctx, http.MethodPost, "/v1/prune", nil, api.PruneRequest{DryRun: dryRun}, &r)
+func (c *Client) Prune(ctx context.Context, dryRun bool) (belay.PruneReport, error) {
+	var r belay.PruneReport
+	return r, c.do(ctx, http.MethodPost, "/v1/prune", nil, apitype.PruneRequest{DryRun: dryRun}, &r)
 }
 
 // RetryRun creates a new run with the input of a finished run; key
 // defaults to "retry-" + id on the daemon.
-func (c *Client) RetryRun(ctx context.Context, id string, req api.RetryRequest, key string) (api.RetryResponse, error) {
-	var r api.RetryResponse
+func (c *Client) RetryRun(ctx context.Context, id string, req apitype.RetryRequest, key string) (apitype.RetryResponse, error) {
+	var r apitype.RetryResponse
 	return r, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/retry", keyHeader(key), req, &r)
 }

@@ -14,8 +14,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
-	"github.com/belayhq/belay/journal"
+	"github.com/belayhq/belay/apitype"
 )
 
 // ErrStop, returned by a Follow callback, ends Follow without error.
@@ -76,12 +75,12 @@ func (c *Client) streamEvents(ctx context.Context, session string, after uint64,
 		case line == "":
 			if data != "" {
 				if typ == "error" {
-					var e api.ErrorBody
+					var e apitype.ErrorBody
 					if json.Unmarshal([]byte(data), &e) != nil || e.Code == "" {
 						if len(data) > 200 {
 							data = data[:200] + "…"
 						}
-						e = api.ErrorBody{Code: api.CodeInternal, Message: "the daemon ended the stream with an error it did not describe: " + data}
+						e = apitype.ErrorBody{Code: apitype.CodeInternal, Message: "the daemon ended the stream with an error it did not describe: " + data}
 					}
 					return &Error{Status: http.StatusOK, Code: e.Code, Message: e.Message}
 				}
@@ -110,7 +109,7 @@ func (c *Client) streamEvents(ctx context.Context, session string, after uint64,
 // maxStreamLine bounds one event of a stream: twice the largest journal
 // record, so that a daemon (or anything answering in its place) cannot
 // make the client allocate without bound.
-const maxStreamLine = 2 * journal.MaxRecordSize
+const maxStreamLine = 2 * belay.MaxRecordSize
 
 // errLineTooLong is a stream line longer than the bound.
 var errLineTooLong = fmt.Errorf("client: a line in the stream is longer than %d bytes", maxStreamLine)

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 )
 
 // TestAnswerWholeOrFails: a streamed body counts only with its ok trailer;
@@ -20,9 +20,9 @@ func TestAnswerWholeOrFails(t *testing.T) {
 		trailer map[string]string
 		check   func(error) bool
 	}{
-		"ok":      {map[string]string{api.TrailerStatus: "ok"}, func(err error) bool { return err == nil }},
+		"ok":      {map[string]string{apitype.TrailerStatus: "ok"}, func(err error) bool { return err == nil }},
 		"cut off": {nil, func(err error) bool { return errors.Is(err, ErrCutOff) }},
-		"quarantine": {map[string]string{api.TrailerStatus: "error", api.TrailerError: `{"code":"read_only","message":"journal damaged at offset 42"}`},
+		"quarantine": {map[string]string{apitype.TrailerStatus: "error", apitype.TrailerError: `{"code":"read_only","message":"journal damaged at offset 42"}`},
 			func(err error) bool {
 				return errors.Is(err, belay.ErrReadOnly) && err.Error() == "journal damaged at offset 42"
 			}},
@@ -30,7 +30,7 @@ func TestAnswerWholeOrFails(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Trailer", api.TrailerStatus+", "+api.TrailerError)
+				w.Header().Set("Trailer", apitype.TrailerStatus+", "+apitype.TrailerError)
 				_, _ = w.Write([]byte("partial answer"))
 				for k, v := range tc.trailer {
 					w.Header().Set(k, v)

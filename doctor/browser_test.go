@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 )
 
 // browserSession makes the session a browser provider's, bound to a
@@ -57,7 +58,7 @@ func TestBrowserReport(t *testing.T) {
 		finished(&in, runA, belay.RunFailed, belay.ClassTimeout, 0)
 		rep := Diagnose(in)
 		checkReport(t, rep)
-		require.Equal(t, ActionResend, rep.NextAction, phase)
+		require.Equal(t, apitype.ActionResend, rep.NextAction, phase)
 		require.Equal(t, "belay runs retry "+runA, rep.Command, phase)
 		if phase == "open" {
 			require.Contains(t, rep.Reason, "resending it is safe")

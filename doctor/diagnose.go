@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/lock"
 )
 
@@ -15,7 +16,7 @@ import (
 // no clock, no goroutines; the same Input gives the same Report. It never
 // panics on inconsistent input (unknown statuses, missing times): it
 // reports what it cannot judge as a diagnostic.
-func Diagnose(in Input) Report {
+func Diagnose(in Input) apitype.DoctorReport {
 	d := newDiagnosis(in)
 	d.describe()
 	d.findings()
@@ -28,7 +29,7 @@ func Diagnose(in Input) Report {
 		}
 	}
 	if d.rep.Browser = d.browserReport(); d.rep.Browser != nil {
-		if cmd, reason := browserCommand(d.rep.Browser, d.failed(), d.rep.NextAction, d.rep.Reason); cmd != "" {
+		if cmd, reason := browserCommand(d.rep.Browser, d.browserRun, d.failed(), d.rep.NextAction, d.rep.Reason); cmd != "" {
 			d.rep.Command, d.rep.Reason = cmd, reason
 		}
 	}
@@ -47,6 +48,8 @@ type diagnosis struct {
 	active *belay.Run // the running (else queued) run the session is busy with
 	last   *belay.Run // the newest finished run
 	lastSt belay.RunStatus
+	// browserRun is the run the session's browser binding is of.
+	browserRun string
 
 	down      bool   // no daemon answered
 	lockState string // "", free, held, stale
@@ -62,7 +65,7 @@ type diagnosis struct {
 	pruneKeep time.Duration
 	pruneWhat string // "complete" or "failed"
 
-	rep Report
+	rep apitype.DoctorReport
 }
 
 func newDiagnosis(in Input) *diagnosis {
@@ -73,11 +76,11 @@ func newDiagnosis(in Input) *diagnosis {
 	if st := in.Daemon.Lock; st != nil {
 		switch {
 		case st.Free():
-			d.lockState = LockFree
+			d.lockState = apitype.LockFree
 		case st.Stale:
-			d.lockState = LockStale
+			d.lockState = apitype.LockStale
 		default:
-			d.lockState = LockHeld
+			d.lockState = apitype.LockHeld
 		}
 	}
 
@@ -153,38 +156,38 @@ func ownedBy(owner, inc string) bool {
 func (d *diagnosis) judgeOwner(r *belay.Run) (state, detail string) {
 	l := r.Lease
 	if l == nil {
-		return OwnerDead, "no lease is held, so no worker is running it"
+		return apitype.OwnerDead, "no lease is held, so no worker is running it"
 	}
 	owner := token(l.Owner)
 	if l.Expired(d.now) {
-		return OwnerDead, fmt.Sprintf("the lease of %s expired at %s without renewal", owner, stamp(l.ExpiresAt))
+		return apitype.OwnerDead, fmt.Sprintf("the lease of %s expired at %s without renewal", owner, stamp(l.ExpiresAt))
 	}
 	if alive, ok := d.in.Daemon.OwnerAlive[l.Owner]; ok {
 		if alive {
-			return OwnerAlive, fmt.Sprintf("%s is reported alive", owner)
+			return apitype.OwnerAlive, fmt.Sprintf("%s is reported alive", owner)
 		}
-		return OwnerDead, fmt.Sprintf("%s is reported dead", owner)
+		return apitype.OwnerDead, fmt.Sprintf("%s is reported dead", owner)
 	}
 	dm := d.in.Daemon
 	if dm.Reachable && dm.Incarnation != "" {
 		if ownedBy(l.Owner, dm.Incarnation) {
-			return OwnerAlive, fmt.Sprintf("%s belongs to the running daemon", owner)
+			return apitype.OwnerAlive, fmt.Sprintf("%s belongs to the running daemon", owner)
 		}
-		return OwnerDead, fmt.Sprintf("%s belongs to a previous daemon incarnation (the running one is %s)", owner, token(dm.Incarnation))
+		return apitype.OwnerDead, fmt.Sprintf("%s belongs to a previous daemon incarnation (the running one is %s)", owner, token(dm.Incarnation))
 	}
 	if !dm.Reachable {
 		switch d.lockState {
-		case LockStale:
-			return OwnerDead, "the process that held the data dir is gone"
-		case LockFree:
-			return OwnerDead, "no process holds the data dir"
-		case LockHeld:
+		case apitype.LockStale:
+			return apitype.OwnerDead, "the process that held the data dir is gone"
+		case apitype.LockFree:
+			return apitype.OwnerDead, "no process holds the data dir"
+		case apitype.LockHeld:
 			if h := dm.Lock.Holder; h != nil && ownedBy(l.Owner, h.Incarnation) {
-				return OwnerAlive, fmt.Sprintf("%s belongs to the live data-dir lock holder (pid %d)", owner, h.PID)
+				return apitype.OwnerAlive, fmt.Sprintf("%s belongs to the live data-dir lock holder (pid %d)", owner, h.PID)
 			}
 		}
 	}
-	return OwnerUnknown, fmt.Sprintf("cannot tell whether %s is alive", owner)
+	return apitype.OwnerUnknown, fmt.Sprintf("cannot tell whether %s is alive", owner)
 }
 
 // judgeRetention mirrors store.Prune's verdict (G12): no unfinished run, no
@@ -231,7 +234,7 @@ func (d *diagnosis) judgeRetention() {
 func (d *diagnosis) describe() {
 	in, s := d.in, d.in.Session
 	rep := &d.rep
-	rep.Schema = SchemaVersion
+	rep.Schema = apitype.DoctorSchema
 	rep.GeneratedAt = utc(d.now)
 	rep.Session = d.sid
 	rep.Provider = token(s.Provider)
@@ -241,17 +244,17 @@ func (d *diagnosis) describe() {
 		rep.Problem = scrubText(s.Problem)
 	}
 	rep.UpdatedAt = utc(s.UpdatedAt)
-	rep.Ref = Ref{
+	rep.Ref = apitype.DoctorRef{
 		Kind: token(s.Ref.Kind), ID: shorten(s.Ref.ID), URL: redactURL(s.Ref.URL),
 		Target: shorten(s.Ref.Target), HasCursor: s.Ref.Cursor != "",
 	}
 	rep.Offline = in.Offline
-	rep.Daemon = DaemonReport{Reachable: in.Daemon.Reachable, Incarnation: token(in.Daemon.Incarnation)}
+	rep.Daemon = apitype.DaemonReport{Reachable: in.Daemon.Reachable, Incarnation: token(in.Daemon.Incarnation)}
 	if st := in.Daemon.Lock; st != nil {
 		rep.Lock = lockReport(st, d.lockState)
 	}
 	if j := in.Journal; j != (Journal{}) || s.State == belay.SessionQuarantined {
-		rep.Journal = &JournalReport{
+		rep.Journal = &apitype.JournalReport{
 			Path: scrubText(j.Path), Quarantined: j.Quarantined || s.State == belay.SessionQuarantined,
 			QuarantineOffset: j.QuarantineOffset, LastGoodSeq: j.LastGoodSeq, BrokenCopy: scrubText(j.BrokenCopy),
 			DiskFull: j.DiskFull, FreeBytes: j.FreeBytes, WriteError: scrubText(j.WriteError),
@@ -262,7 +265,7 @@ func (d *diagnosis) describe() {
 	if r := d.active; r != nil {
 		rep.ActiveRun = d.runReport(r)
 		if l := r.Lease; l != nil {
-			rep.Lease = &LeaseReport{
+			rep.Lease = &apitype.LeaseReport{
 				Owner: token(l.Owner), Epoch: l.Epoch, GrantedAt: utc(l.GrantedAt), ExpiresAt: utc(l.ExpiresAt),
 				Expired: l.Expired(d.now), OwnerState: d.ownerState, OwnerDetail: d.ownerDetail,
 			}
@@ -308,12 +311,12 @@ func (d *diagnosis) describe() {
 		}
 	}
 	rep.Deliveries.Unsettled = len(d.unsettled)
-	rep.Unsettled = []DeliveryReport{}
+	rep.Unsettled = []apitype.DeliveryReport{}
 	for i, dl := range d.unsettled {
 		if i == d.th.MaxUnsettled {
 			break
 		}
-		dr := DeliveryReport{
+		dr := apitype.DeliveryReport{
 			ID: token(dl.ID), Type: token(dl.Type), Status: token(string(dl.Status)), Priority: dl.Priority,
 			Seq: dl.Seq, Epoch: dl.Epoch, Attempts: dl.Attempts, NotBefore: utc(dl.NotBefore), CreatedAt: utc(dl.CreatedAt),
 			To: token(dl.To), AfterRun: token(dl.AfterRun),
@@ -323,16 +326,16 @@ func (d *diagnosis) describe() {
 		}
 		rep.Unsettled = append(rep.Unsettled, dr)
 	}
-	rep.Diagnostics = []Diagnostic{}
+	rep.Diagnostics = []apitype.Diagnostic{}
 }
 
-func lockReport(st *lock.Status, state string) *LockReport {
-	lr := &LockReport{
+func lockReport(st *lock.Status, state string) *apitype.LockReport {
+	lr := &apitype.LockReport{
 		Path: scrubText(st.Path), State: state, Reason: token(string(st.Reason)),
 		Stale: st.Stale, Alive: st.Alive, Local: st.Local, Detail: scrubText(st.Detail),
 	}
 	if h := st.Holder; h != nil {
-		lr.Holder = &HolderReport{
+		lr.Holder = &apitype.HolderReport{
 			PID: h.PID, Host: token(h.Host), Purpose: token(h.Purpose), Incarnation: token(h.Incarnation),
 			AcquiredAt: utc(h.AcquiredAt), HeartbeatAt: utc(h.HeartbeatAt), ExpiresAt: utc(h.ExpiresAt),
 		}
@@ -340,8 +343,8 @@ func lockReport(st *lock.Status, state string) *LockReport {
 	return lr
 }
 
-func (d *diagnosis) runReport(r *belay.Run) *RunReport {
-	rr := &RunReport{
+func (d *diagnosis) runReport(r *belay.Run) *apitype.RunReport {
+	rr := &apitype.RunReport{
 		ID: token(r.ID), Status: token(string(effectiveStatus(r))), Phase: token(string(r.Phase)),
 		Attempt: r.Attempt, Epoch: r.Epoch, SideEffects: d.sideEffects(r),
 		CreatedAt: utc(r.CreatedAt), StartedAt: utc(r.StartedAt), EndedAt: utc(r.EndedAt), Deadline: utc(r.Deadline),
@@ -364,8 +367,8 @@ func (d *diagnosis) sideEffects(r *belay.Run) []string {
 	return out
 }
 
-func (d *diagnosis) add(code string, sev Severity, format string, args ...any) {
-	d.rep.Diagnostics = append(d.rep.Diagnostics, Diagnostic{Code: code, Severity: sev, Message: fmt.Sprintf(format, args...)})
+func (d *diagnosis) add(code string, sev apitype.Severity, format string, args ...any) {
+	d.rep.Diagnostics = append(d.rep.Diagnostics, apitype.Diagnostic{Code: code, Severity: sev, Message: fmt.Sprintf(format, args...)})
 }
 
 // findings adds the diagnostics, in a fixed order.
@@ -374,30 +377,30 @@ func (d *diagnosis) findings() {
 	j := in.Journal
 	if in.Session.State == belay.SessionQuarantined || j.Quarantined {
 		if j.Quarantined {
-			d.add("journal_quarantined", SeverityError, "the journal is damaged at byte %d after seq %d; the session is read-only and nothing was changed", j.QuarantineOffset, j.LastGoodSeq)
+			d.add("journal_quarantined", apitype.SeverityError, "the journal is damaged at byte %d after seq %d; the session is read-only and nothing was changed", j.QuarantineOffset, j.LastGoodSeq)
 		} else {
-			d.add("journal_quarantined", SeverityError, "the session is quarantined (read-only): %s", d.rep.Problem)
+			d.add("journal_quarantined", apitype.SeverityError, "the session is quarantined (read-only): %s", d.rep.Problem)
 		}
 	}
 	if j.BrokenCopy != "" {
-		d.add("torn_tail_cut", SeverityWarn, "a torn tail was cut from the journal; the original is kept at %s", scrubText(j.BrokenCopy))
+		d.add("torn_tail_cut", apitype.SeverityWarn, "a torn tail was cut from the journal; the original is kept at %s", scrubText(j.BrokenCopy))
 	}
 
 	if d.down {
-		sev := SeverityInfo
+		sev := apitype.SeverityInfo
 		if d.active != nil {
-			sev = SeverityWarn
+			sev = apitype.SeverityWarn
 		}
 		d.add("daemon_unreachable", sev, "no daemon answered; this report was made from the files")
 	}
 	if st := in.Daemon.Lock; st != nil {
 		switch {
-		case d.lockState == LockStale:
-			d.add("lock_stale", SeverityWarn, "the data-dir lock is stale (%s): %s", token(string(st.Reason)), scrubText(st.Detail))
-		case d.lockState == LockHeld && d.down:
-			d.add("lock_held_unresponsive", SeverityWarn, "the data dir is locked by a live process (%s) that does not answer as a daemon", holderText(st))
+		case d.lockState == apitype.LockStale:
+			d.add("lock_stale", apitype.SeverityWarn, "the data-dir lock is stale (%s): %s", token(string(st.Reason)), scrubText(st.Detail))
+		case d.lockState == apitype.LockHeld && d.down:
+			d.add("lock_held_unresponsive", apitype.SeverityWarn, "the data dir is locked by a live process (%s) that does not answer as a daemon", holderText(st))
 		case st.Reason == lock.ReasonMetadataInGrace:
-			d.add("lock_in_grace", SeverityInfo, "the data-dir lock has no owner record yet; a process is taking it")
+			d.add("lock_in_grace", apitype.SeverityInfo, "the data-dir lock has no owner record yet; a process is taking it")
 		}
 	}
 
@@ -408,7 +411,7 @@ func (d *diagnosis) findings() {
 		}
 	}
 	if running > 1 {
-		d.add("conversation_conflict", SeverityWarn, "%d runs are running at once; a session runs one at a time (G4)", running)
+		d.add("conversation_conflict", apitype.SeverityWarn, "%d runs are running at once; a session runs one at a time (G4)", running)
 	}
 	unknown := 0
 	for _, s := range d.status {
@@ -417,29 +420,29 @@ func (d *diagnosis) findings() {
 		}
 	}
 	if unknown > 0 {
-		d.add("unknown_status", SeverityWarn, "%d run(s) have an unknown status and were not judged", unknown)
+		d.add("unknown_status", apitype.SeverityWarn, "%d run(s) have an unknown status and were not judged", unknown)
 	}
 
 	if r := d.active; r != nil && effectiveStatus(r) == belay.RunRunning {
 		id := token(r.ID)
 		switch d.ownerState {
-		case OwnerDead:
-			d.add("lease_owner_dead", SeverityError, "run %s: %s", id, d.ownerDetail)
-		case OwnerUnknown:
-			d.add("lease_owner_unknown", SeverityInfo, "run %s: %s", id, d.ownerDetail)
+		case apitype.OwnerDead:
+			d.add("lease_owner_dead", apitype.SeverityError, "run %s: %s", id, d.ownerDetail)
+		case apitype.OwnerUnknown:
+			d.add("lease_owner_unknown", apitype.SeverityInfo, "run %s: %s", id, d.ownerDetail)
 		}
 		f := in.Facts[r.ID]
 		switch {
 		case d.activity.IsZero():
-			d.add("activity_unknown", SeverityInfo, "run %s: the time of its last progress event is not known", id)
+			d.add("activity_unknown", apitype.SeverityInfo, "run %s: the time of its last progress event is not known", id)
 		case d.quiet:
-			d.add("run_quiet", SeverityInfo, "run %s: no progress for %s; a quiet run is not a failure, the watchdog judges it (G8)", id, age(d.quietFor))
+			d.add("run_quiet", apitype.SeverityInfo, "run %s: no progress for %s; a quiet run is not a failure, the watchdog judges it (G8)", id, age(d.quietFor))
 		}
 		if !f.InactivityDeadline.IsZero() && d.now.After(f.InactivityDeadline) {
-			d.add("watchdog_overdue", SeverityWarn, "run %s: its inactivity deadline passed %s ago", id, age(d.now.Sub(f.InactivityDeadline)))
+			d.add("watchdog_overdue", apitype.SeverityWarn, "run %s: its inactivity deadline passed %s ago", id, age(d.now.Sub(f.InactivityDeadline)))
 		}
 		if !r.Deadline.IsZero() && d.now.After(r.Deadline) {
-			d.add("deadline_passed", SeverityWarn, "run %s: its deadline passed %s ago", id, age(d.now.Sub(r.Deadline)))
+			d.add("deadline_passed", apitype.SeverityWarn, "run %s: its deadline passed %s ago", id, age(d.now.Sub(r.Deadline)))
 		}
 	}
 
@@ -447,34 +450,34 @@ func (d *diagnosis) findings() {
 		id := token(r.ID)
 		switch d.lastSt {
 		case belay.RunStranded:
-			d.add("run_stranded", SeverityError, "run %s is stranded: it cannot be resent automatically (G9)", id)
+			d.add("run_stranded", apitype.SeverityError, "run %s is stranded: it cannot be resent automatically (G9)", id)
 		case belay.RunFailed:
-			d.add("run_failed", SeverityError, "run %s failed with class %s", id, errorClass(r))
+			d.add("run_failed", apitype.SeverityError, "run %s failed with class %s", id, errorClass(r))
 		}
 		if tools := d.sideEffects(r); len(tools) > 0 {
-			d.add("side_effects_settled", SeverityWarn, "run %s: side-effecting tool calls settled: %s", id, strings.Join(tools, ", "))
+			d.add("side_effects_settled", apitype.SeverityWarn, "run %s: side-effecting tool calls settled: %s", id, strings.Join(tools, ", "))
 		}
 	}
 
 	if n := len(d.unsettled); n > 0 {
-		d.add("delivery_unsettled", SeverityWarn, "%d inbox item(s) are not settled", n)
+		d.add("delivery_unsettled", apitype.SeverityWarn, "%d inbox item(s) are not settled", n)
 		for _, dl := range d.unsettled {
 			if dl.Status == belay.DeliveryLeased && dl.Lease.Expired(d.now) {
-				d.add("delivery_lease_expired", SeverityWarn, "delivery %s: its lease expired; it is redelivered", token(dl.ID))
+				d.add("delivery_lease_expired", apitype.SeverityWarn, "delivery %s: its lease expired; it is redelivered", token(dl.ID))
 			}
 			if dl.To != "" {
-				d.add("wake_undelivered", SeverityWarn, "wake-up %s for %s about run %s is not delivered yet (%d attempts): no client of that MCP server is connected and subscribed to the run",
+				d.add("wake_undelivered", apitype.SeverityWarn, "wake-up %s for %s about run %s is not delivered yet (%d attempts): no client of that MCP server is connected and subscribed to the run",
 					token(dl.ID), token(dl.To), token(dl.AfterRun), dl.Attempts)
 			}
 		}
 	}
 	for _, dl := range d.in.Deliveries {
 		if dl.To != "" && dl.Status == belay.DeliveryError {
-			d.add("wake_missed", SeverityWarn, "wake-up %s for %s about run %s was given up at %s: %s", token(dl.ID), token(dl.To), token(dl.AfterRun), stamp(dl.SettledAt), scrubText(dl.Result))
+			d.add("wake_missed", apitype.SeverityWarn, "wake-up %s for %s about run %s was given up at %s: %s", token(dl.ID), token(dl.To), token(dl.AfterRun), stamp(dl.SettledAt), scrubText(dl.Result))
 		}
 	}
 	if d.prunable {
-		d.add("retention_due", SeverityInfo, "the session is %s and idle for %s, past its retention of %s (G12)", d.pruneWhat, age(d.pruneAge), age(d.pruneKeep))
+		d.add("retention_due", apitype.SeverityInfo, "the session is %s and idle for %s, past its retention of %s (G12)", d.pruneWhat, age(d.pruneAge), age(d.pruneKeep))
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package doctor diagnoses one session: from the session's state, its runs
 // and deliveries, and what the caller learnt about the daemon, the data-dir
-// lock and the journal, [Diagnose] builds a [Report] with diagnostics and
-// exactly one [Action] to take next, a one-sentence reason and the exact
-// command to run.
+// lock and the journal, [Diagnose] builds an [apitype.DoctorReport] (the
+// report is wire vocabulary, defined in package apitype) with diagnostics
+// and exactly one [apitype.DoctorAction] to take next, a one-sentence
+// reason and the exact command to run.
 //
 // Diagnose is pure: it does no I/O, reads no clock (Input.Now is the time of
 // the diagnosis) and starts no goroutine, so the daemon and the offline CLI

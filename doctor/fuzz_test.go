@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/lock"
 	"github.com/belayhq/belay/store"
 )
@@ -104,7 +105,7 @@ func FuzzDiagnose(f *testing.F) {
 		if rep.Reason == "" || rep.Rule == "" {
 			t.Fatalf("empty reason or rule: %+v", rep)
 		}
-		if (rep.NextAction == ActionNone) != (rep.Command == "") {
+		if (rep.NextAction == apitype.ActionNone) != (rep.Command == "") {
 			t.Fatalf("command %q for %s", rep.Command, rep.NextAction)
 		}
 		for _, d := range rep.Diagnostics {

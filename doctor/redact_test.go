@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -79,7 +80,7 @@ func TestRedactRef(t *testing.T) {
 	in := setup()
 	poison(&in)
 	ref := Diagnose(in).Ref
-	require.Equal(t, Ref{
+	require.Equal(t, apitype.DoctorRef{
 		Kind: "chatgpt", ID: "resp_68a...7e8f", URL: "https://chatgpt.com/c/68a1b2c3...7e8f",
 		Target: "A1B2C3D4...8F90", HasCursor: true,
 	}, ref)

@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/lock"
 )
 
 // decision is what a matching rule decides.
 type decision struct {
-	action  Action
+	action  apitype.DoctorAction
 	reason  string
 	command string
 	retryAt time.Time
@@ -52,7 +53,7 @@ var rules = [...]rule{
 	{"idle", ruleIdle},
 }
 
-func decide(a Action, command, format string, args ...any) (decision, bool) {
+func decide(a apitype.DoctorAction, command, format string, args ...any) (decision, bool) {
 	return decision{action: a, command: command, reason: fmt.Sprintf(format, args...)}, true
 }
 
@@ -86,9 +87,9 @@ func ruleQuarantined(d *diagnosis) (decision, bool) {
 	}
 	cmd := cmdRepair(j.Path, d.sid)
 	if j.Quarantined {
-		return decide(ActionRepairJournal, cmd, "The journal is damaged at byte %d after seq %d, so the session is read-only; repair the journal before anything else.", j.QuarantineOffset, j.LastGoodSeq)
+		return decide(apitype.ActionRepairJournal, cmd, "The journal is damaged at byte %d after seq %d, so the session is read-only; repair the journal before anything else.", j.QuarantineOffset, j.LastGoodSeq)
 	}
-	return decide(ActionRepairJournal, cmd, "The session's journal is damaged before its tail, so the session is read-only; repair the journal before anything else.")
+	return decide(apitype.ActionRepairJournal, cmd, "The session's journal is damaged before its tail, so the session is read-only; repair the journal before anything else.")
 }
 
 // ruleJournalLost: the journal file is gone or empty. A repair has
@@ -103,7 +104,7 @@ func ruleJournalLost(d *diagnosis) (decision, bool) {
 	if j.Empty {
 		what = "empty"
 	}
-	return decide(ActionResolveManually, cmdSessionsDelete(d.sid), "The session's journal %s is %s, so its history is gone and nothing can run in it. Restore the file from a backup and restart the daemon, or delete the session.", scrubText(j.Path), what)
+	return decide(apitype.ActionResolveManually, cmdSessionsDelete(d.sid), "The session's journal %s is %s, so its history is gone and nothing can run in it. Restore the file from a backup and restart the daemon, or delete the session.", scrubText(j.Path), what)
 }
 
 // ruleWriteFailing: the last write failed (a full disk, an I/O error) and
@@ -120,51 +121,51 @@ func ruleWriteFailing(d *diagnosis) (decision, bool) {
 		if j.FreeBytes >= 0 {
 			free = fmt.Sprint(j.FreeBytes)
 		}
-		return decide(ActionRetryLater, again, "The disk of the data directory is full (%s bytes free), so writes to this session fail; the journal is intact and nothing acknowledged was lost. Free space (or wait for it): the session accepts writes again by itself, without a restart.", free)
+		return decide(apitype.ActionRetryLater, again, "The disk of the data directory is full (%s bytes free), so writes to this session fail; the journal is intact and nothing acknowledged was lost. Free space (or wait for it): the session accepts writes again by itself, without a restart.", free)
 	}
-	return decide(ActionRetryLater, again, "The last write to this session's journal failed (%s); the journal is intact and nothing acknowledged was lost. The next write retries by itself; if it keeps failing, check the disk.", scrubText(j.WriteError))
+	return decide(apitype.ActionRetryLater, again, "The last write to this session's journal failed (%s); the journal is intact and nothing acknowledged was lost. The next write retries by itself; if it keeps failing, check the disk.", scrubText(j.WriteError))
 }
 
 func ruleStaleLock(d *diagnosis) (decision, bool) {
-	if d.active == nil || !d.down || d.lockState != LockStale {
+	if d.active == nil || !d.down || d.lockState != apitype.LockStale {
 		return decision{}, false
 	}
-	return decide(ActionReleaseStaleLock, cmdDaemonStart, "Run %s is %s but no daemon answers and the data-dir lock is stale (%s); starting the daemon reclaims the lock at once and resumes the run.",
+	return decide(apitype.ActionReleaseStaleLock, cmdDaemonStart, "Run %s is %s but no daemon answers and the data-dir lock is stale (%s); starting the daemon reclaims the lock at once and resumes the run.",
 		token(d.active.ID), effectiveStatus(d.active), token(string(d.in.Daemon.Lock.Reason)))
 }
 
 func ruleDaemonDown(d *diagnosis) (decision, bool) {
-	if d.active == nil || !d.down || d.lockState == LockHeld || d.lockState == LockStale {
+	if d.active == nil || !d.down || d.lockState == apitype.LockHeld || d.lockState == apitype.LockStale {
 		return decision{}, false
 	}
-	return decide(ActionStartDaemon, cmdDaemonStart, "Run %s is %s but no daemon answers, so nothing is executing it; start the daemon to resume it.",
+	return decide(apitype.ActionStartDaemon, cmdDaemonStart, "Run %s is %s but no daemon answers, so nothing is executing it; start the daemon to resume it.",
 		token(d.active.ID), effectiveStatus(d.active))
 }
 
 func ruleDaemonUnresponsive(d *diagnosis) (decision, bool) {
-	if d.active == nil || !d.down || d.lockState != LockHeld {
+	if d.active == nil || !d.down || d.lockState != apitype.LockHeld {
 		return decision{}, false
 	}
 	if st := d.in.Daemon.Lock; st.Reason == lock.ReasonHung && st.Action != "" {
 		// Alive but silent past its TTL: never replaced; a person resumes
 		// or ends it, and the next start resumes the run.
-		return decide(ActionResolveManually, cmdDaemonStop, "Run %s is %s and the daemon that owns the data dir is alive but not heartbeating (%s); it is never replaced while alive: resume it (%s) or stop it, and the run resumes.",
+		return decide(apitype.ActionResolveManually, cmdDaemonStop, "Run %s is %s and the daemon that owns the data dir is alive but not heartbeating (%s); it is never replaced while alive: resume it (%s) or stop it, and the run resumes.",
 			token(d.active.ID), effectiveStatus(d.active), scrubText(st.Detail), st.Action)
 	}
 	also := ""
-	if d.ownerState == OwnerAlive {
+	if d.ownerState == apitype.OwnerAlive {
 		also = "; that process holds the run's lease, so the run may still be progressing"
 	}
-	return decide(ActionRetryLater, cmdDaemonStatus, "Run %s is %s and the data dir is locked by a live process (%s) that does not answer as a daemon%s; check the daemon and retry when it answers.",
+	return decide(apitype.ActionRetryLater, cmdDaemonStatus, "Run %s is %s and the data dir is locked by a live process (%s) that does not answer as a daemon%s; check the daemon and retry when it answers.",
 		token(d.active.ID), effectiveStatus(d.active), holderText(d.in.Daemon.Lock), also)
 }
 
 func ruleOwnerDead(d *diagnosis) (decision, bool) {
 	r := d.running()
-	if r == nil || d.ownerState != OwnerDead {
+	if r == nil || d.ownerState != apitype.OwnerDead {
 		return decision{}, false
 	}
-	return decide(ActionReattach, cmdWatch(token(r.ID)), "Run %s is in phase %s but its lease owner is dead (%s); reattaching lets the daemon reclaim it at once and resume it from the provider.",
+	return decide(apitype.ActionReattach, cmdWatch(token(r.ID)), "Run %s is in phase %s but its lease owner is dead (%s); reattaching lets the daemon reclaim it at once and resume it from the provider.",
 		token(r.ID), token(string(r.Phase)), d.ownerDetail)
 }
 
@@ -176,10 +177,10 @@ func ruleBlockedOnUser(d *diagnosis) (decision, bool) {
 	id := token(r.ID)
 	switch failedClass(r) {
 	case belay.ClassChallenge:
-		return decide(ActionSolveChallenge, cmdWatch(id), "Run %s is waiting (%s) on a challenge from provider %s; solve it in the provider's window, then watch the run continue.",
+		return decide(apitype.ActionSolveChallenge, cmdWatch(id), "Run %s is waiting (%s) on a challenge from provider %s; solve it in the provider's window, then watch the run continue.",
 			id, token(string(r.Phase)), token(r.Provider))
 	case belay.ClassAuth:
-		return decide(ActionReauth, cmdWatch(id), "Run %s is waiting (%s) because provider %s refused its credentials; re-authenticate, then watch the run continue.",
+		return decide(apitype.ActionReauth, cmdWatch(id), "Run %s is waiting (%s) because provider %s refused its credentials; re-authenticate, then watch the run continue.",
 			id, token(string(r.Phase)), token(r.Provider))
 	}
 	return decision{}, false
@@ -192,9 +193,9 @@ func ruleRunningActive(d *diagnosis) (decision, bool) {
 	}
 	id := token(r.ID)
 	if d.activity.IsZero() {
-		return decide(ActionWatch, cmdWatch(id), "Run %s is in phase %s under a live lease; watch it (the time of its last progress is not known).", id, token(string(r.Phase)))
+		return decide(apitype.ActionWatch, cmdWatch(id), "Run %s is in phase %s under a live lease; watch it (the time of its last progress is not known).", id, token(string(r.Phase)))
 	}
-	return decide(ActionWatch, cmdWatch(id), "Run %s is in phase %s and made progress %s ago; watch it.", id, token(string(r.Phase)), age(d.quietFor))
+	return decide(apitype.ActionWatch, cmdWatch(id), "Run %s is in phase %s and made progress %s ago; watch it.", id, token(string(r.Phase)), age(d.quietFor))
 }
 
 func ruleRunningQuiet(d *diagnosis) (decision, bool) {
@@ -205,11 +206,11 @@ func ruleRunningQuiet(d *diagnosis) (decision, bool) {
 	id := token(r.ID)
 	switch {
 	case r.Deadline.IsZero():
-		return decide(ActionWait, cmdWait(id), "Run %s has made no progress for %s but its owner is alive; a quiet run is not a failure (the watchdog judges it), so wait for it.", id, age(d.quietFor))
+		return decide(apitype.ActionWait, cmdWait(id), "Run %s has made no progress for %s but its owner is alive; a quiet run is not a failure (the watchdog judges it), so wait for it.", id, age(d.quietFor))
 	case d.now.Before(r.Deadline):
-		return decide(ActionWait, cmdWait(id), "Run %s has made no progress for %s but its owner is alive and its deadline is %s away; a quiet run is not a failure, so wait for it.", id, age(d.quietFor), age(r.Deadline.Sub(d.now)))
+		return decide(apitype.ActionWait, cmdWait(id), "Run %s has made no progress for %s but its owner is alive and its deadline is %s away; a quiet run is not a failure, so wait for it.", id, age(d.quietFor), age(r.Deadline.Sub(d.now)))
 	}
-	return decide(ActionWait, cmdWait(id), "Run %s has made no progress for %s and its deadline passed %s ago; the daemon ends it, so wait for the outcome.", id, age(d.quietFor), age(d.now.Sub(r.Deadline)))
+	return decide(apitype.ActionWait, cmdWait(id), "Run %s has made no progress for %s and its deadline passed %s ago; the daemon ends it, so wait for the outcome.", id, age(d.quietFor), age(d.now.Sub(r.Deadline)))
 }
 
 func ruleQueued(d *diagnosis) (decision, bool) {
@@ -218,14 +219,14 @@ func ruleQueued(d *diagnosis) (decision, bool) {
 		return decision{}, false
 	}
 	id := token(r.ID)
-	return decide(ActionWait, cmdWait(id), "Run %s is queued for admission or behind the session's active run; wait for it.", id)
+	return decide(apitype.ActionWait, cmdWait(id), "Run %s is queued for admission or behind the session's active run; wait for it.", id)
 }
 
 func ruleRetention(d *diagnosis) (decision, bool) {
 	if !d.prunable {
 		return decision{}, false
 	}
-	return decide(ActionPrune, cmdPrune, "The session is %s and idle for %s, past its retention of %s, so prune deletes it.", d.pruneWhat, age(d.pruneAge), age(d.pruneKeep))
+	return decide(apitype.ActionPrune, cmdPrune, "The session is %s and idle for %s, past its retention of %s, so prune deletes it.", d.pruneWhat, age(d.pruneAge), age(d.pruneKeep))
 }
 
 func ruleStranded(d *diagnosis) (decision, bool) {
@@ -235,9 +236,9 @@ func ruleStranded(d *diagnosis) (decision, bool) {
 	r := d.last
 	id := token(r.ID)
 	if tools := d.sideEffects(r); len(tools) > 0 {
-		return decide(ActionResolveManually, cmdRead(id), "Run %s is stranded because side-effecting tool %q settled before the turn ended, so a resend could repeat it; read what happened and finish by hand.", id, tools[0])
+		return decide(apitype.ActionResolveManually, cmdRead(id), "Run %s is stranded because side-effecting tool %q settled before the turn ended, so a resend could repeat it; read what happened and finish by hand.", id, tools[0])
 	}
-	return decide(ActionResolveManually, cmdRead(id), "Run %s is stranded: belay could not finish it without risking a repeated side effect; read what happened and finish by hand.", id)
+	return decide(apitype.ActionResolveManually, cmdRead(id), "Run %s is stranded: belay could not finish it without risking a repeated side effect; read what happened and finish by hand.", id)
 }
 
 func ruleFailedAuth(d *diagnosis) (decision, bool) {
@@ -245,7 +246,7 @@ func ruleFailedAuth(d *diagnosis) (decision, bool) {
 	if r == nil || failedClass(r) != belay.ClassAuth {
 		return decision{}, false
 	}
-	return decide(ActionReauth, cmdRetry(token(r.ID)), "Run %s failed because provider %s refused its credentials; re-authenticate, then resend.", token(r.ID), token(r.Provider))
+	return decide(apitype.ActionReauth, cmdRetry(token(r.ID)), "Run %s failed because provider %s refused its credentials; re-authenticate, then resend.", token(r.ID), token(r.Provider))
 }
 
 func ruleFailedChallenge(d *diagnosis) (decision, bool) {
@@ -253,7 +254,7 @@ func ruleFailedChallenge(d *diagnosis) (decision, bool) {
 	if r == nil || failedClass(r) != belay.ClassChallenge {
 		return decision{}, false
 	}
-	return decide(ActionSolveChallenge, cmdRetry(token(r.ID)), "Run %s failed on a challenge from provider %s; solve it in the provider's window, then resend.", token(r.ID), token(r.Provider))
+	return decide(apitype.ActionSolveChallenge, cmdRetry(token(r.ID)), "Run %s failed on a challenge from provider %s; solve it in the provider's window, then resend.", token(r.ID), token(r.Provider))
 }
 
 func ruleFailedQuota(d *diagnosis) (decision, bool) {
@@ -261,7 +262,7 @@ func ruleFailedQuota(d *diagnosis) (decision, bool) {
 	if r == nil || failedClass(r) != belay.ClassQuota {
 		return decision{}, false
 	}
-	return decide(ActionResolveManually, cmdRetry(token(r.ID)), "Run %s failed because provider %s refused it for quota or billing (the credentials are fine); add credit or raise the limit with the provider, then retry.", token(r.ID), token(r.Provider))
+	return decide(apitype.ActionResolveManually, cmdRetry(token(r.ID)), "Run %s failed because provider %s refused it for quota or billing (the credentials are fine); add credit or raise the limit with the provider, then retry.", token(r.ID), token(r.Provider))
 }
 
 func ruleFailedAfterSideEffect(d *diagnosis) (decision, bool) {
@@ -273,7 +274,7 @@ func ruleFailedAfterSideEffect(d *diagnosis) (decision, bool) {
 	if len(tools) == 0 {
 		return decision{}, false
 	}
-	return decide(ActionResolveManually, cmdRead(token(r.ID)), "Run %s failed (%s) after side-effecting tool %q settled, so a resend could repeat it; read what happened and finish by hand.", token(r.ID), errorClass(r), tools[0])
+	return decide(apitype.ActionResolveManually, cmdRead(token(r.ID)), "Run %s failed (%s) after side-effecting tool %q settled, so a resend could repeat it; read what happened and finish by hand.", token(r.ID), errorClass(r), tools[0])
 }
 
 // retryAt is when a resend of a run that failed in a retryable class may
@@ -301,7 +302,7 @@ func ruleFailedBackoff(d *diagnosis) (decision, bool) {
 	if !d.now.Before(at) {
 		return decision{}, false
 	}
-	dec, _ := decide(ActionRetryLater, cmdRetry(token(r.ID)), "Run %s failed with %s; the provider needs %s more before a resend can succeed.", token(r.ID), errorClass(r), age(at.Sub(d.now)))
+	dec, _ := decide(apitype.ActionRetryLater, cmdRetry(token(r.ID)), "Run %s failed with %s; the provider needs %s more before a resend can succeed.", token(r.ID), errorClass(r), age(at.Sub(d.now)))
 	dec.retryAt = at
 	return dec, true
 }
@@ -313,7 +314,7 @@ func ruleFailedResendable(d *diagnosis) (decision, bool) {
 	}
 	switch c := failedClass(r); {
 	case c.Retryable(), c == belay.ClassTimeout, c == belay.ClassInternal:
-		return decide(ActionResend, cmdRetry(token(r.ID)), "Run %s failed with %s and no side-effecting tool call settled in it, so resending it is safe.", token(r.ID), errorClass(r))
+		return decide(apitype.ActionResend, cmdRetry(token(r.ID)), "Run %s failed with %s and no side-effecting tool call settled in it, so resending it is safe.", token(r.ID), errorClass(r))
 	}
 	return decision{}, false
 }
@@ -323,14 +324,14 @@ func ruleFailedOther(d *diagnosis) (decision, bool) {
 	if r == nil {
 		return decision{}, false
 	}
-	return decide(ActionResolveManually, cmdRead(token(r.ID)), "Run %s failed with %s, which a resend would repeat; read the error, change the request or the setup, then send again.", token(r.ID), errorClass(r))
+	return decide(apitype.ActionResolveManually, cmdRead(token(r.ID)), "Run %s failed with %s, which a resend would repeat; read the error, change the request or the setup, then send again.", token(r.ID), errorClass(r))
 }
 
 // outcomeTypes are the deliveries the runtime posts itself when a run
 // ends (runtime.DeliveryRun*): notifications for a consumer that wants
 // them, not work for the person reading the doctor. They never decide the
 // next action: the outcome rules do.
-var outcomeTypes = map[string]bool{"run.completed": true, "run.failed": true, "run.stranded": true}
+var outcomeTypes = map[string]bool{belay.DeliveryRunCompleted: true, belay.DeliveryRunFailed: true, belay.DeliveryRunStranded: true}
 
 func ruleUnsettled(d *diagnosis) (decision, bool) {
 	var work []belay.Delivery
@@ -356,19 +357,19 @@ func ruleUnsettled(d *diagnosis) (decision, bool) {
 				waiting = dl
 			}
 		case dl.To != "": // deliverable now, to its addressee only
-			return decide(ActionAckDelivery, cmdInboxPollTo(token(dl.To)), "Wake-up %s for %s is not delivered: start the agent's MCP server (belay mcp) and subscribe to the run again, or poll and ack it by hand.", token(dl.ID), token(dl.To))
+			return decide(apitype.ActionAckDelivery, cmdInboxPollTo(token(dl.To)), "Wake-up %s for %s is not delivered: start the agent's MCP server (belay mcp) and subscribe to the run again, or poll and ack it by hand.", token(dl.ID), token(dl.To))
 		default: // deliverable now
-			return decide(ActionAckDelivery, cmdInboxPoll(d.sid), "%d inbox item(s) are unsettled, first %s (%s); poll, handle and ack them.", n, token(dl.ID), token(dl.Type))
+			return decide(apitype.ActionAckDelivery, cmdInboxPoll(d.sid), "%d inbox item(s) are unsettled, first %s (%s); poll, handle and ack them.", n, token(dl.ID), token(dl.Type))
 		}
 	}
 	if leased != nil {
-		return decide(ActionAckDelivery, cmdInboxAck(token(leased.ID), leased.Lease.Epoch), "Inbox item %s (%s) is leased to %s until %s; ack it once it is handled.",
+		return decide(apitype.ActionAckDelivery, cmdInboxAck(token(leased.ID), leased.Lease.Epoch), "Inbox item %s (%s) is leased to %s until %s; ack it once it is handled.",
 			token(leased.ID), token(leased.Type), token(leased.Lease.Owner), stamp(leased.Lease.ExpiresAt))
 	}
 	if waiting.To != "" {
-		return decide(ActionAckDelivery, cmdInboxPollTo(token(waiting.To)), "Wake-up %s for %s is due again at %s; the agent's MCP server sends it when a client of it subscribes to the run.", token(waiting.ID), token(waiting.To), stamp(waiting.NotBefore))
+		return decide(apitype.ActionAckDelivery, cmdInboxPollTo(token(waiting.To)), "Wake-up %s for %s is due again at %s; the agent's MCP server sends it when a client of it subscribes to the run.", token(waiting.ID), token(waiting.To), stamp(waiting.NotBefore))
 	}
-	return decide(ActionAckDelivery, cmdInboxPoll(d.sid), "Inbox item %s (%s) is due again at %s; poll, handle and ack it then.", token(waiting.ID), token(waiting.Type), stamp(waiting.NotBefore))
+	return decide(apitype.ActionAckDelivery, cmdInboxPoll(d.sid), "Inbox item %s (%s) is due again at %s; poll, handle and ack it then.", token(waiting.ID), token(waiting.Type), stamp(waiting.NotBefore))
 }
 
 func ruleComplete(d *diagnosis) (decision, bool) {
@@ -376,19 +377,19 @@ func ruleComplete(d *diagnosis) (decision, bool) {
 		return decision{}, false
 	}
 	id := token(d.last.ID)
-	return decide(ActionReadResult, cmdRead(id), "Run %s completed; read its result.", id)
+	return decide(apitype.ActionReadResult, cmdRead(id), "Run %s completed; read its result.", id)
 }
 
 func ruleCancelled(d *diagnosis) (decision, bool) {
 	if d.active != nil || d.last == nil || d.lastSt != belay.RunCancelled {
 		return decision{}, false
 	}
-	return decide(ActionNone, "", "Run %s was cancelled and nothing else is pending.", token(d.last.ID))
+	return decide(apitype.ActionNone, "", "Run %s was cancelled and nothing else is pending.", token(d.last.ID))
 }
 
 func ruleIdle(d *diagnosis) (decision, bool) {
 	if len(d.runs) == 0 {
-		return decide(ActionNone, "", "The session has no runs and nothing pending.")
+		return decide(apitype.ActionNone, "", "The session has no runs and nothing pending.")
 	}
-	return decide(ActionNone, "", "The session is idle with nothing pending.")
+	return decide(apitype.ActionNone, "", "The session is idle with nothing pending.")
 }

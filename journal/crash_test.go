@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/belayhq/belay/internal/crashtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,34 +72,14 @@ func TestCrashRecovery(t *testing.T) {
 	acked := map[uint64]ack{}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for cycle := 0; cycle < *crashCycles; cycle++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		require.NoError(t, cmd.Start())
-		sc := bufio.NewScanner(stdout)
-		lines := make(chan string, 1024)
-		go func() {
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
+		child := crashtest.Start(t, crashChildEnv+"="+dir)
 		// Wait for the first acknowledgement, then kill at a random point.
-		first, ok := <-lines
-		if !ok {
-			_ = cmd.Wait()
-			t.Fatalf("cycle %d: child produced no ack: %s", cycle, stderr.String())
-		}
+		first := child.First(t, fmt.Sprintf("its first ack (cycle %d)", cycle))
 		time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		recordAck(t, acked, first)
-		for line := range lines {
+		for _, line := range child.Kill(t) {
 			recordAck(t, acked, line)
 		}
-		_ = cmd.Wait()
 
 		j, err := Open(dir, Options{})
 		require.NoError(t, err, "cycle %d", cycle)

@@ -8,24 +8,37 @@ import (
 )
 
 // checkLine verifies the trailer and checksum of one line without its
-// terminating '\n' and returns the body. It does not allocate.
+// terminating '\n' and returns the body. It does not allocate unless the
+// line is damaged.
 func checkLine(line []byte) (body []byte, err error) {
+	body, problem := VerifyLine(line)
+	if problem != "" {
+		return nil, fmt.Errorf("%w: %s", ErrCorrupt, problem)
+	}
+	return body, nil
+}
+
+// VerifyLine checks the checksum trailer of one journal line, without its
+// terminating '\n', as doc.go specifies it, and returns the body the
+// checksum covers, or why the line is damaged. Other readers of the format
+// (the transcript codec) check lines with it.
+func VerifyLine(line []byte) (body []byte, problem string) {
 	if len(line) < trailerLen+2 {
-		return nil, fmt.Errorf("%w: line of %d bytes is too short", ErrCorrupt, len(line))
+		return nil, fmt.Sprintf("line of %d bytes is too short", len(line))
 	}
 	body = line[:len(line)-trailerLen]
 	tr := line[len(line)-trailerLen:]
 	if !bytes.HasPrefix(tr, []byte(`,"crc":"`)) || tr[16] != '"' || tr[17] != '}' || line[0] != '{' {
-		return nil, fmt.Errorf("%w: missing checksum trailer", ErrCorrupt)
+		return nil, "missing checksum trailer"
 	}
 	want, ok := parseHex32(tr[8:16])
 	if !ok {
-		return nil, fmt.Errorf("%w: malformed checksum", ErrCorrupt)
+		return nil, "malformed checksum"
 	}
 	if got := crc32.Checksum(body, castagnoli); got != want {
-		return nil, fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", ErrCorrupt, want, got)
+		return nil, fmt.Sprintf("checksum mismatch (stored %08x, computed %08x)", want, got)
 	}
-	return body, nil
+	return body, ""
 }
 
 // decodeLine verifies and decodes one line (without its '\n').

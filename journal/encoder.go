@@ -7,10 +7,9 @@ import (
 	"hash/crc32"
 	"strconv"
 	"time"
-)
 
-// MaxRecordSize caps one line, terminator included.
-const MaxRecordSize = 1 << 20
+	"github.com/belayhq/belay"
+)
 
 // trailerLen is len(`,"crc":"XXXXXXXX"}`).
 const trailerLen = 18
@@ -51,7 +50,7 @@ func encodeTail(dst []byte, e *Event) ([]byte, error) {
 		return dst[:start], fmt.Errorf("%w: data is not valid JSON: %v", ErrInvalidEvent, err)
 	}
 	dst = buf.Bytes()
-	if maxPrefixLen+len(dst)-start+trailerLen+1 > MaxRecordSize {
+	if maxPrefixLen+len(dst)-start+trailerLen+1 > belay.MaxRecordSize {
 		return dst[:start], ErrTooLarge
 	}
 	return dst, nil

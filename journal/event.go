@@ -1,41 +1,24 @@
 package journal
 
 import (
-	"encoding/json"
 	"fmt"
-	"time"
 	"unicode/utf8"
+
+	"github.com/belayhq/belay"
 )
 
-// Event is one journal record.
-type Event struct {
-	Seq   uint64          `json:"seq"`
-	TS    time.Time       `json:"ts"`
-	Type  string          `json:"type"`
-	ID    string          `json:"id,omitempty"`
-	Run   string          `json:"run,omitempty"`
-	Epoch uint64          `json:"epoch,omitempty"`
-	Data  json.RawMessage `json:"data"`
-}
+// Event is one journal record: the event of the belay vocabulary, whose
+// JSON form is the journal line (doc.go).
+type Event = belay.Event
 
-// Durability is the class of an append.
-type Durability uint8
+// Durability is the class of an append (belay.Sync or belay.Buffered).
+type Durability = belay.Durability
 
+// Durability classes, as named in package belay.
 const (
-	// Sync appends return only after fdatasync covered them.
-	Sync Durability = iota
-	// Buffered appends return at once; they are written and synced with the
-	// next commit, within Options.BufferedDelay. A crash may lose them back
-	// to the last sync, never reorder or corrupt them.
-	Buffered
+	Sync     = belay.Sync
+	Buffered = belay.Buffered
 )
-
-func (d Durability) String() string {
-	if d == Buffered {
-		return "buffered"
-	}
-	return "sync"
-}
 
 const (
 	maxTypeLen = 64

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/belayhq/belay"
 )
 
 // encPool recycles the buffers appenders encode into before taking the lock.
@@ -77,7 +79,7 @@ func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []E
 		var err error
 		if enc, err = encodeTail(enc, &evs[i]); err != nil {
 			if errors.Is(err, ErrTooLarge) {
-				err = fmt.Errorf("%w: event %d (%s) would be more than %d bytes", err, i, evs[i].Type, MaxRecordSize)
+				err = fmt.Errorf("%w: event %d (%s) would be more than %d bytes", err, i, evs[i].Type, belay.MaxRecordSize)
 			}
 			return nil, err
 		}

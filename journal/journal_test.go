@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/internal/vfs/vfstest"
 )
@@ -158,7 +159,7 @@ func TestInvalidEvents(t *testing.T) {
 		_, err := b.j.Append(ctx, Sync, e)
 		require.ErrorIs(t, err, ErrInvalidEvent, "%+v", e)
 	}
-	big := `"` + string(bytes.Repeat([]byte("x"), MaxRecordSize)) + `"`
+	big := `"` + string(bytes.Repeat([]byte("x"), belay.MaxRecordSize)) + `"`
 	_, err := b.j.Append(ctx, Sync, ev("ok", `1`), ev("big", big))
 	require.ErrorIs(t, err, ErrTooLarge)
 	// Nothing of the refused call was written, and seqs go on.
@@ -490,7 +491,7 @@ func TestDamageBeforeTailQuarantines(t *testing.T) {
 		},
 		"over-long line": func(raw []byte, offs []int) []byte {
 			out := append([]byte(nil), raw[:offs[4]]...)
-			out = append(out, bytes.Repeat([]byte("x"), MaxRecordSize+10)...)
+			out = append(out, bytes.Repeat([]byte("x"), belay.MaxRecordSize+10)...)
 			out = append(out, '\n')
 			return append(out, raw[offs[4]:]...)
 		},

@@ -6,6 +6,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/belayhq/belay"
 )
 
 // indexInterval is how many bytes of journal one sparse index entry covers
@@ -87,7 +89,7 @@ func (lr *lineReader) fill() error {
 		lr.start = 0
 	}
 	if lr.n == len(lr.buf) {
-		nb := make([]byte, min(2*len(lr.buf), MaxRecordSize+1))
+		nb := make([]byte, min(2*len(lr.buf), belay.MaxRecordSize+1))
 		copy(nb, lr.buf[:lr.n])
 		lr.buf = nb
 	}
@@ -116,12 +118,12 @@ func (lr *lineReader) next() (line []byte, off int64, complete bool, err error) 
 			line = lr.buf[lr.start : lr.start+i]
 			lr.start += i + 1
 			lr.off += int64(i + 1)
-			if i+1 > MaxRecordSize {
+			if i+1 > belay.MaxRecordSize {
 				return nil, off, false, nil
 			}
 			return line, off, true, nil
 		}
-		if lr.n-lr.start > MaxRecordSize {
+		if lr.n-lr.start > belay.MaxRecordSize {
 			// Over-long: drop what is buffered and look for its end.
 			lr.off += int64(lr.n - lr.start)
 			lr.start = lr.n

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +28,7 @@ type snapFixture struct {
 
 func newSnapFixture(tb testing.TB) *snapFixture {
 	dir := tb.TempDir()
-	j, err := Open(dir, Options{FS: noSyncFS{vfs.OS}, Now: fixedClock()})
+	j, err := Open(dir, Options{FS: vfs.NoSync(vfs.OS), Now: fixedClock()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -66,22 +65,6 @@ func newSnapFixture(tb testing.TB) *snapFixture {
 		tb.Fatal(err)
 	}
 	return fx
-}
-
-// noSyncFS is the OS filesystem without fsync: durability is not what
-// FuzzSnapshot checks, and syncs would make each run take a disk flush.
-type noSyncFS struct{ vfs.FS }
-
-type noSyncFile struct{ vfs.File }
-
-func (noSyncFile) Sync() error        { return nil }
-func (noSyncFS) SyncDir(string) error { return nil }
-func (fs noSyncFS) OpenFile(name string, flag int, perm iofs.FileMode) (vfs.File, error) {
-	f, err := fs.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return noSyncFile{f}, nil
 }
 
 // sealSnapshot gives a snapshot body a valid checksum trailer, as
@@ -164,7 +147,7 @@ func FuzzSnapshot(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, SnapshotName), snapBytes, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		j, err := Open(dir, Options{FS: noSyncFS{vfs.OS}, Now: fixedClock(), BufferedDelay: time.Millisecond})
+		j, err := Open(dir, Options{FS: vfs.NoSync(vfs.OS), Now: fixedClock(), BufferedDelay: time.Millisecond})
 		if err != nil {
 			t.Fatalf("open of an intact journal failed because of its snapshot: %v", err)
 		}

@@ -113,37 +113,13 @@ type Event struct {
 	StopReason string `json:"stopReason,omitempty"`
 }
 
-// Call is a tool call's intent.
-type Call struct {
-	ID    string          `json:"id"`
-	Name  string          `json:"name"`
-	Input json.RawMessage `json:"input,omitempty"`
-	// SideEffect: running it changes the world (writes a file, sends a
-	// message), so it must never run twice. A call whose side-effect status
-	// is unknown must be reported as a side effect.
-	SideEffect bool `json:"sideEffect"`
-}
-
-// Result is a tool call's settlement.
-type Result struct {
-	CallID  string `json:"callId"`
-	Content string `json:"content,omitempty"`
-	IsError bool   `json:"isError,omitempty"`
-	// Class classifies a failed call (permission_denied: it did not run).
-	Class belay.ErrorClass `json:"class,omitempty"`
-}
-
-// NotExecuted reports whether the call failed before it could have had any
-// effect.
-func (r *Result) NotExecuted() bool {
-	return r.IsError && r.Class == belay.ClassPermissionDenied
-}
-
-// Tokens counts usage.
-type Tokens struct {
-	Input  int `json:"input"`
-	Output int `json:"output"`
-}
+// Call, Result and Tokens are the payloads of the run.tool_call,
+// run.tool_result and run.usage events (package belay).
+type (
+	Call   = belay.ToolCall
+	Result = belay.ToolResult
+	Tokens = belay.Tokens
+)
 
 // Provider executes runs.
 type Provider interface {

@@ -33,7 +33,7 @@ func WriteAnswer(ctx context.Context, st store.Store, run belay.Run, w io.Writer
 		// A later attempt may have started again from scratch: find the last
 		// such start first, so that nothing written has to be taken back.
 		err := st.ScanEvents(ctx, run.Session, after, func(e belay.Event) error {
-			if e.Run != run.ID || e.Type != store.EventRunUpdated {
+			if e.Run != run.ID || e.Type != belay.EventRunUpdated {
 				return nil
 			}
 			u, err := decodeRunUpdated(e)
@@ -58,7 +58,7 @@ func WriteAnswer(ctx context.Context, st store.Store, run belay.Run, w io.Writer
 			return nil
 		}
 		switch e.Type {
-		case EventText:
+		case belay.EventRunText:
 			var err error
 			if buf, err = delta.AppendText(buf[:0], e.Data); err != nil {
 				return fmt.Errorf("%w: run %s: seq %d: %v", belay.ErrInvalid, run.ID, e.Seq, err)
@@ -66,7 +66,7 @@ func WriteAnswer(ctx context.Context, st store.Store, run belay.Run, w io.Writer
 			if _, err := w.Write(buf); err != nil {
 				return err
 			}
-		case store.EventRunUpdated:
+		case belay.EventRunUpdated:
 			u, err := decodeRunUpdated(e)
 			if err != nil {
 				return err

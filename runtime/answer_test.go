@@ -32,8 +32,8 @@ func TestWriteAnswer(t *testing.T) {
 		return r
 	}
 	text := func(r belay.Run, s string) {
-		d, _ := json.Marshal(textData{Text: s})
-		_, err := st.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: EventText, Run: r.ID, Epoch: r.Epoch, Data: d})
+		d, _ := json.Marshal(belay.TextData{Text: s})
+		_, err := st.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: belay.EventRunText, Run: r.ID, Epoch: r.Epoch, Data: d})
 		require.NoError(t, err)
 	}
 	update := func(r belay.Run, phase belay.RunPhase, attempt int, resume bool) belay.Run {
@@ -94,10 +94,10 @@ func benchWriteAnswer(b *testing.B, delta int) {
 	run, err = st.AcquireRunLease(ctx, run.ID, "w", time.Hour, 0)
 	require.NoError(b, err)
 	text := strings.ToValidUTF8(strings.Repeat("The answer streams back: \"quoted\", <tagged> & ünïcödé.\n", delta/40+1)[:delta], "")
-	d, _ := json.Marshal(textData{Text: text})
+	d, _ := json.Marshal(belay.TextData{Text: text})
 	var evs []belay.Event
 	for range 256 {
-		evs = append(evs, belay.Event{Type: EventText, Run: run.ID, Epoch: run.Epoch, Data: d})
+		evs = append(evs, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: d})
 	}
 	for range 16 * 4096 / delta {
 		_, err := st.Append(ctx, sess.ID, belay.Sync, evs...)

@@ -217,16 +217,16 @@ func (r *Runtime) feedLoop(ctx context.Context, cursor uint64) {
 		claim, inbox := false, false
 		for _, c := range changes {
 			switch c.Type {
-			case store.EventRunCancelRequested:
+			case belay.EventRunCancelRequested:
 				r.cancelLocal(c.Run)
-			case store.EventRunCreated, store.EventRunReleased:
+			case belay.EventRunCreated, belay.EventRunReleased:
 				claim = true
-			case store.EventRunUpdated:
+			case belay.EventRunUpdated:
 				if c.Ended {
 					claim, inbox = true, true // its slot freed; items waiting for its end are ready
 				}
-			case store.EventDeliveryPosted, store.EventDeliverySettled, store.EventDeliveryExpired,
-				store.EventDeliveryReturned, store.EventDeliveryLeased:
+			case belay.EventDeliveryPosted, belay.EventDeliverySettled, belay.EventDeliveryExpired,
+				belay.EventDeliveryReturned, belay.EventDeliveryLeased:
 				inbox = true
 			}
 		}

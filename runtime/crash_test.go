@@ -9,20 +9,18 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/crashtest"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
-	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
@@ -167,53 +165,30 @@ func TestRuntimeCrashRecovery(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	submitted := map[string]bool{}
-	child := func(env ...string) (*exec.Cmd, <-chan string, *strings.Builder) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(append(os.Environ(), crashChildEnv+"="+dir, "GORACE=atexit_sleep_ms=0"), env...)
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		require.NoError(t, cmd.Start())
-		lines := make(chan string, 4096)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		return cmd, lines, &stderr
-	}
 	for cycle := 0; cycle < *runtimeCrashCycles; cycle++ {
-		cmd, lines, stderr := child(fmt.Sprintf("CYCLE=%d", cycle))
-		if l, ok := <-lines; !ok || l != "started" {
-			_ = cmd.Wait()
-			t.Fatalf("cycle %d: child did not start: %s", cycle, stderr.String())
+		child := crashtest.Start(t, crashChildEnv+"="+dir, fmt.Sprintf("CYCLE=%d", cycle))
+		if l := child.First(t, fmt.Sprintf("it started (cycle %d)", cycle)); l != "started" {
+			child.Kill(t)
+			t.Fatalf("cycle %d: child did not start: %q: %s", cycle, l, child.Stderr())
 		}
 		time.Sleep(time.Duration(30+rng.IntN(250)) * time.Millisecond)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		for l := range lines {
+		for _, l := range child.Kill(t) {
 			if id, ok := strings.CutPrefix(l, "submitted "); ok {
 				submitted[id] = true
 			}
 		}
-		_ = cmd.Wait()
-		require.NotContains(t, stderr.String(), "settle", "cycle %d", cycle)
+		require.NotContains(t, child.Stderr(), "settle", "cycle %d", cycle)
 	}
-	cmd, lines, stderr := child("DRAIN=1")
+	child := crashtest.Start(t, crashChildEnv+"="+dir, "DRAIN=1")
 	done := make(chan error, 1)
-	go func() {
-		for range lines {
-		}
-		done <- cmd.Wait()
-	}()
+	go func() { done <- child.Wait(nil) }()
 	select {
 	case err := <-done:
-		require.NoError(t, err, "drain: %s", stderr.String())
+		require.NoError(t, err, "drain: %s", child.Stderr())
 	case <-time.After(120 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("the runtime did not finish every run: %s", stderr.String())
+		_ = child.Process().Kill()
+		<-done
+		t.Fatalf("the runtime did not finish every run: %s", child.Stderr())
 	}
 
 	ctx := context.Background()
@@ -242,7 +217,7 @@ func TestRuntimeCrashRecovery(t *testing.T) {
 		evs, err := st.Events(ctx, sess.ID, 0, 0)
 		require.NoError(t, err)
 		for _, e := range evs {
-			if e.Type == store.EventDeliverySettled {
+			if e.Type == belay.EventDeliverySettled {
 				var p struct{ ID, Kind string }
 				require.NoError(t, json.Unmarshal(e.Data, &p))
 				if p.Kind == "done" {

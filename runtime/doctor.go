@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/doctor"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/store"
 )
 
 // Doctor diagnoses a session from the live runtime (G11). It only reads.
-func (r *Runtime) Doctor(ctx context.Context, session string) (doctor.Report, error) {
+func (r *Runtime) Doctor(ctx context.Context, session string) (apitype.DoctorReport, error) {
 	in, err := DoctorInput(ctx, r.store, session)
 	if err != nil {
-		return doctor.Report{}, err
+		return apitype.DoctorReport{}, err
 	}
 	in.Now = r.clk.Now()
 	in.Daemon = doctor.Daemon{Reachable: true, Incarnation: r.opts.Incarnation}
@@ -47,7 +48,7 @@ func (r *Runtime) Doctor(ctx context.Context, session string) (doctor.Report, er
 	return doctor.Diagnose(in), nil
 }
 
-func (t Tiers) timeoutOf(tier Tier) time.Duration {
+func (t Tiers) timeoutOf(tier belay.Tier) time.Duration {
 	w := watchdog{tiers: t.withDefaults()}
 	return w.timeout(tier)
 }
@@ -131,12 +132,12 @@ func scanRunEffects(ctx context.Context, st store.Store, run belay.Run) (*sideEf
 				continue
 			}
 			switch e.Type {
-			case EventToolCall:
+			case belay.EventRunToolCall:
 				var c provider.Call
 				if json.Unmarshal(e.Data, &c) == nil {
 					effects.intent(c.ID, c.Name, c.SideEffect)
 				}
-			case EventToolResult:
+			case belay.EventRunToolResult:
 				var res provider.Result
 				if json.Unmarshal(e.Data, &res) == nil {
 					effects.settle(res.CallID, res.NotExecuted())
@@ -166,14 +167,14 @@ func scanRunText(ctx context.Context, st store.Store, run belay.Run) (int, error
 				continue
 			}
 			switch e.Type {
-			case EventText:
-				var d textData
+			case belay.EventRunText:
+				var d belay.TextData
 				if json.Unmarshal(e.Data, &d) == nil {
 					n += len(d.Text)
 				}
-			case store.EventRunUpdated:
+			case belay.EventRunUpdated:
 				var d struct {
-					Data *attemptData `json:"data"`
+					Data *belay.AttemptData `json:"data"`
 				}
 				if json.Unmarshal(e.Data, &d) == nil && d.Data != nil && d.Data.Attempt > 1 && !d.Data.Resume {
 					n = 0

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/jsonx"
 	"github.com/belayhq/belay/store"
 )
 
@@ -152,17 +153,17 @@ func outcomeDelivery(run belay.Run, phase belay.RunPhase, runErr *belay.RunError
 	var typ string
 	switch phase {
 	case belay.PhaseComplete:
-		typ = DeliveryRunCompleted
+		typ = belay.DeliveryRunCompleted
 	case belay.PhaseFailed:
-		typ = DeliveryRunFailed
+		typ = belay.DeliveryRunFailed
 	case belay.PhaseStranded:
-		typ = DeliveryRunStranded
+		typ = belay.DeliveryRunStranded
 	default:
 		return nil
 	}
-	data := deliveryData{Run: run.ID, Status: phase.Status(), Reason: reason, At: at.UTC()}
+	data := belay.OutcomeData{Run: run.ID, Status: phase.Status(), Reason: reason, At: at.UTC()}
 	if runErr != nil {
 		data.Class = runErr.Class
 	}
-	return &belay.DeliveryInput{Session: run.Session, Type: typ, Key: run.ID, Data: mustJSON(data)}
+	return &belay.DeliveryInput{Session: run.Session, Type: typ, Key: run.ID, Data: jsonx.Must(data)}
 }

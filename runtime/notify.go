@@ -11,6 +11,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/jsonx"
 	"github.com/belayhq/belay/store"
 )
 
@@ -271,7 +272,7 @@ func (n *notifier) send(t NotifyTarget, delivery string) bool {
 	if err == nil {
 		at := r.clk.Now()
 		notice := Notice{ID: NotificationID(delivery, t.Name), Delivery: d, Target: t.Name, Attempt: claim.Attempt, At: at,
-			Body: mustJSON(map[string]any{"type": d.Type, "timestamp": at.UTC().Format(time.RFC3339), "data": d})}
+			Body: jsonx.Must(map[string]any{"type": d.Type, "timestamp": at.UTC().Format(time.RFC3339), "data": d})}
 		sctx, cancel := context.WithTimeout(ctx, t.Timeout)
 		err = t.Send(sctx, notice)
 		cancel()

@@ -168,7 +168,7 @@ func TestNotifyOnceAcrossRuntimes(t *testing.T) {
 	require.NoError(t, err)
 	owners := map[string]int{}
 	for _, e := range evs {
-		if e.Type == store.EventNotifyClaimed {
+		if e.Type == belay.EventNotifyClaimed {
 			var c struct{ Owner string }
 			require.NoError(t, json.Unmarshal(e.Data, &c))
 			owners[c.Owner]++

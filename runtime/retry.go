@@ -3,9 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/belayhq/belay"
 )
@@ -21,25 +19,8 @@ type RetryRequest struct {
 	// so that retrying the same run twice makes one new run (G3).
 	IdempotencyKey string
 	// Policy applies if the session is busy (default enqueue).
-	Policy Policy
+	Policy belay.Policy
 }
-
-// SideEffectsError refuses a retry that could repeat side effects (G9);
-// errors.Is(err, ErrSideEffects) holds.
-type SideEffectsError struct {
-	Run   string
-	Tools []string
-}
-
-// ErrSideEffects is the sentinel of SideEffectsError.
-var ErrSideEffects = errors.New("runtime: side effects settled")
-
-func (e *SideEffectsError) Error() string {
-	return fmt.Sprintf("run %s settled side-effecting tool call(s) %s; a retry could run them again", e.Run, strings.Join(e.Tools, ", "))
-}
-
-// Is makes errors.Is(err, ErrSideEffects) hold.
-func (e *SideEffectsError) Is(target error) bool { return target == ErrSideEffects }
 
 // RetryKey is the default idempotency key of a retry of run.
 func RetryKey(run string) string { return "retry-" + run }
@@ -63,13 +44,13 @@ func (r *Runtime) Retry(ctx context.Context, req RetryRequest) (belay.Run, []str
 	}
 	tools := effects.names()
 	if len(tools) > 0 && !req.AllowSideEffects {
-		return belay.Run{}, tools, &SideEffectsError{Run: orig.ID, Tools: tools}
+		return belay.Run{}, tools, &belay.SideEffectsError{Run: orig.ID, Tools: tools}
 	}
 	raw, err := r.store.RunInput(ctx, orig.ID)
 	if err != nil {
 		return belay.Run{}, nil, err
 	}
-	var in Input
+	var in belay.InputData
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return belay.Run{}, nil, fmt.Errorf("%w: run %s has an unreadable input: %v", belay.ErrInvalid, orig.ID, err)
 	}
@@ -79,7 +60,7 @@ func (r *Runtime) Retry(ctx context.Context, req RetryRequest) (belay.Run, []str
 	}
 	policy := req.Policy
 	if policy == "" {
-		policy = PolicyEnqueue
+		policy = belay.PolicyEnqueue
 	}
 	run, err := r.Submit(ctx, SubmitRequest{
 		Session: orig.Session, Provider: orig.Provider, Model: orig.Model, Prompt: in.Prompt,

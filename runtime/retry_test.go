@@ -68,9 +68,9 @@ func TestRetryRefusesSettledSideEffectsUnlessAllowed(t *testing.T) {
 
 	ctx := context.Background()
 	_, tools, err := b.rt.Retry(ctx, RetryRequest{Run: orig.ID})
-	var se *SideEffectsError
+	var se *belay.SideEffectsError
 	require.ErrorAs(t, err, &se)
-	require.ErrorIs(t, err, ErrSideEffects)
+	require.ErrorIs(t, err, belay.ErrSideEffects)
 	require.Equal(t, []string{"send_email"}, se.Tools)
 	require.Equal(t, []string{"send_email"}, tools)
 	require.Equal(t, int32(1), effects.Load(), "a refused retry runs nothing")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/jsonx"
 	"github.com/belayhq/belay/provider"
 )
 
@@ -106,14 +107,14 @@ func (rn *runner) stopCause() error {
 	return rn.cause
 }
 
-func (rn *runner) activity() Activity {
+func (rn *runner) activity() belay.Activity {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
-	a := Activity{Run: rn.id, Phase: rn.phase, Attempt: rn.attempt}
+	a := belay.Activity{Run: rn.id, Phase: rn.phase, Attempt: rn.attempt}
 	if rn.wd != nil {
 		a.LastProgress, a.Tier = rn.wd.lastActivity()
 	} else {
-		a.LastProgress, a.Tier = rn.since, TierAwaitingFirst
+		a.LastProgress, a.Tier = rn.since, belay.TierAwaitingFirst
 	}
 	return a
 }
@@ -170,7 +171,7 @@ func (rn *runner) execute() {
 	rn.mu.Unlock()
 
 	input, err := r.store.RunInput(bgCtx, rn.id)
-	var in Input
+	var in belay.InputData
 	if err == nil {
 		err = json.Unmarshal(input, &in)
 	}
@@ -322,14 +323,14 @@ func (rn *runner) startTimers() func() {
 }
 
 // attemptOnce runs one attempt through the provider.
-func (rn *runner) attemptOnce(in Input, resume bool) error {
+func (rn *runner) attemptOnce(in belay.InputData, resume bool) error {
 	r := rn.r
 	rn.started = false
 	ctx, cancel := context.WithCancelCause(bgCtx)
 	defer cancel(nil)
 	wd := newWatchdog(r.clk, r.opts.Tiers, func(e expiry) {
 		// After the turn end the run finishes: the provider's work must stop.
-		cancel(&watchdogError{e: e, detach: e.Tier != TierAfterTurnEnd && rn.willResume()})
+		cancel(&watchdogError{e: e, detach: e.Tier != belay.TierAfterTurnEnd && rn.willResume()})
 	})
 	defer wd.stop()
 	rn.mu.Lock()
@@ -342,7 +343,7 @@ func (rn *runner) attemptOnce(in Input, resume bool) error {
 	rn.mu.Unlock()
 
 	// The update that starts an attempt records it (attempt and resume).
-	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt, Data: mustJSON(attemptData{Attempt: rn.attempt, Resume: resume})}); err != nil {
+	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt, Data: jsonx.Must(belay.AttemptData{Attempt: rn.attempt, Resume: resume})}); err != nil {
 		return err
 	}
 	if !resume {
@@ -372,7 +373,7 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		// The in-memory activity first, then the store: whoever sees the
 		// stored phase sees the activity that goes with it.
 		if ev.Kind == provider.TextDelta || ev.Kind == provider.ThinkingDelta {
-			wd.progress(TierStreaming)
+			wd.progress(belay.TierStreaming)
 		}
 		if err := rn.update(belay.RunUpdate{Phase: belay.PhaseStreaming}); err != nil {
 			return err
@@ -380,20 +381,20 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 	}
 	switch ev.Kind {
 	case provider.TextDelta:
-		wd.progress(TierStreaming)
-		if err := rn.append(belay.Buffered, EventText, textData{Text: ev.Text}); err != nil {
+		wd.progress(belay.TierStreaming)
+		if err := rn.append(belay.Buffered, belay.EventRunText, belay.TextData{Text: ev.Text}); err != nil {
 			return err
 		}
 		rn.textLen += len(ev.Text)
 		return nil
 	case provider.ThinkingDelta:
-		wd.progress(TierStreaming)
-		return rn.append(belay.Buffered, EventThinking, textData{Text: ev.Text})
+		wd.progress(belay.TierStreaming)
+		return rn.append(belay.Buffered, belay.EventRunThinking, belay.TextData{Text: ev.Text})
 	case provider.ToolCall:
 		if ev.Call == nil {
 			return provider.Errorf(belay.ClassInternal, "tool call event without a call")
 		}
-		wd.progress(TierToolRunning)
+		wd.progress(belay.TierToolRunning)
 		if rn.effects.calls[ev.Call.ID] {
 			// A resumed stream replays a call the journal already holds.
 			if ev.Call.SideEffect && rn.effects.mayHaveRun(ev.Call.ID) {
@@ -403,7 +404,7 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 			return nil
 		}
 		// The intent is durable before the tool can run (G9).
-		if err := rn.append(belay.Sync, EventToolCall, ev.Call); err != nil {
+		if err := rn.append(belay.Sync, belay.EventRunToolCall, ev.Call); err != nil {
 			return err
 		}
 		rn.effects.intent(ev.Call.ID, ev.Call.Name, ev.Call.SideEffect)
@@ -412,11 +413,11 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		if ev.Result == nil {
 			return provider.Errorf(belay.ClassInternal, "tool result event without a result")
 		}
-		wd.progress(TierStreaming)
+		wd.progress(belay.TierStreaming)
 		if rn.effects.results[ev.Result.CallID] {
 			return nil // replayed by a resumed stream: already journaled
 		}
-		if err := rn.append(belay.Sync, EventToolResult, ev.Result); err != nil {
+		if err := rn.append(belay.Sync, belay.EventRunToolResult, ev.Result); err != nil {
 			return err
 		}
 		rn.effects.settle(ev.Result.CallID, ev.Result.NotExecuted())
@@ -431,7 +432,7 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		if ev.Ref == nil {
 			return nil
 		}
-		wd.progress(TierStreaming)
+		wd.progress(belay.TierStreaming)
 		ref := mergeRef(rn.run.Ref, *ev.Ref)
 		rn.run.Ref = ref
 		if err := rn.update(belay.RunUpdate{Ref: &ref}); err != nil {
@@ -443,11 +444,11 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		return nil
 	case provider.Usage:
 		if ev.Tokens != nil {
-			return rn.append(belay.Buffered, EventUsage, ev.Tokens)
+			return rn.append(belay.Buffered, belay.EventRunUsage, ev.Tokens)
 		}
 	case provider.TurnEnd:
-		wd.progress(TierAfterTurnEnd)
-		return rn.update(belay.RunUpdate{Phase: belay.PhaseFinishing, Data: mustJSON(turnEndData{StopReason: ev.StopReason})})
+		wd.progress(belay.TierAfterTurnEnd)
+		return rn.update(belay.RunUpdate{Phase: belay.PhaseFinishing, Data: jsonx.Must(belay.TurnEndData{StopReason: ev.StopReason})})
 	}
 	return nil
 }
@@ -492,7 +493,7 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return false, false
 	case errors.As(err, &rpErr):
 		reason := rpErr.Error() + "; running it again would repeat its side effects"
-		if !rn.record(EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt}) {
+		if !rn.record(belay.EventRunRecovery, belay.RecoveryData{Decision: belay.DecisionStrand, Reason: reason, Attempt: rn.attempt}) {
 			return false, false
 		}
 		rn.end(belay.PhaseStranded, &belay.RunError{Class: belay.ClassInternal, Message: "resuming would repeat side effects"}, reason)
@@ -509,7 +510,7 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		// A note for people: the run stays leased to this incarnation
 		// whether or not it is written, and the next start reclaims it, so
 		// a failed write here loses nothing.
-		_ = rn.append(belay.Sync, EventSuspended, suspendedData{Reason: err.Error()})
+		_ = rn.append(belay.Sync, belay.EventRunSuspended, belay.SuspendedData{Reason: err.Error()})
 		return false, false
 	case errors.Is(err, errLeaseLost):
 		return false, false // another worker owns it now: write nothing
@@ -532,13 +533,13 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		if h := rn.r.opts.OnWatchdog; h != nil {
 			h(wdErr.e.Tier)
 		}
-		if !rn.record(EventWatchdog, watchdogData{Tier: wdErr.e.Tier, IdleSeconds: wdErr.e.Idle.Seconds()}) {
+		if !rn.record(belay.EventRunWatchdog, belay.WatchdogData{Tier: wdErr.e.Tier, IdleSeconds: wdErr.e.Idle.Seconds()}) {
 			return false, false
 		}
-		if wdErr.e.Tier == TierAfterTurnEnd {
+		if wdErr.e.Tier == belay.TierAfterTurnEnd {
 			// The model ended its turn and the answer is in the journal; the
 			// provider just never said it was done.
-			if !rn.record(EventRecovery, recoveryData{Decision: DecisionFinish, Reason: wdErr.Error(), Attempt: rn.attempt}) {
+			if !rn.record(belay.EventRunRecovery, belay.RecoveryData{Decision: belay.DecisionFinish, Reason: wdErr.Error(), Attempt: rn.attempt}) {
 				return false, false
 			}
 			rn.end(belay.PhaseComplete, nil, "finished after the turn ended: "+wdErr.Error())
@@ -550,7 +551,7 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 		return rn.recoverFrom(belay.ClassPermissionDenied, winErr.Error())
 	}
 	class := provider.ClassOf(err)
-	if !rn.record(EventError, errorData{Class: class, Message: err.Error(), RetryAfter: provider.RetryAfterOf(err).Seconds()}) {
+	if !rn.record(belay.EventRunError, belay.ErrorData{Class: class, Message: err.Error(), RetryAfterSeconds: provider.RetryAfterOf(err).Seconds()}) {
 		return false, false
 	}
 	if !class.Retryable() {
@@ -630,19 +631,19 @@ func (rn *runner) decide(why string) (resume, cont bool) {
 	}
 	switch {
 	case canResume:
-		if !rn.record(EventRecovery, recoveryData{Decision: DecisionResume, Reason: why, Attempt: rn.attempt + 1}) {
+		if !rn.record(belay.EventRunRecovery, belay.RecoveryData{Decision: belay.DecisionResume, Reason: why, Attempt: rn.attempt + 1}) {
 			return false, false
 		}
 		return true, true
 	case rn.effects.unsafe() != "":
 		reason := why + "; not resending: " + rn.effects.unsafe()
-		if !rn.record(EventRecovery, recoveryData{Decision: DecisionStrand, Reason: reason, Attempt: rn.attempt}) {
+		if !rn.record(belay.EventRunRecovery, belay.RecoveryData{Decision: belay.DecisionStrand, Reason: reason, Attempt: rn.attempt}) {
 			return false, false
 		}
 		rn.end(belay.PhaseStranded, &belay.RunError{Class: belay.ClassInternal, Message: "resending would repeat side effects"}, reason)
 		return false, false
 	}
-	if !rn.record(EventRecovery, recoveryData{Decision: DecisionResend, Reason: why, Attempt: rn.attempt + 1}) {
+	if !rn.record(belay.EventRunRecovery, belay.RecoveryData{Decision: belay.DecisionResend, Reason: why, Attempt: rn.attempt + 1}) {
 		return false, false
 	}
 	return false, true
@@ -766,7 +767,7 @@ func (rn *runner) stallIfStore(err error) {
 }
 
 func (rn *runner) append(d belay.Durability, typ string, v any) error {
-	_, err := rn.r.store.Append(bgCtx, rn.run.Session, d, belay.Event{Type: typ, Run: rn.id, Epoch: rn.epoch, Data: mustJSON(v)})
+	_, err := rn.r.store.Append(bgCtx, rn.run.Session, d, belay.Event{Type: typ, Run: rn.id, Epoch: rn.epoch, Data: jsonx.Must(v)})
 	if err != nil {
 		if errors.Is(err, belay.ErrStaleEpoch) {
 			return errLeaseLost

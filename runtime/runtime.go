@@ -13,7 +13,6 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/internal/ids"
-	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/store"
 )
@@ -50,7 +49,7 @@ type Options struct {
 	// It must not block.
 	OnRunEnd func(belay.Run)
 	// OnWatchdog, if set, is called when an inactivity tier expires.
-	OnWatchdog func(Tier)
+	OnWatchdog func(belay.Tier)
 	// OnStall, if set, is told when a runner stopped because the store
 	// refused a write, before the run is retried (for metrics).
 	OnStall func(run string, err error)
@@ -205,18 +204,6 @@ func (r *Runtime) Stop(ctx context.Context) error {
 	return r.leave(ctx)
 }
 
-// Policy says what a new run does when its session already has a run
-// queued or running (G4); the store applies it (store.Policy).
-type Policy = store.Policy
-
-// Follow-up policies.
-const (
-	PolicyEnqueue   = store.PolicyEnqueue
-	PolicyReject    = store.PolicyReject
-	PolicyInterrupt = store.PolicyInterrupt
-	PolicyReplace   = store.PolicyReplace
-)
-
 // Limits are the admission caps (G5), enforced by the store's claims
 // across every runtime over it. Zero means unlimited.
 type Limits = store.Limits
@@ -237,7 +224,7 @@ type SubmitRequest struct {
 	Script json.RawMessage
 	// Options are per-run provider options.
 	Options  json.RawMessage
-	Policy   Policy
+	Policy   belay.Policy
 	Priority int
 	// Deadline bounds the run (0: the default for its provider/model).
 	Deadline time.Duration
@@ -253,7 +240,7 @@ type SubmitRequest struct {
 // MaxInput is the largest run input (prompt, script and options, as JSON)
 // a run can have: its run.created event, with the run's other fields
 // (bounded by maxRunFields), fits one journal record.
-const MaxInput = journal.MaxRecordSize - maxRunFields
+const MaxInput = belay.MaxRecordSize - maxRunFields
 
 // maxRunFields bounds what a run.created event holds besides the input:
 // the line's envelope, ids, the idempotency key (twice), provider, model
@@ -262,7 +249,7 @@ const maxRunFields = 4 << 10
 
 // CheckInput returns the JSON of a run's input, or a *belay.TooLargeError
 // when it is larger than MaxInput.
-func CheckInput(in Input) ([]byte, error) {
+func CheckInput(in belay.InputData) ([]byte, error) {
 	b, err := json.Marshal(in)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", belay.ErrInvalid, err)
@@ -289,7 +276,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 	if len(req.Provider) > maxNameLen || len(req.Model) > maxNameLen {
 		return belay.Run{}, fmt.Errorf("%w: provider and model names are at most %d bytes", belay.ErrInvalid, maxNameLen)
 	}
-	input, err := CheckInput(Input{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
+	input, err := CheckInput(belay.InputData{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
 	if err != nil {
 		return belay.Run{}, err
 	}
@@ -423,7 +410,7 @@ func (r *Runtime) sameSubmit(ctx context.Context, run belay.Run, key, prov, mode
 		if err != nil {
 			return err
 		}
-		var a, b Input
+		var a, b belay.InputData
 		if json.Unmarshal(old, &a) != nil || json.Unmarshal(input, &b) != nil {
 			return fmt.Errorf("%w: run %s has an unreadable input", belay.ErrInvalid, run.ID)
 		}
@@ -538,20 +525,11 @@ func (r *Runtime) Wait(ctx context.Context, id string) (belay.Run, error) {
 	}
 }
 
-// Activity is what the runtime knows of an active run's liveness.
-type Activity struct {
-	Run          string         `json:"run"`
-	Phase        belay.RunPhase `json:"phase"`
-	Attempt      int            `json:"attempt"`
-	LastProgress time.Time      `json:"lastProgress"`
-	Tier         Tier           `json:"tier"`
-}
-
 // Activity returns the liveness of a queued or running run (G8): from its
 // runner when it runs here, else from the store, as its owner last
 // persisted it (with lease renewals) or, before that, since the run was
 // created or started.
-func (r *Runtime) Activity(id string) (Activity, bool) {
+func (r *Runtime) Activity(id string) (belay.Activity, bool) {
 	r.mu.Lock()
 	rn := r.runners[id]
 	r.mu.Unlock()
@@ -560,12 +538,12 @@ func (r *Runtime) Activity(id string) (Activity, bool) {
 	}
 	run, err := r.store.Run(context.Background(), id)
 	if err != nil || run.Status.Terminal() {
-		return Activity{}, false
+		return belay.Activity{}, false
 	}
-	a := Activity{Run: id, Phase: run.Phase, Attempt: run.Attempt, LastProgress: run.CreatedAt, Tier: TierAwaitingFirst}
+	a := belay.Activity{Run: id, Phase: run.Phase, Attempt: run.Attempt, LastProgress: run.CreatedAt, Tier: belay.TierAwaitingFirst}
 	switch {
 	case run.Activity != nil:
-		a.LastProgress, a.Tier = run.Activity.LastProgress, Tier(run.Activity.Tier)
+		a.LastProgress, a.Tier = run.Activity.LastProgress, belay.Tier(run.Activity.Tier)
 	case !run.StartedAt.IsZero():
 		a.LastProgress = run.StartedAt
 	}

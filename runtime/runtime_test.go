@@ -17,7 +17,6 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/provider"
-	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
@@ -192,7 +191,7 @@ func (b *bundle) events(session string) []belay.Event {
 func types(evs []belay.Event, run string) []string {
 	var out []string
 	for _, e := range evs {
-		if e.Run == run && e.Type != store.EventRunRenewed {
+		if e.Run == run && e.Type != belay.EventRunRenewed {
 			out = append(out, e.Type)
 		}
 	}
@@ -220,21 +219,21 @@ func TestRunCompletesAndPostsItsDelivery(t *testing.T) {
 	require.Nil(t, run.Lease)
 	evs := b.events(run.Session)
 	require.Equal(t, []string{
-		store.EventRunCreated, store.EventRunLeased, store.EventRunUpdated,
-		store.EventRunUpdated, EventText, store.EventRunUpdated, store.EventRunUpdated,
+		belay.EventRunCreated, belay.EventRunLeased, belay.EventRunUpdated,
+		belay.EventRunUpdated, belay.EventRunText, belay.EventRunUpdated, belay.EventRunUpdated,
 	}, types(evs, run.ID))
 	last := evs[len(evs)-1]
-	require.Equal(t, store.EventDeliveryPosted, last.Type, "the delivery is posted with the end, in one write")
+	require.Equal(t, belay.EventDeliveryPosted, last.Type, "the delivery is posted with the end, in one write")
 	require.Equal(t, run.ID, evs[len(evs)-2].Run)
-	var text textData
+	var text belay.TextData
 	for _, e := range evs {
-		if e.Type == EventText {
+		if e.Type == belay.EventRunText {
 			require.NoError(t, json.Unmarshal(e.Data, &text))
 		}
 	}
 	require.Equal(t, "hello", text.Text)
 	d := b.waitDelivery(run.Session)
-	require.Equal(t, DeliveryRunCompleted, d.Type)
+	require.Equal(t, belay.DeliveryRunCompleted, d.Type)
 	require.Equal(t, run.ID, d.Key)
 }
 
@@ -353,13 +352,13 @@ func TestFollowUpPolicies(t *testing.T) {
 	queued := b.submit(SubmitRequest{Session: first.Session, Prompt: "2"})
 	require.Equal(t, belay.RunQueued, queued.Status, "one active run per conversation")
 
-	_, err := b.rt.Submit(context.Background(), SubmitRequest{Session: first.Session, Prompt: "3", Policy: PolicyReject})
+	_, err := b.rt.Submit(context.Background(), SubmitRequest{Session: first.Session, Prompt: "3", Policy: belay.PolicyReject})
 	require.ErrorIs(t, err, ErrConversationBusy)
 
-	replacing := b.submit(SubmitRequest{Session: first.Session, Prompt: "4", Policy: PolicyReplace})
+	replacing := b.submit(SubmitRequest{Session: first.Session, Prompt: "4", Policy: belay.PolicyReplace})
 	b.waitStatus(queued.ID, belay.RunCancelled)
 
-	interrupting := b.submit(SubmitRequest{Session: first.Session, Prompt: "5", Policy: PolicyInterrupt})
+	interrupting := b.submit(SubmitRequest{Session: first.Session, Prompt: "5", Policy: belay.PolicyInterrupt})
 	cancelled := b.waitStatus(first.ID, belay.RunCancelled)
 	require.Contains(t, cancelled.Reason, interrupting.ID)
 	waitFor(t, func() bool { r := g.running(); return len(r) == 1 && r[0] == interrupting.ID })
@@ -440,8 +439,8 @@ func TestWatchdogResendsThenFails(t *testing.T) {
 	require.Contains(t, run.Reason, "recovery attempts exhausted")
 	require.Equal(t, int32(3), p.calls.Load(), "the first attempt and two recoveries")
 	evs := b.events(run.Session)
-	require.Equal(t, 3, countType(evs, EventWatchdog))
-	require.Equal(t, 2, countType(evs, EventRecovery))
+	require.Equal(t, 3, countType(evs, belay.EventRunWatchdog))
+	require.Equal(t, 2, countType(evs, belay.EventRunRecovery))
 }
 
 func TestWatchdogResumesAResumableProvider(t *testing.T) {
@@ -517,7 +516,7 @@ func TestNonRetryableFailsAtOnce(t *testing.T) {
 	run = b.waitStatus(run.ID, belay.RunFailed)
 	require.Equal(t, belay.ClassAuth, run.Error.Class)
 	require.Equal(t, int32(1), p.calls.Load())
-	require.Equal(t, DeliveryRunFailed, b.waitDelivery(run.Session).Type)
+	require.Equal(t, belay.DeliveryRunFailed, b.waitDelivery(run.Session).Type)
 }
 
 // TestNoResendAfterSideEffects is the seed chain "auto-resend after tool
@@ -541,7 +540,7 @@ func TestNoResendAfterSideEffects(t *testing.T) {
 	run = b.waitStatus(run.ID, belay.RunStranded)
 	require.Contains(t, run.Reason, `tool "send_email" (call c1) had side effects and settled`)
 	require.Equal(t, int32(1), effects.Load(), "the side effect ran once")
-	require.Equal(t, DeliveryRunStranded, b.waitDelivery(run.Session).Type)
+	require.Equal(t, belay.DeliveryRunStranded, b.waitDelivery(run.Session).Type)
 }
 
 func TestResendWhenNoSideEffectRan(t *testing.T) {
@@ -597,13 +596,13 @@ func TestPermissionWindow(t *testing.T) {
 	run = b.waitStatus(run.ID, belay.RunComplete)
 	require.Equal(t, 2, run.Attempt, "the detector tripped and the run resumed")
 	evs := b.events(run.Session)
-	var rec recoveryData
+	var rec belay.RecoveryData
 	for _, e := range evs {
-		if e.Type == EventRecovery {
+		if e.Type == belay.EventRunRecovery {
 			require.NoError(t, json.Unmarshal(e.Data, &rec))
 		}
 	}
-	require.Equal(t, DecisionResume, rec.Decision)
+	require.Equal(t, belay.DecisionResume, rec.Decision)
 	require.Contains(t, rec.Reason, "3 of the last 5 tool results failed")
 }
 
@@ -618,7 +617,7 @@ func TestActivityIsExposed(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, belay.PhaseStreaming, a.Phase)
 	require.Equal(t, t0, a.LastProgress)
-	require.Equal(t, TierStreaming, a.Tier)
+	require.Equal(t, belay.TierStreaming, a.Tier)
 	g.release(run.ID)
 	b.waitStatus(run.ID, belay.RunComplete)
 	waitFor(t, func() bool { _, ok := b.rt.Activity(run.ID); return !ok })
@@ -662,8 +661,8 @@ func TestStopSuspendsAndRestartReclaims(t *testing.T) {
 			run = b.waitStatus(run.ID, tc.want)
 			require.Equal(t, int32(1), effects.Load(), "no side effect ran twice")
 			evs := b.events(run.Session)
-			require.Equal(t, 1, countType(evs, EventSuspended), "the stop is journaled")
-			require.Equal(t, 2, countType(evs, store.EventRunLeased), "the new incarnation took the lease over")
+			require.Equal(t, 1, countType(evs, belay.EventRunSuspended), "the stop is journaled")
+			require.Equal(t, 2, countType(evs, belay.EventRunLeased), "the new incarnation took the lease over")
 		})
 	}
 }
@@ -925,14 +924,14 @@ func TestNoiseDoesNotResetTheWatchdog(t *testing.T) {
 	}
 	b.clk.Advance(30 * time.Second) // two minutes of noise, no progress
 	evs := func() []belay.Event { return b.events(run.Session) }
-	waitFor(t, func() bool { return countType(evs(), EventWatchdog) == 1 })
-	var wd watchdogData
+	waitFor(t, func() bool { return countType(evs(), belay.EventRunWatchdog) == 1 })
+	var wd belay.WatchdogData
 	for _, e := range evs() {
-		if e.Type == EventWatchdog {
+		if e.Type == belay.EventRunWatchdog {
 			require.NoError(t, json.Unmarshal(e.Data, &wd))
 		}
 	}
-	require.Equal(t, TierAwaitingFirst, wd.Tier)
+	require.Equal(t, belay.TierAwaitingFirst, wd.Tier)
 	require.Equal(t, 120.0, wd.IdleSeconds)
 }
 
@@ -978,11 +977,11 @@ func TestBarrenResumeFallsBackToResend(t *testing.T) {
 	require.Equal(t, 3, run.Attempt, "resume once, then resend")
 	var decisions []string
 	for _, e := range b.events(run.Session) {
-		if e.Type == EventRecovery {
-			var d recoveryData
+		if e.Type == belay.EventRunRecovery {
+			var d belay.RecoveryData
 			require.NoError(t, json.Unmarshal(e.Data, &d))
 			decisions = append(decisions, d.Decision)
 		}
 	}
-	require.Equal(t, []string{DecisionResume, DecisionResend}, decisions)
+	require.Equal(t, []string{belay.DecisionResume, belay.DecisionResend}, decisions)
 }

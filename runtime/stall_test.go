@@ -103,7 +103,7 @@ func TestRunStalledByAFullDiskFinishesOnceSpaceIsFree(t *testing.T) {
 	recovered := false
 	for i, e := range evs {
 		require.Equal(t, uint64(i+1), e.Seq)
-		if e.Type == EventRecovery && strings.Contains(string(e.Data), "journal write failed") {
+		if e.Type == belay.EventRunRecovery && strings.Contains(string(e.Data), "journal write failed") {
 			recovered = true
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
 )
 
@@ -46,20 +47,9 @@ func (t Tiers) withDefaults() Tiers {
 	return t
 }
 
-// Tier names which inactivity timeout applies.
-type Tier string
-
-// Tiers of the watchdog.
-const (
-	TierAwaitingFirst Tier = "awaiting_first_token"
-	TierStreaming     Tier = "streaming"
-	TierToolRunning   Tier = "tool_running"
-	TierAfterTurnEnd  Tier = "after_turn_end"
-)
-
 // expiry says why the watchdog fired.
 type expiry struct {
-	Tier Tier
+	Tier belay.Tier
 	Idle time.Duration
 }
 
@@ -73,7 +63,7 @@ type watchdog struct {
 	fire  func(expiry)
 
 	mu      sync.Mutex
-	tier    Tier
+	tier    belay.Tier
 	last    time.Time
 	timer   clock.Timer
 	stopped bool
@@ -81,20 +71,20 @@ type watchdog struct {
 
 // newWatchdog starts watching from now in the awaiting-first tier.
 func newWatchdog(clk clock.Clock, tiers Tiers, fire func(expiry)) *watchdog {
-	w := &watchdog{clk: clk, tiers: tiers.withDefaults(), fire: fire, tier: TierAwaitingFirst, last: clk.Now()}
+	w := &watchdog{clk: clk, tiers: tiers.withDefaults(), fire: fire, tier: belay.TierAwaitingFirst, last: clk.Now()}
 	w.mu.Lock()
 	w.armLocked()
 	w.mu.Unlock()
 	return w
 }
 
-func (w *watchdog) timeout(t Tier) time.Duration {
+func (w *watchdog) timeout(t belay.Tier) time.Duration {
 	switch t {
-	case TierStreaming:
+	case belay.TierStreaming:
 		return w.tiers.Streaming
-	case TierToolRunning:
+	case belay.TierToolRunning:
 		return w.tiers.ToolRunning
-	case TierAfterTurnEnd:
+	case belay.TierAfterTurnEnd:
 		return w.tiers.AfterTurnEnd
 	}
 	return w.tiers.AwaitingFirst
@@ -130,7 +120,7 @@ func (w *watchdog) check() {
 }
 
 // progress records a progress event and moves to tier.
-func (w *watchdog) progress(tier Tier) {
+func (w *watchdog) progress(tier belay.Tier) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
@@ -145,7 +135,7 @@ func (w *watchdog) progress(tier Tier) {
 }
 
 // lastActivity returns the time of the last progress (or the start).
-func (w *watchdog) lastActivity() (time.Time, Tier) {
+func (w *watchdog) lastActivity() (time.Time, belay.Tier) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.last, w.tier

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
 )
 
@@ -33,20 +34,20 @@ func TestWatchdogTiers(t *testing.T) {
 		want  expiry
 		at    time.Duration // when it must have fired
 	}{
-		{"no first token", func(c *clock.Fake, w *watchdog) {}, expiry{TierAwaitingFirst, 120 * time.Second}, 120 * time.Second},
+		{"no first token", func(c *clock.Fake, w *watchdog) {}, expiry{belay.TierAwaitingFirst, 120 * time.Second}, 120 * time.Second},
 		{"stream then silence", func(c *clock.Fake, w *watchdog) {
 			c.Advance(100 * time.Second)
-			w.progress(TierStreaming)
-		}, expiry{TierStreaming, 60 * time.Second}, 160 * time.Second},
+			w.progress(belay.TierStreaming)
+		}, expiry{belay.TierStreaming, 60 * time.Second}, 160 * time.Second},
 		{"long tool", func(c *clock.Fake, w *watchdog) {
 			c.Advance(10 * time.Second)
-			w.progress(TierToolRunning)
+			w.progress(belay.TierToolRunning)
 			c.Advance(500 * time.Second) // longer than streaming: still alive
-		}, expiry{TierToolRunning, 600 * time.Second}, 610 * time.Second},
+		}, expiry{belay.TierToolRunning, 600 * time.Second}, 610 * time.Second},
 		{"after turn end", func(c *clock.Fake, w *watchdog) {
 			c.Advance(5 * time.Second)
-			w.progress(TierAfterTurnEnd)
-		}, expiry{TierAfterTurnEnd, 30 * time.Second}, 35 * time.Second},
+			w.progress(belay.TierAfterTurnEnd)
+		}, expiry{belay.TierAfterTurnEnd, 30 * time.Second}, 35 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,13 +74,13 @@ func TestWatchdogProgressKeepsItAlive(t *testing.T) {
 	w := newWatchdog(c, Tiers{AwaitingFirst: time.Minute}, f.fire)
 	for i := 0; i < 600; i++ { // ten hours of a token every minute minus a second
 		c.Advance(59 * time.Second)
-		w.progress(TierStreaming)
+		w.progress(belay.TierStreaming)
 	}
 	require.Empty(t, f.get(), "a live stream is never timed out, however long it runs")
 	require.LessOrEqual(t, c.Pending(), 1, "progress does not pile up timers")
 	last, tier := w.lastActivity()
 	require.Equal(t, c.Now(), last)
-	require.Equal(t, TierStreaming, tier)
+	require.Equal(t, belay.TierStreaming, tier)
 	w.stop()
 	c.Advance(time.Hour)
 	require.Empty(t, f.get(), "a stopped watchdog never fires")

@@ -10,13 +10,6 @@ import (
 	"github.com/belayhq/belay"
 )
 
-// Event types a store journals, in the delivery's session, for the
-// notification of a delivery to a target (a webhook or an exec hook).
-const (
-	EventNotifyClaimed = "notify.claimed"
-	EventNotifySettled = "notify.settled"
-)
-
 // ErrNotificationNotDue is a claim of a notification whose retry time has
 // not come yet: the backoff holds for every instance, not just the one that
 // failed.

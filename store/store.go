@@ -146,58 +146,14 @@ type Store interface {
 	NotificationStore // claims and settles webhook and hook notifications (notify.go)
 
 	// Prune deletes terminal sessions by age policy (G12).
-	Prune(ctx context.Context, p PrunePolicy) (PruneReport, error)
+	Prune(ctx context.Context, p PrunePolicy) (belay.PruneReport, error)
 
 	// Close releases the store. It is safe to call more than once.
 	Close() error
 }
 
-// Event types a store journals for its own state changes.
-const (
-	EventSessionCreated = "session.created"
-	EventRunCreated     = "run.created"
-	EventRunLeased      = "run.leased"
-	EventRunRenewed     = "run.renewed"
-	EventRunReleased    = "run.released"
-	EventRunUpdated     = "run.updated"
-	// EventRunCancelRequested records a durable cancel request on a
-	// running run (RequestCancel, or a submit with policy interrupt).
-	EventRunCancelRequested = "run.cancel_requested"
-	EventDeliveryPosted     = "delivery.posted"
-	EventDeliveryLeased     = "delivery.leased"
-	EventDeliverySettled    = "delivery.settled"
-	EventDeliveryExpired    = "delivery.expired"
-	EventDeliveryReturned   = "delivery.returned"
-)
-
-// Policy says what a new run does when its session already has a run
-// queued or running (G4).
-type Policy string
-
-// Follow-up policies.
-const (
-	// PolicyEnqueue queues the new run behind the session's others (FIFO).
-	PolicyEnqueue Policy = "enqueue"
-	// PolicyReject refuses the new run with ErrConversationBusy.
-	PolicyReject Policy = "reject"
-	// PolicyInterrupt cancels the active run and runs the new one next.
-	PolicyInterrupt Policy = "interrupt"
-	// PolicyReplace cancels the session's queued runs; the active one goes
-	// on and the new one runs after it.
-	PolicyReplace Policy = "replace"
-)
-
-// Valid reports whether p is a known policy ("" counts as enqueue).
-func (p Policy) Valid() bool {
-	switch p {
-	case "", PolicyEnqueue, PolicyReject, PolicyInterrupt, PolicyReplace:
-		return true
-	}
-	return false
-}
-
-// ErrConversationBusy is returned for a run submitted with PolicyReject to
-// a session that has a run queued or running.
+// ErrConversationBusy is returned for a run submitted with
+// belay.PolicyReject to a session that has a run queued or running.
 var ErrConversationBusy = fmt.Errorf("%w: the session already has a run; submit with policy enqueue, interrupt or replace", belay.ErrActive)
 
 // ErrCursorExpired is a change-feed cursor older than the store keeps.
@@ -206,7 +162,7 @@ var ErrCursorExpired = errors.New("belay: change cursor expired")
 // SubmitInput is a run to create under a follow-up policy.
 type SubmitInput struct {
 	belay.RunInput
-	Policy Policy
+	Policy belay.Policy
 }
 
 // SubmitResult is what Submit did.
@@ -300,22 +256,6 @@ func (p PrunePolicy) WithDefaults() PrunePolicy {
 		p.Grace = DefaultPruneGrace
 	}
 	return p
-}
-
-// PruneReport lists what Prune deleted (or would delete) and kept.
-type PruneReport struct {
-	Pruned []PrunedSession `json:"pruned"`
-	Kept   int             `json:"kept"`
-	DryRun bool            `json:"dryRun"`
-}
-
-// PrunedSession is one session Prune deleted.
-type PrunedSession struct {
-	ID         string        `json:"id"`
-	LastActive time.Time     `json:"lastActive"`
-	Age        time.Duration `json:"age"`
-	Rule       string        `json:"rule"`
-	Bytes      int64         `json:"bytes"`
 }
 
 // AddressedLeaser is implemented by stores that keep addressed and held

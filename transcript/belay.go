@@ -6,29 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/journal"
 )
-
-// Event types FromJournal reads (runtime/events.go and the store's own).
-const (
-	evRunCreated = "run.created"
-	evRunUpdated = "run.updated"
-	evText       = "run.text"
-	evThinking   = "run.thinking"
-	evToolCall   = "run.tool_call"
-	evToolResult = "run.tool_result"
-	evUsage      = "run.usage"
-	evSession    = "session.created"
-)
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // belayCodec reads belay's session journal. Its header is the first event
 // (seq 1); each line must carry a valid CRC-32C.
@@ -49,23 +35,11 @@ func (c belayCodec) checkHeader(line []byte) error {
 // checkLine verifies a journal line as journal/doc.go specifies it: the
 // checksum trailer over the body, valid JSON, a seq and a type.
 func (belayCodec) checkLine(line []byte) string {
-	const trailer = 18 // ,"crc":"XXXXXXXX"}
-	if len(line) > journal.MaxRecordSize {
+	if len(line) > belay.MaxRecordSize {
 		return "line longer than the journal's record limit"
 	}
-	if len(line) < trailer+2 || line[0] != '{' {
-		return "not a journal line"
-	}
-	body, tr := line[:len(line)-trailer], line[len(line)-trailer:]
-	if !bytes.HasPrefix(tr, []byte(`,"crc":"`)) || tr[16] != '"' || tr[17] != '}' {
-		return "missing checksum trailer"
-	}
-	want, err := strconv.ParseUint(string(tr[8:16]), 16, 32)
-	if err != nil {
-		return "malformed checksum"
-	}
-	if got := crc32.Checksum(body, castagnoli); uint64(got) != want {
-		return fmt.Sprintf("checksum mismatch (stored %08x, computed %08x)", want, got)
+	if _, problem := journal.VerifyLine(line); problem != "" {
+		return problem
 	}
 	if !validJSON(line) {
 		return "not valid JSON"
@@ -217,7 +191,7 @@ func writeJournal(evs []journal.Event) ([]byte, error) {
 		return nil, fmt.Errorf("transcript: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	j, err := journal.Open(dir, journal.Options{FS: noSync{}})
+	j, err := journal.Open(dir, journal.Options{FS: vfs.NoSync(vfs.OS)})
 	if err != nil {
 		return nil, fmt.Errorf("transcript: %w", err)
 	}
@@ -327,7 +301,7 @@ func (be *belayEncoder) ev(m *Message, typ string, data any) error {
 
 func (be *belayEncoder) start() error {
 	be.ts = time.Unix(0, 0).UTC()
-	return be.emit(journal.Event{TS: be.ts, Type: evSession, Data: json.RawMessage(`{"provider":"import"}`)})
+	return be.emit(journal.Event{TS: be.ts, Type: belay.EventSessionCreated, Data: json.RawMessage(`{"provider":"import"}`)})
 }
 
 // end closes the current run, if any, at the time of the message t is
@@ -336,7 +310,7 @@ func (be *belayEncoder) end(t time.Time) error {
 	if be.run == "" {
 		return nil
 	}
-	return be.emit(journal.Event{TS: be.atTime(t), Type: evRunUpdated, Run: be.run, Data: mustJSON(map[string]string{"phase": "complete"})})
+	return be.emit(journal.Event{TS: be.atTime(t), Type: belay.EventRunUpdated, Run: be.run, Data: mustJSON(map[string]string{"phase": "complete"})})
 }
 
 func (be *belayEncoder) message(m *Message) error {
@@ -350,7 +324,7 @@ func (be *belayEncoder) message(m *Message) error {
 		}
 		be.n++
 		be.run = fmt.Sprintf("run_%026d", be.n)
-		if err := be.ev(m, evRunCreated, map[string]any{"id": be.run, "provider": "import", "input": map[string]string{"prompt": m.Text()}}); err != nil {
+		if err := be.ev(m, belay.EventRunCreated, map[string]any{"id": be.run, "provider": "import", "input": map[string]string{"prompt": m.Text()}}); err != nil {
 			return err
 		}
 		if m.Role == RoleUser {
@@ -364,9 +338,9 @@ func (be *belayEncoder) message(m *Message) error {
 			var err error
 			switch b.Type {
 			case BlockText, BlockThinking:
-				typ := evText
+				typ := belay.EventRunText
 				if b.Type == BlockThinking {
-					typ = evThinking
+					typ = belay.EventRunThinking
 				}
 				if be.text != nil {
 					err = be.text(journal.Event{TS: be.at(m), Type: typ, Run: be.run}, b)
@@ -374,23 +348,23 @@ func (be *belayEncoder) message(m *Message) error {
 					err = be.ev(m, typ, map[string]string{"text": b.Text})
 				}
 			case BlockToolCall:
-				err = be.ev(m, evToolCall, map[string]any{"id": b.ID, "name": b.Name, "input": b.Input, "sideEffect": true})
+				err = be.ev(m, belay.EventRunToolCall, map[string]any{"id": b.ID, "name": b.Name, "input": b.Input, "sideEffect": true})
 			}
 			if err != nil {
 				return err
 			}
 		}
 		if u := m.Meta.Usage; u != nil {
-			if err := be.ev(m, evUsage, map[string]int{"input": u.Input, "output": u.Output}); err != nil {
+			if err := be.ev(m, belay.EventRunUsage, map[string]int{"input": u.Input, "output": u.Output}); err != nil {
 				return err
 			}
 		}
 		if m.Meta.StopReason != "" {
-			return be.ev(m, evRunUpdated, map[string]any{"phase": "finishing", "data": map[string]string{"stopReason": m.Meta.StopReason}})
+			return be.ev(m, belay.EventRunUpdated, map[string]any{"phase": "finishing", "data": map[string]string{"stopReason": m.Meta.StopReason}})
 		}
 	case RoleTool:
 		res, _ := m.Result()
-		return be.ev(m, evToolResult, map[string]any{"callId": res.CallID, "content": textOf(res.Content), "isError": res.IsError})
+		return be.ev(m, belay.EventRunToolResult, map[string]any{"callId": res.CallID, "content": textOf(res.Content), "isError": res.IsError})
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/journal"
 )
 
@@ -76,7 +77,7 @@ func (b *convBuilder) reset() {
 func (b *convBuilder) add(e journal.Event) error {
 	bad := func(err error) error { return fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err) }
 	switch e.Type {
-	case evRunCreated:
+	case belay.EventRunCreated:
 		var p struct {
 			Model string `json:"model"`
 			Input struct {
@@ -88,9 +89,9 @@ func (b *convBuilder) add(e journal.Event) error {
 		}
 		b.msgs = append(b.msgs, Message{Role: RoleUser, Blocks: []Block{{Type: BlockText, Text: p.Input.Prompt}}, Meta: Meta{ID: e.Run, Time: e.TS}})
 		b.newRun(e.Run, p.Model)
-	case evText, evThinking:
+	case belay.EventRunText, belay.EventRunThinking:
 		t := BlockText
-		if e.Type == evThinking {
+		if e.Type == belay.EventRunThinking {
 			t = BlockThinking
 		}
 		rs := b.get(e)
@@ -118,7 +119,7 @@ func (b *convBuilder) add(e journal.Event) error {
 		} else {
 			m.Blocks = append(m.Blocks, Block{Type: t, Text: p.Text})
 		}
-	case evToolCall:
+	case belay.EventRunToolCall:
 		var p struct {
 			ID    string          `json:"id"`
 			Name  string          `json:"name"`
@@ -132,7 +133,7 @@ func (b *convBuilder) add(e journal.Event) error {
 		}
 		m := b.openAsst(b.get(e), e)
 		m.Blocks = append(m.Blocks, Block{Type: BlockToolCall, ID: p.ID, Name: p.Name, Input: p.Input})
-	case evToolResult:
+	case belay.EventRunToolResult:
 		var p struct {
 			CallID  string `json:"callId"`
 			Content string `json:"content"`
@@ -148,7 +149,7 @@ func (b *convBuilder) add(e journal.Event) error {
 			content = []Block{{Type: BlockText, Text: p.Content}}
 		}
 		b.msgs = append(b.msgs, Message{Role: RoleTool, Meta: Meta{ID: e.Run, Time: e.TS}, Blocks: []Block{{Type: BlockToolResult, CallID: p.CallID, IsError: p.IsError, Content: content}}})
-	case evUsage:
+	case belay.EventRunUsage:
 		var p struct {
 			Input  int `json:"input"`
 			Output int `json:"output"`
@@ -160,7 +161,7 @@ func (b *convBuilder) add(e journal.Event) error {
 		if rs.lastAsst >= 0 {
 			b.msgs[rs.lastAsst].Meta.Usage = &Usage{Input: p.Input, Output: p.Output}
 		}
-	case evRunUpdated:
+	case belay.EventRunUpdated:
 		var p struct {
 			Phase string `json:"phase"`
 			Data  struct {

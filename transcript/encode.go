@@ -4,11 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"strconv"
 	"time"
 
-	"github.com/belayhq/belay/internal/vfs"
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/journal"
 )
 
@@ -136,7 +135,7 @@ func ExportReport(w io.Writer, events []journal.Event, f Format) (Report, error)
 	}
 	opts := EncodeOptions{}
 	for _, e := range events {
-		if e.Type == evSession {
+		if e.Type == belay.EventSessionCreated {
 			opts = sessionOptions(e.Data)
 			break
 		}
@@ -222,28 +221,6 @@ func (t *toolIDs) unique(msgs []Message, base int) []Change {
 	}
 	return changes
 }
-
-// noSync skips fsync for scratch journals that are read back at once.
-type noSync struct{}
-
-func (noSync) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
-	f, err := vfs.OS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return noSyncFile{f}, nil
-}
-func (noSync) Rename(o, n string) error                { return vfs.OS.Rename(o, n) }
-func (noSync) Remove(n string) error                   { return vfs.OS.Remove(n) }
-func (noSync) RemoveAll(p string) error                { return vfs.OS.RemoveAll(p) }
-func (noSync) Stat(n string) (fs.FileInfo, error)      { return vfs.OS.Stat(n) }
-func (noSync) MkdirAll(p string, m fs.FileMode) error  { return vfs.OS.MkdirAll(p, m) }
-func (noSync) ReadDir(n string) ([]fs.DirEntry, error) { return vfs.OS.ReadDir(n) }
-func (noSync) SyncDir(string) error                    { return nil }
-
-type noSyncFile struct{ vfs.File }
-
-func (noSyncFile) Sync() error { return nil }
 
 // freshID makes an id from id that is not used, within the limits
 // Anthropic sets for tool ids ([A-Za-z0-9_-], at most 64 characters).

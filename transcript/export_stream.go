@@ -11,6 +11,8 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/delta"
 	"github.com/belayhq/belay/journal"
 )
@@ -23,26 +25,15 @@ import (
 type EventScan func(ctx context.Context, after uint64, fn func(journal.Event) error) error
 
 // ExportSummary is what a streaming export changed to make the
-// conversation valid for its format (the changes of ExportReport): how
-// many of each kind, and the first MaxSummaryChanges of them in full.
-type ExportSummary struct {
-	Counts  map[string]int `json:"counts,omitempty"`
-	Changes []Change       `json:"changes,omitempty"`
-}
+// conversation valid for its format (apitype.ExportSummary).
+type ExportSummary = apitype.ExportSummary
 
 // MaxSummaryChanges is how many changes an ExportSummary lists in full.
 const MaxSummaryChanges = 20
 
-// Total is the number of changes.
-func (s ExportSummary) Total() int {
-	n := 0
-	for _, c := range s.Counts {
-		n += c
-	}
-	return n
-}
-
-func (s *ExportSummary) note(c Change) {
+// noteChange counts c in s, and lists it in full while s lists fewer than
+// MaxSummaryChanges.
+func noteChange(s *ExportSummary, c Change) {
 	if s.Counts == nil {
 		s.Counts = map[string]int{}
 	}
@@ -221,13 +212,13 @@ func (x *streamExport) run() error {
 	for {
 		err := x.scan(x.ctx, after, func(e journal.Event) error {
 			after = e.Seq
-			if e.Type == evSession && !x.optsSet {
+			if e.Type == belay.EventSessionCreated && !x.optsSet {
 				x.opts, x.optsSet = sessionOptions(e.Data), true
 			}
 			if err := x.b.add(e); err != nil {
 				return err
 			}
-			if e.Type != evRunUpdated || !x.b.idle() || len(x.b.msgs) == 0 {
+			if e.Type != belay.EventRunUpdated || !x.b.idle() || len(x.b.msgs) == 0 {
 				return nil
 			}
 			if x.anyLazy() {
@@ -285,7 +276,7 @@ func (x *streamExport) writeRepaired(msgs []Message) error {
 			i := *c.Message + x.readBase
 			c.Message = &i
 		}
-		x.sum.note(c)
+		noteChange(&x.sum, c)
 	}
 	changes := x.ids.unique(out, x.outBase)
 	x.outBase += len(out)
@@ -293,7 +284,7 @@ func (x *streamExport) writeRepaired(msgs []Message) error {
 		out, changes = dropUnsigned(out, changes, x.outBase-len(out))
 	}
 	for _, c := range changes {
-		x.sum.note(c)
+		noteChange(&x.sum, c)
 	}
 	if len(out) == 0 {
 		return nil
@@ -513,7 +504,7 @@ type textSplitter struct {
 
 func (sp *textSplitter) add(text []byte) error {
 	sp.buf = append(sp.buf, text...)
-	if !sp.split && len(sp.buf) >= journal.MaxRecordSize {
+	if !sp.split && len(sp.buf) >= belay.MaxRecordSize {
 		sp.split = true // its event cannot fit: the text alone fills a record
 	}
 	if !sp.split {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/journal"
 )
 
@@ -64,7 +65,7 @@ func genSession(r *rand.Rand) []journal.Event {
 	if r.IntN(2) == 0 {
 		sess["options"] = map[string]any{"cwd": "/home/u/project"}
 	}
-	add(evSession, "", sess)
+	add(belay.EventSessionCreated, "", sess)
 	runs := 1 + r.IntN(6)
 	created := 0
 	create := func() {
@@ -74,25 +75,25 @@ func genSession(r *rand.Rand) []journal.Event {
 		if r.IntN(12) == 0 {
 			prompt = "  "
 		}
-		add(evRunCreated, id, map[string]any{"id": id, "provider": "fake", "model": "m-" + fmt.Sprint(r.IntN(3)), "input": map[string]any{"prompt": prompt}})
+		add(belay.EventRunCreated, id, map[string]any{"id": id, "provider": "fake", "model": "m-" + fmt.Sprint(r.IntN(3)), "input": map[string]any{"prompt": prompt}})
 	}
 	for n := 1; n <= runs; n++ {
 		if created < n {
 			create()
 		}
 		id := fmt.Sprintf("run_%026d", n)
-		add(evRunUpdated, id, map[string]any{"phase": "streaming", "data": map[string]any{"attempt": 1}})
+		add(belay.EventRunUpdated, id, map[string]any{"phase": "streaming", "data": map[string]any{"attempt": 1}})
 		calls := 0
 		steps := r.IntN(8)
 		for s := 0; s < steps; s++ {
 			switch r.IntN(9) {
 			case 0, 1:
 				for range 1 + r.IntN(4) {
-					add(evThinking, id, map[string]string{"text": genText(r, r.IntN(30))})
+					add(belay.EventRunThinking, id, map[string]string{"text": genText(r, r.IntN(30))})
 				}
 			case 2, 3, 4:
 				for range 1 + r.IntN(6) {
-					add(evText, id, map[string]string{"text": genText(r, r.IntN(50))})
+					add(belay.EventRunText, id, map[string]string{"text": genText(r, r.IntN(50))})
 				}
 			case 5, 6:
 				callID := fmt.Sprintf("exec_%d", calls) // numbered per turn, as some providers do
@@ -105,35 +106,35 @@ func genSession(r *rand.Rand) []journal.Event {
 				case 1:
 					delete(call, "input")
 				}
-				add(evToolCall, id, call)
+				add(belay.EventRunToolCall, id, call)
 				if r.IntN(6) != 0 {
-					add(evToolResult, id, map[string]any{"callId": callID, "content": genText(r, r.IntN(20)), "isError": r.IntN(5) == 0})
+					add(belay.EventRunToolResult, id, map[string]any{"callId": callID, "content": genText(r, r.IntN(20)), "isError": r.IntN(5) == 0})
 				}
 			case 7:
-				add(evUsage, id, map[string]int{"input": r.IntN(1000), "output": r.IntN(1000)})
+				add(belay.EventRunUsage, id, map[string]int{"input": r.IntN(1000), "output": r.IntN(1000)})
 			case 8:
 				if r.IntN(2) == 0 {
-					add(evRunUpdated, id, map[string]any{"phase": "streaming", "data": map[string]any{"attempt": 2}})
+					add(belay.EventRunUpdated, id, map[string]any{"phase": "streaming", "data": map[string]any{"attempt": 2}})
 				} else {
-					add(evRunUpdated, id, map[string]any{"phase": "streaming", "data": map[string]any{"attempt": 2, "resume": true}})
+					add(belay.EventRunUpdated, id, map[string]any{"phase": "streaming", "data": map[string]any{"attempt": 2, "resume": true}})
 				}
 			}
 		}
 		if n < runs && r.IntN(3) == 0 {
 			create() // a follow-up sent while this run is going: queued
 			if r.IntN(2) == 0 {
-				add(evText, id, map[string]string{"text": genText(r, 20)})
+				add(belay.EventRunText, id, map[string]string{"text": genText(r, 20)})
 			}
 		}
 		if r.IntN(4) != 0 {
-			add(evRunUpdated, id, map[string]any{"phase": "finishing", "data": map[string]any{"stopReason": []string{"end_turn", "tool_use", "max_tokens"}[r.IntN(3)]}})
+			add(belay.EventRunUpdated, id, map[string]any{"phase": "finishing", "data": map[string]any{"stopReason": []string{"end_turn", "tool_use", "max_tokens"}[r.IntN(3)]}})
 		}
 		end := []string{"complete", "complete", "complete", "failed", "cancelled", "stranded"}[r.IntN(6)]
-		add(evRunUpdated, id, map[string]any{"phase": end})
+		add(belay.EventRunUpdated, id, map[string]any{"phase": end})
 	}
 	if r.IntN(5) == 0 {
 		create() // a run that has not ended yet
-		add(evText, fmt.Sprintf("run_%026d", created), map[string]string{"text": genText(r, 30)})
+		add(belay.EventRunText, fmt.Sprintf("run_%026d", created), map[string]string{"text": genText(r, 30)})
 	}
 	return evs
 }
@@ -210,7 +211,7 @@ func TestExportStreamMatchesExport(t *testing.T) {
 // TestExportStreamEmpty: a session without runs.
 func TestExportStreamEmpty(t *testing.T) {
 	t.Parallel()
-	events := []journal.Event{{Seq: 1, TS: time.Unix(5, 0).UTC(), Type: evSession, Data: json.RawMessage(`{"id":"ses_x"}`)}}
+	events := []journal.Event{{Seq: 1, TS: time.Unix(5, 0).UTC(), Type: belay.EventSessionCreated, Data: json.RawMessage(`{"id":"ses_x"}`)}}
 	for _, f := range Formats {
 		checkStreamMatches(t, events, f, inlineBudget)
 		checkStreamMatches(t, nil, f, inlineBudget)
@@ -224,9 +225,9 @@ func longRun(size, chunk int) ([]journal.Event, string) {
 	add := func(typ, run string, data string) {
 		evs = append(evs, journal.Event{Seq: uint64(len(evs) + 1), TS: time.Unix(int64(len(evs)), 0).UTC(), Type: typ, Run: run, Data: json.RawMessage(data)})
 	}
-	add(evSession, "", `{"id":"ses_long"}`)
-	add(evRunCreated, "run_1", `{"input":{"prompt":"write a lot"}}`)
-	add(evThinking, "run_1", `{"text":"let me think"}`)
+	add(belay.EventSessionCreated, "", `{"id":"ses_long"}`)
+	add(belay.EventRunCreated, "run_1", `{"input":{"prompt":"write a lot"}}`)
+	add(belay.EventRunThinking, "run_1", `{"text":"let me think"}`)
 	var want strings.Builder
 	unit := "Long answers stream: \"quotes\", <tags> & ünïcödé \u2028 lines\n"
 	for want.Len() < size {
@@ -235,13 +236,13 @@ func longRun(size, chunk int) ([]journal.Event, string) {
 			piece.WriteString(unit)
 		}
 		b, _ := json.Marshal(map[string]string{"text": piece.String()})
-		add(evText, "run_1", string(b))
+		add(belay.EventRunText, "run_1", string(b))
 		want.WriteString(piece.String())
 	}
-	add(evToolCall, "run_1", `{"id":"c1","name":"bash","input":{"cmd":"ls"}}`)
-	add(evToolResult, "run_1", `{"callId":"c1","content":"ok"}`)
-	add(evText, "run_1", `{"text":"done"}`)
-	add(evRunUpdated, "run_1", `{"phase":"complete"}`)
+	add(belay.EventRunToolCall, "run_1", `{"id":"c1","name":"bash","input":{"cmd":"ls"}}`)
+	add(belay.EventRunToolResult, "run_1", `{"callId":"c1","content":"ok"}`)
+	add(belay.EventRunText, "run_1", `{"text":"done"}`)
+	add(belay.EventRunUpdated, "run_1", `{"phase":"complete"}`)
 	return evs, want.String()
 }
 

@@ -597,7 +597,7 @@ func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("transcript: %w", err)
 	}
-	j, err := journal.Open(dir, journal.Options{FS: noSync{}})
+	j, err := journal.Open(dir, journal.Options{FS: vfs.NoSync(vfs.OS)})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("transcript: %w", err)

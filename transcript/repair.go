@@ -3,6 +3,8 @@ package transcript
 import (
 	"sort"
 	"strings"
+
+	"github.com/belayhq/belay/apitype"
 )
 
 // SyntheticResultText is the content of a tool result that repair makes up
@@ -31,19 +33,10 @@ const (
 	ChangeDropDuplicateID = "drop_duplicate_id" // belay journal: a second event with the same idempotency id
 )
 
-// Change is one thing repair did (or, in a dry run, would do).
-type Change struct {
-	Kind string `json:"kind"`
-	// Line is the 1-based line (JSONL) or array element of the source
-	// entry, when there is one.
-	Line int `json:"line,omitempty"`
-	// Message is the 0-based index of the message in the conversation as
-	// read (-1 or absent for file-level changes).
-	Message *int   `json:"message,omitempty"`
-	CallID  string `json:"call_id,omitempty"`
-	Tool    string `json:"tool,omitempty"`
-	Reason  string `json:"reason"`
-}
+// Change is one thing repair did (or, in a dry run, would do); it is wire
+// vocabulary (an export's notes travel in an API trailer), so it is
+// defined in package apitype.
+type Change = apitype.TranscriptChange
 
 // Report lists what a repair changed. An empty report means nothing needed
 // fixing.

@@ -16,9 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
-	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
@@ -65,10 +64,10 @@ func TestDaemonCrashWithWatchers(t *testing.T) {
 	defer cancel()
 	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
 	const n = 50
-	runs := make([]api.Run, n)
+	runs := make([]apitype.Run, n)
 	for i := range runs {
 		script := json.RawMessage(fmt.Sprintf(`{"reply":"run %d says one two three four five six seven eight","tokens":16,"rate":%d}`, i, 6+i%5))
-		r, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "p", Script: script}, fmt.Sprintf("k%d", i))
+		r, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "fake", Prompt: "p", Script: script}, fmt.Sprintf("k%d", i))
 		require.NoError(t, err)
 		runs[i] = r
 	}
@@ -82,7 +81,7 @@ func TestDaemonCrashWithWatchers(t *testing.T) {
 			defer wg.Done()
 			err := c.Follow(ctx, runs[i].Session, 0, client.FollowOptions{MaxBackoff: 200 * time.Millisecond}, func(ev belay.Event) error {
 				seen[i] = append(seen[i], ev.Seq)
-				if ev.Type == store.EventRunUpdated && ev.Run == runs[i].ID {
+				if ev.Type == belay.EventRunUpdated && ev.Run == runs[i].ID {
 					var d struct{ Phase belay.RunPhase }
 					_ = json.Unmarshal(ev.Data, &d)
 					if d.Phase.Status().Terminal() {
@@ -103,13 +102,13 @@ func TestDaemonCrashWithWatchers(t *testing.T) {
 	go func() {
 		defer agent.Done()
 		for agentCtx.Err() == nil {
-			ds, err := c.Lease(agentCtx, api.LeaseRequest{Owner: "agent", TTL: api.Duration(2 * time.Second), Max: 10, Wait: api.Duration(200 * time.Millisecond)})
+			ds, err := c.Lease(agentCtx, apitype.LeaseRequest{Owner: "agent", TTL: apitype.Duration(2 * time.Second), Max: 10, Wait: apitype.Duration(200 * time.Millisecond)})
 			if err != nil {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
 			for _, d := range ds {
-				_, _ = c.Settle(agentCtx, d.ID, api.SettleRequest{Kind: belay.SettleDone, Epoch: d.Epoch})
+				_, _ = c.Settle(agentCtx, d.ID, apitype.SettleRequest{Kind: belay.SettleDone, Epoch: d.Epoch})
 			}
 		}
 	}()
@@ -150,7 +149,7 @@ func TestDaemonCrashWithWatchers(t *testing.T) {
 		require.Equal(t, evs[len(seen[i])-1].Seq, seen[i][len(seen[i])-1])
 		settled := map[string]int{}
 		for _, e := range evs {
-			if e.Type == store.EventDeliverySettled {
+			if e.Type == belay.EventDeliverySettled {
 				var d struct{ ID string }
 				require.NoError(t, json.Unmarshal(e.Data, &d))
 				settled[d.ID]++
@@ -183,7 +182,7 @@ func TestSIGKILLAtPeakThroughput(t *testing.T) {
 	const sessions, submitters = 100, 16
 	sess := make([]string, sessions)
 	for i := range sess {
-		s, err := c.CreateSession(ctx, api.CreateSessionRequest{Provider: "fake"}, "")
+		s, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Provider: "fake"}, "")
 		require.NoError(t, err)
 		sess[i] = s.ID
 	}
@@ -202,7 +201,7 @@ func TestSIGKILLAtPeakThroughput(t *testing.T) {
 			for loadCtx.Err() == nil {
 				i := next.Add(1)
 				key := fmt.Sprintf("peak-%d", i)
-				r, err := c.CreateRun(loadCtx, api.CreateRunRequest{Session: sess[i%sessions], Prompt: "ok", Script: json.RawMessage(`{"reply":"ok","tokens":1}`)}, key)
+				r, err := c.CreateRun(loadCtx, apitype.CreateRunRequest{Session: sess[i%sessions], Prompt: "ok", Script: json.RawMessage(`{"reply":"ok","tokens":1}`)}, key)
 				if err != nil {
 					return // the daemon is gone: this submit was never acknowledged
 				}
@@ -215,7 +214,7 @@ func TestSIGKILLAtPeakThroughput(t *testing.T) {
 	// A client watching completions as they happen.
 	wg.Go(func() {
 		for loadCtx.Err() == nil {
-			page, err := c.ListRuns(loadCtx, api.RunQuery{RunFilter: belay.RunFilter{Status: belay.RunComplete}, Limit: 1000})
+			page, err := c.ListRuns(loadCtx, apitype.RunQuery{RunFilter: belay.RunFilter{Status: belay.RunComplete}, Limit: 1000})
 			if err != nil {
 				return
 			}

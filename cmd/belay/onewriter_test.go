@@ -17,11 +17,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/lock"
-	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
@@ -34,7 +33,7 @@ type oneWriter struct {
 	bin    string
 	daemon *exec.Cmd
 	c      *client.Client
-	runs   []api.Run
+	runs   []apitype.Run
 
 	mu   sync.Mutex
 	seen map[string][]belay.Event // session -> events seen, in order
@@ -60,7 +59,7 @@ func startOneWriter(t *testing.T, ttl string, n int) *oneWriter {
 	ctx := t.Context()
 	for i := range n {
 		script := json.RawMessage(fmt.Sprintf(`{"reply":"run %d: one two three four five six seven eight nine ten eleven twelve","tokens":24,"rate":8}`, i))
-		r, err := w.c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "p", Script: script}, fmt.Sprintf("k%d", i))
+		r, err := w.c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "fake", Prompt: "p", Script: script}, fmt.Sprintf("k%d", i))
 		require.NoError(t, err)
 		w.runs = append(w.runs, r)
 		w.wg.Add(1)
@@ -70,7 +69,7 @@ func startOneWriter(t *testing.T, ttl string, n int) *oneWriter {
 				w.mu.Lock()
 				w.seen[r.Session] = append(w.seen[r.Session], ev)
 				w.mu.Unlock()
-				if ev.Type == store.EventRunUpdated && ev.Run == r.ID {
+				if ev.Type == belay.EventRunUpdated && ev.Run == r.ID {
 					var d struct{ Phase belay.RunPhase }
 					_ = json.Unmarshal(ev.Data, &d)
 					if d.Phase.Status().Terminal() {

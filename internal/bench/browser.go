@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/chatsite"
 	"github.com/belayhq/belay/provider/browser"
@@ -113,7 +113,7 @@ func Browser(ctx context.Context, cfg BrowserConfig) (*BrowserResult, error) {
 	for i := range cfg.Runs {
 		prompt := fmt.Sprintf("Bench question %d. [[think=1m pause=10s stream=2m words=200]]", i)
 		at := time.Now()
-		r, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "browser", Prompt: prompt}, "")
+		r, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "browser", Prompt: prompt}, "")
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +185,7 @@ func Browser(ctx context.Context, cfg BrowserConfig) (*BrowserResult, error) {
 	// Part 2: SIGKILL the daemon mid-answer and measure the recovery.
 	cfg.Progress("daemon kill mid-answer")
 	prompt := "Bench recovery. [[think=30s pause=5s stream=5m words=400]]"
-	r, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "browser", Prompt: prompt}, "")
+	r, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "browser", Prompt: prompt}, "")
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func firstText(ctx context.Context, c *client.Client, session, run string, after
 		}
 		for _, e := range evs.Events {
 			after = e.Seq
-			if e.Run == run && e.Type == "run.text" {
+			if e.Run == run && e.Type == belay.EventRunText {
 				if e.TS.IsZero() {
 					return time.Now(), nil
 				}
@@ -266,7 +266,7 @@ func verify(ctx context.Context, c *client.Client, site *chatsite.Site, session,
 	}
 	var b strings.Builder
 	for _, e := range evs.Events {
-		if e.Run == run && e.Type == "run.text" {
+		if e.Run == run && e.Type == belay.EventRunText {
 			var d struct{ Text string }
 			if json.Unmarshal(e.Data, &d) != nil {
 				return false

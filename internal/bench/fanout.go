@@ -16,9 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
-	"github.com/belayhq/belay/store"
 )
 
 // FanoutConfig configures the watch fan-out benchmark.
@@ -126,13 +125,13 @@ func Fanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 
 // fanoutLatency runs the one-session phase.
 func fanoutLatency(ctx context.Context, c *client.Client, cfg FanoutConfig, res *FanoutResult) error {
-	sess, err := c.CreateSession(ctx, api.CreateSessionRequest{Provider: "fake"}, "")
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Provider: "fake"}, "")
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	// A first post that every subscriber must see proves they are all
 	// streaming before the timed posts begin.
-	if _, err := c.Post(ctx, sess.ID, api.PostRequest{Type: "bench.ready", Key: "ready"}); err != nil {
+	if _, err := c.Post(ctx, sess.ID, apitype.PostRequest{Type: "bench.ready", Key: "ready"}); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	sctx, stop := context.WithCancel(ctx)
@@ -147,7 +146,7 @@ func fanoutLatency(ctx context.Context, c *client.Client, cfg FanoutConfig, res 
 			seen := map[string]bool{}
 			err := c.Stream(sctx, sess.ID, 0, func(ev belay.Event) error {
 				now := time.Now()
-				if ev.Type != store.EventDeliveryPosted {
+				if ev.Type != belay.EventDeliveryPosted {
 					return nil
 				}
 				if strings.Contains(string(ev.Data), `"bench.ready"`) {
@@ -186,7 +185,7 @@ func fanoutLatency(ctx context.Context, c *client.Client, cfg FanoutConfig, res 
 	t := time.NewTicker(cfg.Interval)
 	for n := range cfg.Posts {
 		<-t.C
-		if _, err := c.Post(ctx, sess.ID, api.PostRequest{Type: "bench.post", Key: strconv.Itoa(n)}); err != nil {
+		if _, err := c.Post(ctx, sess.ID, apitype.PostRequest{Type: "bench.post", Key: strconv.Itoa(n)}); err != nil {
 			t.Stop()
 			stop()
 			wg.Wait()
@@ -229,7 +228,7 @@ func fanoutWatchers(ctx context.Context, c *client.Client, pid int, cfg FanoutCo
 	cfg.Progress(fmt.Sprintf("creating %d sessions", cfg.Sessions))
 	ids := make([]string, cfg.Sessions)
 	for i := range ids {
-		s, err := c.CreateSession(ctx, api.CreateSessionRequest{Provider: "fake"}, "")
+		s, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Provider: "fake"}, "")
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
 	brt "github.com/belayhq/belay/runtime"
@@ -88,21 +89,28 @@ func List(ctx context.Context, cfg ListConfig) (*ListResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := httptest.NewServer(api.NewServer(api.Options{Runtime: rt, Version: "bench"}).Handler(""))
+	// The API on a loopback port, as a client of the daemon meets it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: api.NewServer(api.Options{Runtime: rt, Version: "bench"}).Handler(""), ReadHeaderTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }() // Serve returns when srv is closed
 	defer srv.Close()
+	base := "http://" + ln.Addr().String()
 
-	get := func(q string) (api.RunPage, time.Duration, error) {
+	get := func(q string) (apitype.RunPage, time.Duration, error) {
 		t0 := time.Now()
-		resp, err := srv.Client().Get(srv.URL + "/v1/runs?" + q)
+		resp, err := http.Get(base + "/v1/runs?" + q)
 		if err != nil {
-			return api.RunPage{}, 0, err
+			return apitype.RunPage{}, 0, err
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			b, _ := io.ReadAll(resp.Body)
-			return api.RunPage{}, 0, fmt.Errorf("bench: GET /v1/runs?%s: %s", q, b)
+			return apitype.RunPage{}, 0, fmt.Errorf("bench: GET /v1/runs?%s: %s", q, b)
 		}
-		var p api.RunPage
+		var p apitype.RunPage
 		err = json.NewDecoder(resp.Body).Decode(&p)
 		return p, time.Since(t0), err
 	}

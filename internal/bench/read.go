@@ -205,7 +205,7 @@ const answerText = "A long answer is read back one journal line at a time: the d
 // answer, and the CRC-32C of what belay read prints for it. each, if set,
 // is given every delta's text.
 func journalAnswer(ctx context.Context, dir string, size int64, chunk int, each func(string)) (belay.Run, int64, uint32, error) {
-	st, err := fsstore.Open(ctx, dir, fsstore.Options{FS: noSyncFS{vfs.OS}})
+	st, err := fsstore.Open(ctx, dir, fsstore.Options{FS: vfs.NoSync(vfs.OS)})
 	if err != nil {
 		return belay.Run{}, 0, 0, err
 	}
@@ -238,7 +238,7 @@ func journalAnswer(ctx context.Context, dir string, size int64, chunk int, each 
 		text := pattern[off : off+n]
 		off = (off + n) % len(answerText)
 		b, _ := json.Marshal(map[string]string{"text": text})
-		batch = append(batch, belay.Event{Type: "run.text", Run: run.ID, Epoch: run.Epoch, Data: b})
+		batch = append(batch, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: b})
 		_, _ = io.WriteString(h, text)
 		if each != nil {
 			each(text)

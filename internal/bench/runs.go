@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
@@ -97,10 +97,12 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 		cfg.Sync = fsstore.SyncFile
 	}
 	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Sync: cfg.Sync, Store: "file", Nodes: 1}
-	if pgstore.IsURL(cfg.Store) {
+	kind, err := daemon.StoreKind(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "postgres" {
 		res.Store, res.Sync = pgstore.Redact(cfg.Store), ""
-	} else if cfg.Store != "" && cfg.Store != "file:" {
-		return nil, fmt.Errorf("%w: store %q is not file: or postgres://USER@HOST/DB", belay.ErrInvalid, cfg.Store)
 	}
 	cfg.Progress("measuring the raw fdatasync rate of the filesystem (baseline)")
 	if err := fsyncBaseline(filepath.Join(root, "baseline"), cfg.Submitters, res); err != nil {
@@ -257,7 +259,7 @@ func totalSeq(ctx context.Context, st store.Store, sessions []string) uint64 {
 func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult) error {
 	cfg.Progress(fmt.Sprintf("creating %d idle sessions", cfg.IdleSessions))
 	t0 := time.Now()
-	gen, err := fsstore.Open(ctx, dir, fsstore.Options{FS: noSyncFS{vfs.OS}})
+	gen, err := fsstore.Open(ctx, dir, fsstore.Options{FS: vfs.NoSync(vfs.OS)})
 	if err != nil {
 		return err
 	}
@@ -318,20 +320,3 @@ func openFiles() int {
 	}
 	return len(entries)
 }
-
-// noSyncFS skips fsync: only for generating benchmark fixtures.
-type noSyncFS struct{ vfs.FS }
-
-func (f noSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
-	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return noSyncFile{file}, nil
-}
-
-func (noSyncFS) SyncDir(string) error { return nil }
-
-type noSyncFile struct{ vfs.File }
-
-func (noSyncFile) Sync() error { return nil }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/belayhq/belay"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,4 +23,16 @@ func TestRunsBenchRuns(t *testing.T) {
 	require.Greater(t, res.SyncsPerRun, 3.0)
 	require.Equal(t, 300, res.IdleSessions)
 	require.Positive(t, res.IdleLoadSeconds)
+}
+
+// TestRunsBenchRefusesUnknownStores: a store setting that is neither
+// file: nor a PostgreSQL URL is refused before any work, with the accepted
+// forms, as the daemon refuses it.
+func TestRunsBenchRefusesUnknownStores(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{"mysql://u@h/db", "file:/elsewhere", "sessions"} {
+		_, err := Runs(context.Background(), RunsConfig{Dir: t.TempDir(), Runs: 1, Sessions: 1, Submitters: 1, Store: url})
+		require.ErrorIs(t, err, belay.ErrInvalid, url)
+		require.Contains(t, err.Error(), url)
+	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/belayhq/belay/doctor"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/provider/browser"
 )
@@ -276,7 +276,7 @@ func printCheck(stdio Stdio, asJSON bool, rep *browser.CheckReport) error {
 
 // printBrowserDoctor prints a browser session's binding in
 // `belay sessions doctor`.
-func printBrowserDoctor(stdio Stdio, b *doctor.BrowserReport) {
+func printBrowserDoctor(stdio Stdio, b *apitype.BrowserReport) {
 	if b == nil {
 		return
 	}
@@ -313,7 +313,7 @@ func printBrowserDoctor(stdio Stdio, b *doctor.BrowserReport) {
 // session's seed profile to its doctor report: when a login last
 // finished, and whether one holds the seed's lock now. Without a data
 // directory it adds nothing.
-func addSeedFacts(stdio Stdio, g globalOptions, b *doctor.BrowserReport) {
+func addSeedFacts(stdio Stdio, g globalOptions, b *apitype.BrowserReport) {
 	if b == nil || b.Site == "" {
 		return
 	}

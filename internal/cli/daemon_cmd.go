@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/proc"
 	"github.com/belayhq/belay/lock"
@@ -133,7 +133,7 @@ func printDaemonStatus(ctx context.Context, stdio Stdio, g globalOptions) error 
 	if !st.Running {
 		return &exitError{code: ExitUnreachable, err: errors.New("the daemon is not running\nTry: belay daemon start")}
 	}
-	if st.Status == api.HealthDegraded {
+	if st.Status == apitype.HealthDegraded {
 		return &exitError{code: ExitUnreachable, err: errors.New("the daemon runs but is degraded: it accepts no writes until its store answers, and resumes by itself then\nTry: belay doctor")}
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/lock"
 	"github.com/belayhq/belay/store/fsstore"
 )
@@ -59,7 +59,7 @@ func runDemo(ctx context.Context, stdio Stdio, opts demoOptions) error {
 	if err != nil {
 		return err
 	}
-	run, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "Why does belay exist?", Script: []byte(demoScript)}, "")
+	run, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "fake", Prompt: "Why does belay exist?", Script: []byte(demoScript)}, "")
 	if err != nil {
 		return apiError(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/transcript"
 )
@@ -64,7 +64,7 @@ func runExport(ctx context.Context, stdio Stdio, o exportOptions) error {
 		sum, err := c.Transcript(ctx, o.Session, o.Format, cw)
 		printExportNotes(stdio.Err, sum, o.Format)
 		var ce *client.Error
-		damaged := errors.As(err, &ce) && ce.Code == api.CodeReadOnly
+		damaged := errors.As(err, &ce) && ce.Code == apitype.CodeReadOnly
 		switch {
 		case err != nil && cw.n > 0:
 			what := "what was written is incomplete"

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
 )
 
@@ -21,7 +21,7 @@ func newInboxCmd(stdio Stdio) *cobra.Command {
 
 func newInboxPostCmd(stdio Stdio) *cobra.Command {
 	var g globalOptions
-	var req api.PostRequest
+	var req apitype.PostRequest
 	var data, dataFile string
 	cmd := &cobra.Command{
 		Use:   "post SESSION --type TYPE [--key K] [--priority N] [--data JSON | --data-file F]",
@@ -100,7 +100,7 @@ func newInboxPollCmd(stdio Stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ds, err := c.Lease(cmd.Context(), api.LeaseRequest{Session: session, To: to, Owner: owner, TTL: api.Duration(ttl), Max: maxItems, Wait: api.Duration(wait)})
+			ds, err := c.Lease(cmd.Context(), apitype.LeaseRequest{Session: session, To: to, Owner: owner, TTL: apitype.Duration(ttl), Max: maxItems, Wait: apitype.Duration(wait)})
 			if err != nil {
 				return apiError(err)
 			}
@@ -108,7 +108,7 @@ func newInboxPollCmd(stdio Stdio) *cobra.Command {
 				if ds == nil {
 					ds = []belay.Delivery{}
 				}
-				return writeJSON(stdio.Out, api.DeliveryList{Deliveries: ds})
+				return writeJSON(stdio.Out, apitype.DeliveryList{Deliveries: ds})
 			}
 			for _, d := range ds {
 				fmt.Fprintf(stdio.Out, "%s %s epoch %d session %s %s\n", d.ID, d.Type, d.Epoch, d.Session, string(d.Data))
@@ -135,7 +135,7 @@ func newInboxPollCmd(stdio Stdio) *cobra.Command {
 
 func newInboxAckCmd(stdio Stdio) *cobra.Command {
 	var g globalOptions
-	var req api.SettleRequest
+	var req apitype.SettleRequest
 	var asError, release bool
 	var retry time.Duration
 	cmd := &cobra.Command{
@@ -158,7 +158,7 @@ func newInboxAckCmd(stdio Stdio) *cobra.Command {
 				n, req.Kind = n+1, belay.SettleRelease
 			}
 			if cmd.Flags().Changed("retry") {
-				n, req.Kind, req.Delay = n+1, belay.SettleRetry, api.Duration(retry)
+				n, req.Kind, req.Delay = n+1, belay.SettleRetry, apitype.Duration(retry)
 			}
 			if n > 1 {
 				return usagef("belay inbox ack dlv_... --epoch 1 --error", "give at most one of --error, --release and --retry")

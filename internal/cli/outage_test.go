@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/internal/testpg"
 )
@@ -36,17 +36,17 @@ func TestStoreOutage(t *testing.T) {
 		return d.DialContext(ctx, "unix", filepath.Join(home, daemon.SocketName))
 	}}}
 	defer hc.CloseIdleConnections()
-	healthz := func() (int, api.Health) {
+	healthz := func() (int, apitype.Health) {
 		resp, err := hc.Get("http://belay/healthz")
 		require.NoError(t, err)
 		defer resp.Body.Close()
-		var h api.Health
+		var h apitype.Health
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&h))
 		return resp.StatusCode, h
 	}
 	code, h := healthz()
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, api.HealthOK, h.Status)
+	require.Equal(t, apitype.HealthOK, h.Status)
 
 	// A run in flight across the outage: its answer starts after the
 	// database went away.
@@ -61,7 +61,7 @@ func TestStoreOutage(t *testing.T) {
 
 	code, h = healthz()
 	require.Equal(t, http.StatusServiceUnavailable, code, "a load balancer takes the node out")
-	require.Equal(t, api.HealthDegraded, h.Status)
+	require.Equal(t, apitype.HealthDegraded, h.Status)
 	require.NotEmpty(t, h.Problems)
 	require.Contains(t, h.Problems[0], "store unreachable")
 
@@ -74,7 +74,7 @@ func TestStoreOutage(t *testing.T) {
 	var st daemonStatus
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
 	require.True(t, st.Running)
-	require.Equal(t, api.HealthDegraded, st.Status)
+	require.Equal(t, apitype.HealthDegraded, st.Status)
 
 	code, _, stderr = run(t, env, "send", "--provider", "fake", "--idempotency-key", "k1", "during the outage")
 	require.Equal(t, ExitUnreachable, code, stderr)

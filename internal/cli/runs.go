@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/ids"
-	"github.com/belayhq/belay/runtime"
 )
 
 func newRunsCmd(stdio Stdio) *cobra.Command {
@@ -57,7 +57,7 @@ makes one new run.`,
 			switch {
 			case opts.Watch && opts.Wait:
 				return usagef("belay runs retry "+id+" --wait", "give --watch or --wait, not both")
-			case !runtime.Policy(opts.Policy).Valid():
+			case !belay.Policy(opts.Policy).Valid():
 				return usagef("belay runs retry "+id+" --policy enqueue", "--policy %q is not enqueue, reject, interrupt or replace", opts.Policy)
 			}
 			ctx := cmd.Context()
@@ -65,10 +65,10 @@ makes one new run.`,
 			if err != nil {
 				return err
 			}
-			res, err := c.RetryRun(ctx, id, api.RetryRequest{AllowSideEffects: opts.AllowSideEffects, Policy: runtime.Policy(opts.Policy)}, opts.IdempotencyKey)
+			res, err := c.RetryRun(ctx, id, apitype.RetryRequest{AllowSideEffects: opts.AllowSideEffects, Policy: belay.Policy(opts.Policy)}, opts.IdempotencyKey)
 			if err != nil {
 				var ce *client.Error
-				if errors.As(err, &ce) && ce.Code == api.CodeSideEffects {
+				if errors.As(err, &ce) && ce.Code == apitype.CodeSideEffects {
 					return fmt.Errorf("%s\nTo retry anyway (they may run again): belay runs retry %s --allow-side-effects", ce.Message, id)
 				}
 				return apiError(err)

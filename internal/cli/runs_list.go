@@ -10,14 +10,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
 )
 
 // runsListOptions are the flags of `belay runs list`.
 type runsListOptions struct {
 	globalOptions
-	Query  api.RunQuery
+	Query  apitype.RunQuery
 	Status string
 	Since  string
 	All    bool
@@ -42,8 +42,8 @@ func newRunsListCmd(stdio Stdio) *cobra.Command {
 	f.StringVar(&o.Query.Tag, "tag", "", "only runs with this tag (belay send --tag)")
 	f.StringVar(&o.Since, "since", "", "only runs created since: a duration back (24h) or an RFC 3339 time")
 	f.BoolVar(&o.Query.Failed, "failed", false, "only failed and stranded runs")
-	f.StringVar(&o.Query.Sort, "sort", api.SortNewest, "order: newest, oldest or updated (last change first)")
-	f.IntVar(&o.Query.Limit, "limit", 50, fmt.Sprintf("runs per page (1-%d)", api.MaxRunsLimit))
+	f.StringVar(&o.Query.Sort, "sort", apitype.SortNewest, "order: newest, oldest or updated (last change first)")
+	f.IntVar(&o.Query.Limit, "limit", 50, fmt.Sprintf("runs per page (1-%d)", apitype.MaxRunsLimit))
 	f.StringVar(&o.Query.Cursor, "cursor", "", "the page after this cursor (printed after a page)")
 	f.BoolVar(&o.All, "all", false, "every page")
 	return cmd
@@ -60,9 +60,9 @@ func runRunsList(ctx context.Context, stdio Stdio, o runsListOptions) error {
 		return usagef(hint, "--session %q is not a session id", q.Session)
 	case q.Tag != "" && belay.CheckTags([]string{q.Tag}, nil) != nil:
 		return usagef(hint, "--tag %q: want 1-%d of letters, digits and ._:/@-", q.Tag, belay.MaxTagLen)
-	case q.Limit < 1 || q.Limit > api.MaxRunsLimit:
-		return usagef(hint, "--limit is 1-%d", api.MaxRunsLimit)
-	case q.Sort != api.SortNewest && q.Sort != api.SortOldest && q.Sort != api.SortUpdated:
+	case q.Limit < 1 || q.Limit > apitype.MaxRunsLimit:
+		return usagef(hint, "--limit is 1-%d", apitype.MaxRunsLimit)
+	case q.Sort != apitype.SortNewest && q.Sort != apitype.SortOldest && q.Sort != apitype.SortUpdated:
 		return usagef(hint, "--sort %q is not newest, oldest or updated", q.Sort)
 	case o.All && q.Cursor != "":
 		return usagef(hint, "give --all or --cursor, not both")
@@ -81,7 +81,7 @@ func runRunsList(ctx context.Context, stdio Stdio, o runsListOptions) error {
 		return err
 	}
 	defer src.close()
-	var all []api.Run
+	var all []apitype.Run
 	var next string
 	for {
 		page, err := src.listRuns(ctx, q)
@@ -96,9 +96,9 @@ func runRunsList(ctx context.Context, stdio Stdio, o runsListOptions) error {
 	}
 	if o.JSON {
 		if all == nil {
-			all = []api.Run{}
+			all = []apitype.Run{}
 		}
-		return writeJSON(stdio.Out, api.RunPage{Runs: all, NextCursor: next})
+		return writeJSON(stdio.Out, apitype.RunPage{Runs: all, NextCursor: next})
 	}
 	w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "RUN\tSESSION\tPROVIDER\tSTATUS\tCREATED\tTAGS")

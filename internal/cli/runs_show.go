@@ -12,8 +12,6 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/provider"
-	brt "github.com/belayhq/belay/runtime"
-	"github.com/belayhq/belay/store"
 )
 
 // runReport is `belay runs show RUN --json`: a run and what happened in
@@ -48,10 +46,8 @@ type attemptReport struct {
 }
 
 type errReport struct {
-	At         time.Time        `json:"at"`
-	Class      belay.ErrorClass `json:"class"`
-	Message    string           `json:"message"`
-	RetryAfter float64          `json:"retryAfterSeconds,omitempty"`
+	At time.Time `json:"at"`
+	belay.ErrorData
 }
 
 type toolReport struct {
@@ -66,21 +62,18 @@ type toolReport struct {
 }
 
 type recoveryReport struct {
-	At       time.Time `json:"at"`
-	Decision string    `json:"decision"`
-	Reason   string    `json:"reason"`
-	Attempt  int       `json:"attempt"`
+	At time.Time `json:"at"`
+	belay.RecoveryData
 }
 
 type watchdogReport struct {
-	At          time.Time `json:"at"`
-	Tier        string    `json:"tier"`
-	IdleSeconds float64   `json:"idleSeconds"`
+	At time.Time `json:"at"`
+	belay.WatchdogData
 }
 
 type noteReport struct {
-	At     time.Time `json:"at"`
-	Reason string    `json:"reason"`
+	At time.Time `json:"at"`
+	belay.SuspendedData
 }
 
 func newRunsShowCmd(stdio Stdio) *cobra.Command {
@@ -159,13 +152,10 @@ func showRun(ctx context.Context, src source, id string) (runReport, error) {
 				continue
 			}
 			switch e.Type {
-			case store.EventRunUpdated:
+			case belay.EventRunUpdated:
 				var u struct {
-					Phase belay.RunPhase `json:"phase"`
-					Data  struct {
-						Attempt int  `json:"attempt"`
-						Resume  bool `json:"resume"`
-					} `json:"data"`
+					Phase belay.RunPhase    `json:"phase"`
+					Data  belay.AttemptData `json:"data"`
 				}
 				_ = json.Unmarshal(e.Data, &u)
 				if u.Data.Attempt > 0 {
@@ -178,21 +168,17 @@ func showRun(ctx context.Context, src source, id string) (runReport, error) {
 					end(e.TS)
 					done = true
 				}
-			case brt.EventError:
-				var d struct {
-					Class      belay.ErrorClass `json:"class"`
-					Message    string           `json:"message"`
-					RetryAfter float64          `json:"retryAfterSeconds"`
-				}
+			case belay.EventRunError:
+				var d belay.ErrorData
 				_ = json.Unmarshal(e.Data, &d)
 				a := cur()
-				a.Errors = append(a.Errors, errReport{At: e.TS, Class: d.Class, Message: d.Message, RetryAfter: d.RetryAfter})
-			case brt.EventToolCall:
+				a.Errors = append(a.Errors, errReport{At: e.TS, ErrorData: d})
+			case belay.EventRunToolCall:
 				var c provider.Call
 				_ = json.Unmarshal(e.Data, &c)
 				a := cur()
 				a.Tools = append(a.Tools, toolReport{ID: c.ID, Tool: c.Name, SideEffect: c.SideEffect, At: e.TS})
-			case brt.EventToolResult:
+			case belay.EventRunToolResult:
 				var r provider.Result
 				_ = json.Unmarshal(e.Data, &r)
 				a := cur()
@@ -202,17 +188,17 @@ func showRun(ctx context.Context, src source, id string) (runReport, error) {
 						break
 					}
 				}
-			case brt.EventRecovery:
+			case belay.EventRunRecovery:
 				var d recoveryReport
 				_ = json.Unmarshal(e.Data, &d)
 				d.At = e.TS
 				rep.Recoveries = append(rep.Recoveries, d)
-			case brt.EventWatchdog:
+			case belay.EventRunWatchdog:
 				var d watchdogReport
 				_ = json.Unmarshal(e.Data, &d)
 				d.At = e.TS
 				rep.Watchdog = append(rep.Watchdog, d)
-			case brt.EventSuspended:
+			case belay.EventRunSuspended:
 				var d noteReport
 				_ = json.Unmarshal(e.Data, &d)
 				d.At = e.TS

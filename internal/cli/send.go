@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/internal/ids"
@@ -122,7 +122,7 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		return usagef("belay send --watch ...", "give --watch or --wait, not both")
 	case opts.Session == "" && opts.Provider == "":
 		return usagef("belay send --provider fake \"hello\"", "give --provider for a new session, or --session")
-	case !runtime.Policy(opts.Policy).Valid():
+	case !belay.Policy(opts.Policy).Valid():
 		return usagef("belay send --policy enqueue ...", "--policy %q is not enqueue, reject, interrupt or replace", opts.Policy)
 	case opts.Session != "" && ids.Check(ids.Session, opts.Session) != nil:
 		return usagef("belay sessions list", "--session %q is not a session id", opts.Session)
@@ -175,7 +175,7 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		script = b
 	}
 	// What the daemon could not store is refused here, before any upload.
-	if _, err := runtime.CheckInput(runtime.Input{Prompt: prompt, Script: script}); err != nil {
+	if _, err := runtime.CheckInput(belay.InputData{Prompt: prompt, Script: script}); err != nil {
 		return fmt.Errorf("%w\nTry: send a shorter prompt, or give the agent a path to the long text instead of the text", err)
 	}
 	ctx := cmd.Context()
@@ -202,9 +202,9 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		}
 		options, _ = json.Marshal(o)
 	}
-	run, err := c.CreateRun(ctx, api.CreateRunRequest{
+	run, err := c.CreateRun(ctx, apitype.CreateRunRequest{
 		Session: opts.Session, Provider: opts.Provider, Model: opts.Model, Prompt: prompt, Script: script, Options: options,
-		Policy: runtime.Policy(opts.Policy), Priority: opts.Priority, Deadline: api.Duration(opts.Deadline.d),
+		Policy: belay.Policy(opts.Policy), Priority: opts.Priority, Deadline: apitype.Duration(opts.Deadline.d),
 		Tags: opts.Tags, Meta: meta,
 	}, opts.IdempotencyKey)
 	if err != nil {
@@ -259,11 +259,11 @@ func parseMeta(kvs []string) (map[string]string, error) {
 // how to add one.
 func refused(err error, dataDir string) error {
 	var ce *client.Error
-	if !errors.As(err, &ce) || ce.Code == api.CodeStoreUnreachable {
+	if !errors.As(err, &ce) || ce.Code == apitype.CodeStoreUnreachable {
 		return apiError(err)
 	}
 	msg := strings.TrimPrefix(ce.Message, "belay: invalid argument: ")
-	if ce.Code == api.CodeInvalid {
+	if ce.Code == apitype.CodeInvalid {
 		if field, _ := ce.Details["field"].(string); field != "" {
 			return &usageError{err: fmt.Errorf("refused before the run started: %s", msg), hint: fieldHint(field)}
 		}

@@ -13,12 +13,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 )
 
 // batchLine is one submission of `belay send --batch`, with its line.
 type batchLine struct {
 	line int
-	run  api.BatchRun
+	run  apitype.BatchRun
 	size int
 }
 
@@ -30,8 +31,8 @@ type batchResult struct {
 	Status  string `json:"status,omitempty"`
 	Phase   string `json:"phase,omitempty"`
 	// HTTPStatus and Error are set when the submission was refused.
-	HTTPStatus int            `json:"httpStatus,omitempty"`
-	Error      *api.ErrorBody `json:"error,omitempty"`
+	HTTPStatus int                `json:"httpStatus,omitempty"`
+	Error      *apitype.ErrorBody `json:"error,omitempty"`
 }
 
 // batchOnlyFlags may be given with --batch; the others belong to one run.
@@ -74,7 +75,7 @@ func runSendBatch(cmd *cobra.Command, stdio Stdio, opts sendOptions, args []stri
 	}
 	failed, unreachable, sent := 0, 0, 0
 	for _, chunk := range batchChunks(lines) {
-		runs := make([]api.BatchRun, len(chunk))
+		runs := make([]apitype.BatchRun, len(chunk))
 		for i, l := range chunk {
 			runs[i] = l.run
 		}
@@ -91,7 +92,7 @@ func runSendBatch(cmd *cobra.Command, stdio Stdio, opts sendOptions, args []stri
 				out = batchResult{Line: chunk[i].line, Session: r.Run.Session, Run: r.Run.ID, Status: string(r.Run.Status), Phase: string(r.Run.Phase)}
 			} else {
 				failed++
-				if r.Error != nil && r.Error.Code == api.CodeStoreUnreachable {
+				if r.Error != nil && r.Error.Code == apitype.CodeStoreUnreachable {
 					unreachable++
 				}
 			}
@@ -153,7 +154,7 @@ func readBatch(in io.Reader, provider, model string) ([]batchLine, error) {
 		}
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
-		var b api.BatchRun
+		var b apitype.BatchRun
 		if err := dec.Decode(&b); err != nil {
 			return nil, usagef(`echo '{"prompt":"hello","provider":"fake","idempotencyKey":"job-1"}' | belay send --batch -`, "line %d is not a run submission: %v", n, err)
 		}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/internal/testpg"
 )
@@ -81,7 +81,7 @@ func TestSendBatch(t *testing.T) {
 			for _, r := range results {
 				if r.Line == 5 {
 					require.Equal(t, 400, r.HTTPStatus)
-					require.Equal(t, api.CodeInvalid, r.Error.Code)
+					require.Equal(t, apitype.CodeInvalid, r.Error.Code)
 					require.Contains(t, r.Error.Message, "nope")
 					continue
 				}
@@ -104,7 +104,7 @@ func TestSendBatch(t *testing.T) {
 			}
 			code, out, stderr = run(t, env, "runs", "list", "--tag", "batch-test", "--json")
 			require.Equal(t, ExitOK, code, stderr)
-			var page api.RunPage
+			var page apitype.RunPage
 			require.NoError(t, json.Unmarshal([]byte(out), &page))
 			require.Len(t, page.Runs, 11, "no keyed run was made twice")
 			for _, id := range runs {

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/doctor"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
 )
 
@@ -155,7 +155,7 @@ func newSessionsDoctorCmd(stdio Stdio) *cobra.Command {
 	return cmd
 }
 
-func printDoctor(stdio Stdio, rep doctor.Report) {
+func printDoctor(stdio Stdio, rep apitype.DoctorReport) {
 	fmt.Fprintf(stdio.Out, "session %s (%s", rep.Session, rep.Provider)
 	if rep.Model != "" {
 		fmt.Fprintf(stdio.Out, " %s", rep.Model)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/doctor"
 	"github.com/belayhq/belay/lock"
@@ -24,8 +25,8 @@ type source interface {
 	session(ctx context.Context, id string) (belay.Session, error)
 	sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Session, error)
 	events(ctx context.Context, session string, after uint64, limit int) ([]belay.Event, error)
-	doctor(ctx context.Context, session string) (doctor.Report, error)
-	listRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error)
+	doctor(ctx context.Context, session string) (apitype.DoctorReport, error)
+	listRuns(ctx context.Context, q apitype.RunQuery) (apitype.RunPage, error)
 	inbox(ctx context.Context, session string) ([]belay.Delivery, error)
 	// answer writes a run's answer text to w, streamed (G14: it fails if
 	// the answer is not whole).
@@ -84,12 +85,12 @@ func (s onlineSource) events(ctx context.Context, session string, after uint64, 
 	return l.Events, apiError(err)
 }
 
-func (s onlineSource) doctor(ctx context.Context, session string) (doctor.Report, error) {
+func (s onlineSource) doctor(ctx context.Context, session string) (apitype.DoctorReport, error) {
 	r, err := s.c.Doctor(ctx, session)
 	return r, apiError(err)
 }
 
-func (s onlineSource) listRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error) {
+func (s onlineSource) listRuns(ctx context.Context, q apitype.RunQuery) (apitype.RunPage, error) {
 	p, err := s.c.ListRuns(ctx, q)
 	return p, apiError(err)
 }
@@ -127,10 +128,10 @@ func (s offlineSource) events(ctx context.Context, session string, after uint64,
 	return s.st.Events(ctx, session, after, limit)
 }
 
-func (s offlineSource) doctor(ctx context.Context, session string) (doctor.Report, error) {
+func (s offlineSource) doctor(ctx context.Context, session string) (apitype.DoctorReport, error) {
 	in, err := brt.DoctorInput(ctx, s.st, session)
 	if err != nil {
-		return doctor.Report{}, err
+		return apitype.DoctorReport{}, err
 	}
 	in.Now, in.Offline = time.Now(), true
 	if ls, err := lock.Inspect(filepath.Join(s.dir, fsstore.LockName), lock.Options{}); err == nil {
@@ -140,14 +141,14 @@ func (s offlineSource) doctor(ctx context.Context, session string) (doctor.Repor
 }
 
 // listRuns pages the store's runs as GET /v1/runs does.
-func (s offlineSource) listRuns(ctx context.Context, q api.RunQuery) (api.RunPage, error) {
+func (s offlineSource) listRuns(ctx context.Context, q apitype.RunQuery) (apitype.RunPage, error) {
 	page, next, err := api.ListRuns(ctx, s.st, q)
 	if err != nil {
-		return api.RunPage{}, err
+		return apitype.RunPage{}, err
 	}
-	out := api.RunPage{Runs: make([]api.Run, 0, len(page)), NextCursor: next}
+	out := apitype.RunPage{Runs: make([]apitype.Run, 0, len(page)), NextCursor: next}
 	for _, r := range page {
-		out.Runs = append(out.Runs, api.Run{Run: r})
+		out.Runs = append(out.Runs, apitype.Run{Run: r})
 	}
 	return out, nil
 }
@@ -166,11 +167,9 @@ func (s offlineSource) close() { _ = s.st.Close() }
 // promptOf returns the prompt of a run from its run.created event.
 func promptOf(evs []belay.Event, run string) string {
 	for _, e := range evs {
-		if e.Type == "run.created" && e.Run == run {
+		if e.Type == belay.EventRunCreated && e.Run == run {
 			var d struct {
-				Input struct {
-					Prompt string `json:"prompt"`
-				} `json:"input"`
+				Input belay.InputData `json:"input"`
 			}
 			_ = json.Unmarshal(e.Data, &d)
 			return d.Input.Prompt

@@ -13,10 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/ids"
-	brt "github.com/belayhq/belay/runtime"
 )
 
 // apiError maps client errors onto exit codes.
@@ -129,15 +128,9 @@ func exactArgs(n int, hint string) cobra.PositionalArgs {
 	}
 }
 
-// runUpdate is the data of a run.updated event.
-type runUpdate struct {
-	Phase  belay.RunPhase  `json:"phase"`
-	Error  *belay.RunError `json:"error"`
-	Reason string          `json:"reason"`
-}
-
-func updateOf(ev belay.Event) runUpdate {
-	var d runUpdate
+// updateOf reads the data of a run.updated event.
+func updateOf(ev belay.Event) belay.RunUpdatedData {
+	var d belay.RunUpdatedData
 	_ = json.Unmarshal(ev.Data, &d)
 	return d
 }
@@ -182,38 +175,32 @@ func (p *printer) event(ev belay.Event) {
 		return
 	}
 	switch ev.Type {
-	case brt.EventText:
-		var d struct{ Text string }
+	case belay.EventRunText:
+		var d belay.TextData
 		_ = json.Unmarshal(ev.Data, &d)
 		p.text(d.Text)
 		p.lastActivity = ev.TS
-	case brt.EventToolCall:
-		var d struct {
-			Name       string
-			SideEffect bool
-		}
+	case belay.EventRunToolCall:
+		var d belay.ToolCall
 		_ = json.Unmarshal(ev.Data, &d)
 		p.status(fmt.Sprintf("tool %s%s", d.Name, map[bool]string{true: " (side effects)"}[d.SideEffect]))
 		p.lastActivity = ev.TS
-	case brt.EventToolResult:
-		var d struct {
-			IsError bool
-			Class   string
-		}
+	case belay.EventRunToolResult:
+		var d belay.ToolResult
 		_ = json.Unmarshal(ev.Data, &d)
 		res := "ok"
 		if d.IsError {
-			res = "error " + d.Class
+			res = "error " + string(d.Class)
 		}
 		p.status("tool result: " + res)
 		p.lastActivity = ev.TS
-	case brt.EventRecovery:
-		var d struct{ Decision, Reason string }
+	case belay.EventRunRecovery:
+		var d belay.RecoveryData
 		_ = json.Unmarshal(ev.Data, &d)
 		p.status("recovery: " + d.Decision + ": " + d.Reason)
-	case brt.EventWatchdog:
+	case belay.EventRunWatchdog:
 		p.status("no progress: the watchdog fired")
-	case "run.updated":
+	case belay.EventRunUpdated:
 		if ph := phaseOf(ev); ph != "" && ph != p.phase {
 			p.phase = ph
 			p.status(string(ph))
@@ -347,7 +334,7 @@ func watchRun(ctx context.Context, stdio Stdio, c *client.Client, run belay.Run,
 			return nil
 		}
 		p.event(ev)
-		if ev.Type != "run.updated" {
+		if ev.Type != belay.EventRunUpdated {
 			return nil
 		}
 		if u := updateOf(ev); u.Phase.Status().Terminal() {
@@ -391,7 +378,7 @@ func endAhead(ctx context.Context, c *client.Client, run belay.Run, after uint64
 			return false
 		}
 		for _, ev := range page.Events {
-			if ev.Run == run.ID && ev.Type == "run.updated" && phaseOf(ev).Status().Terminal() {
+			if ev.Run == run.ID && ev.Type == belay.EventRunUpdated && phaseOf(ev).Status().Terminal() {
 				return true
 			}
 			after = ev.Seq
@@ -474,7 +461,7 @@ func waitRun(ctx context.Context, stdio Stdio, c *client.Client, id string, time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	var run api.Run
+	var run apitype.Run
 	backoff := 50 * time.Millisecond
 	for {
 		step := 50 * time.Second

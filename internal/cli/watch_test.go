@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 )
 
 const (
@@ -50,9 +50,9 @@ func (d *blipDaemon) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.URL.Path == "/healthz":
-		_ = json.NewEncoder(w).Encode(api.Health{Status: "ok"})
+		_ = json.NewEncoder(w).Encode(apitype.Health{Status: "ok"})
 	case r.URL.Path == "/v1/runs/"+testRun:
-		_ = json.NewEncoder(w).Encode(api.Run{Run: belay.Run{
+		_ = json.NewEncoder(w).Encode(apitype.Run{Run: belay.Run{
 			ID: testRun, Session: testSession, Status: belay.RunRunning, Phase: belay.PhaseStreaming, InputSeq: 1,
 		}})
 	case r.URL.Path == "/v1/sessions/"+testSession+"/events":

@@ -139,7 +139,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 			metrics.RunEnded(run)
 		}
 	}
-	ropts.OnWatchdog = func(t runtime.Tier) {
+	ropts.OnWatchdog = func(t belay.Tier) {
 		if metrics != nil {
 			metrics.Watchdog(t)
 		}

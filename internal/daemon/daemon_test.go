@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/provider/openai/openaitest"
 	"github.com/belayhq/belay/store"
@@ -289,9 +289,9 @@ func TestHistoryIsReplayedRepaired(t *testing.T) {
 	startDaemon(t, dir, "")
 	c := client.New(client.Options{Socket: filepath.Join(dir, SocketName)})
 	ctx := context.Background()
-	first, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "openai", Prompt: "What is the answer?"}, "")
+	first, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "openai", Prompt: "What is the answer?"}, "")
 	require.NoError(t, err)
-	second, err := c.CreateRun(ctx, api.CreateRunRequest{Session: first.Session, Prompt: "And why?"}, "")
+	second, err := c.CreateRun(ctx, apitype.CreateRunRequest{Session: first.Session, Prompt: "And why?"}, "")
 	require.NoError(t, err)
 	require.Equal(t, belay.RunQueued, second.Status)
 	r, err := c.WaitRun(ctx, first.ID, 20*time.Second)
@@ -341,7 +341,7 @@ func TestProvidersThroughTheDaemon(t *testing.T) {
 	c := client.New(client.Options{Socket: filepath.Join(dir, SocketName)})
 	ctx := context.Background()
 	for prov, want := range map[string]string{"claude": "Bonjour from Claude.", "agent": "Done by the agent: tidy up"} {
-		run, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: prov, Prompt: "tidy up"}, "")
+		run, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: prov, Prompt: "tidy up"}, "")
 		require.NoError(t, err)
 		r, err := c.WaitRun(ctx, run.ID, 30*time.Second)
 		require.NoError(t, err)

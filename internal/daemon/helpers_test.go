@@ -3,11 +3,11 @@ package daemon
 import (
 	"fmt"
 
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 )
 
-func apiRunRequest(prompt string) api.CreateRunRequest {
-	return api.CreateRunRequest{Provider: "fake", Prompt: prompt}
+func apiRunRequest(prompt string) apitype.CreateRunRequest {
+	return apitype.CreateRunRequest{Provider: "fake", Prompt: prompt}
 }
 
 func fmtSscan(s string, v *int64) (int, error) { return fmt.Sscan(s, v) }

@@ -37,7 +37,7 @@ func sessionHistory(st store.Store) openai.History {
 			}
 			for _, e := range page {
 				after = e.Seq
-				if e.Type == store.EventRunCreated && e.Seq < run.InputSeq {
+				if e.Type == belay.EventRunCreated && e.Seq < run.InputSeq {
 					earlier[e.Run] = true
 				}
 				if e.Run != "" && earlier[e.Run] || e.Run == "" && e.Seq < run.InputSeq && !strings.HasPrefix(e.Type, "notify.") {

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 )
 
@@ -63,7 +63,7 @@ func TestIdleAndSlowClientsCannotCrowdOut(t *testing.T) {
 	sock := filepath.Join(dir, SocketName)
 	c := client.New(client.Options{Socket: sock})
 	ctx := context.Background()
-	sess, err := c.CreateSession(ctx, api.CreateSessionRequest{Provider: "fake"}, "")
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Provider: "fake"}, "")
 	require.NoError(t, err)
 
 	// Watchers first: they hold their connections for as long as they
@@ -96,7 +96,7 @@ func TestIdleAndSlowClientsCannotCrowdOut(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		return resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "1" && strings.Contains(resp.body, api.CodeOverloaded)
+		return resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "1" && strings.Contains(resp.body, apitype.CodeOverloaded)
 	}, 10*time.Second, 10*time.Millisecond)
 
 	// The flood: idle connections that never send a byte, and slow ones
@@ -151,7 +151,7 @@ func TestIdleAndSlowClientsCannotCrowdOut(t *testing.T) {
 	require.Contains(t, resp.body, "belay_connections_max 16")
 
 	// The streams still stream: an inbox post is an event they all see.
-	_, err = c.Post(ctx, sess.ID, api.PostRequest{Type: "ui.click"})
+	_, err = c.Post(ctx, sess.ID, apitype.PostRequest{Type: "ui.click"})
 	require.NoError(t, err)
 	for range maxConns / 2 {
 		select {
@@ -202,14 +202,14 @@ func TestClientFollowsPages(t *testing.T) {
 	c := client.New(client.Options{Socket: filepath.Join(dir, SocketName)})
 	ctx := context.Background()
 	want := map[string]bool{}
-	for range api.DefaultPage + 30 {
-		s, err := c.CreateSession(ctx, api.CreateSessionRequest{Provider: "fake"}, "")
+	for range apitype.DefaultPage + 30 {
+		s, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Provider: "fake"}, "")
 		require.NoError(t, err)
 		want[s.ID] = true
 	}
 	page, err := c.SessionsPage(ctx, belay.SessionFilter{}, "")
 	require.NoError(t, err)
-	require.Len(t, page.Sessions, api.DefaultPage, "a default page")
+	require.Len(t, page.Sessions, apitype.DefaultPage, "a default page")
 	require.NotEmpty(t, page.NextCursor)
 	all, err := c.Sessions(ctx, belay.SessionFilter{})
 	require.NoError(t, err)

@@ -16,13 +16,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/runtime"
 	"github.com/belayhq/belay/store"
 )
 
 // EventNotifySettled is the event that records a notification's outcome
 // in the delivery's session (store.NotificationStore).
-const EventNotifySettled = store.EventNotifySettled
+const EventNotifySettled = belay.EventNotifySettled
 
 // notifyTargets makes the runtime's notification targets of the
 // [[webhooks]] and [[hooks]] config: the runtime claims, sends, retries

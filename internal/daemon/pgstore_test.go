@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/testpg"
 	"github.com/belayhq/belay/store/fsstore"
@@ -66,7 +66,7 @@ func TestDaemonOnPostgres(t *testing.T) {
 	stopA := startOn(t, dirA, url)
 	ctx := context.Background()
 	c := client.New(client.Options{Socket: filepath.Join(dirA, SocketName)})
-	run, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "agent", Prompt: "tidy"}, "")
+	run, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "agent", Prompt: "tidy"}, "")
 	require.NoError(t, err)
 	r, err := c.WaitRun(ctx, run.ID, 30*time.Second)
 	require.NoError(t, err)
@@ -162,9 +162,9 @@ func TestDaemonOnPostgresRetakesItsLock(t *testing.T) {
 	c := client.New(client.Options{Socket: filepath.Join(dir, SocketName)})
 	require.Eventually(t, func() bool {
 		h, err := c.Health(ctx)
-		return err == nil && h.Status == api.HealthOK
+		return err == nil && h.Status == apitype.HealthOK
 	}, 30*time.Second, 20*time.Millisecond)
-	run, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "still here"}, "")
+	run, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "fake", Prompt: "still here"}, "")
 	require.NoError(t, err)
 	r, err := c.WaitRun(ctx, run.ID, 30*time.Second)
 	require.NoError(t, err)

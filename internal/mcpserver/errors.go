@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
-	"github.com/belayhq/belay/doctor"
 )
 
 // ToolError is how a tool fails: a tool result with isError set whose text
@@ -15,9 +14,9 @@ import (
 // to do next, never a protocol failure.
 type ToolError struct {
 	// Code is the API error code, or "out_of_scope", "unreachable".
-	Code       string        `json:"code"`
-	Message    string        `json:"message"`
-	NextAction doctor.Action `json:"nextAction"`
+	Code       string               `json:"code"`
+	Message    string               `json:"message"`
+	NextAction apitype.DoctorAction `json:"nextAction"`
 	// Command is what to run (or call) next, "" for none.
 	Command string `json:"command,omitempty"`
 }
@@ -42,27 +41,27 @@ func toolError(err error) error {
 		return te
 	}
 	if client.IsUnreachable(err) {
-		return &ToolError{Code: CodeUnreachable, Message: err.Error(), NextAction: doctor.ActionStartDaemon, Command: "belay daemon start"}
+		return &ToolError{Code: CodeUnreachable, Message: err.Error(), NextAction: apitype.ActionStartDaemon, Command: "belay daemon start"}
 	}
 	var ae *client.Error
 	if !errors.As(err, &ae) {
-		return &ToolError{Code: api.CodeInternal, Message: err.Error(), NextAction: doctor.ActionRetryLater}
+		return &ToolError{Code: apitype.CodeInternal, Message: err.Error(), NextAction: apitype.ActionRetryLater}
 	}
-	te = &ToolError{Code: ae.Code, Message: ae.Message, NextAction: doctor.ActionResolveManually}
+	te = &ToolError{Code: ae.Code, Message: ae.Message, NextAction: apitype.ActionResolveManually}
 	switch ae.Code {
-	case api.CodeNotFound:
+	case apitype.CodeNotFound:
 		te.Command = "call runs_list to find the runs in scope"
-	case api.CodeConversationBusy:
-		te.NextAction, te.Command = doctor.ActionWait, "call send again with policy enqueue, or wait for the session's run"
-	case api.CodeUnavailable, api.CodeTimeout:
-		te.NextAction = doctor.ActionRetryLater
-	case api.CodeReadOnly:
-		te.NextAction, te.Command = doctor.ActionRepairJournal, "call doctor for the session"
+	case apitype.CodeConversationBusy:
+		te.NextAction, te.Command = apitype.ActionWait, "call send again with policy enqueue, or wait for the session's run"
+	case apitype.CodeUnavailable, apitype.CodeTimeout:
+		te.NextAction = apitype.ActionRetryLater
+	case apitype.CodeReadOnly:
+		te.NextAction, te.Command = apitype.ActionRepairJournal, "call doctor for the session"
 	}
 	return te
 }
 
 // invalid is a bad tool argument.
 func invalid(format string, args ...any) error {
-	return &ToolError{Code: api.CodeInvalid, Message: fmt.Sprintf(format, args...), NextAction: doctor.ActionResolveManually, Command: "fix the arguments and call again"}
+	return &ToolError{Code: apitype.CodeInvalid, Message: fmt.Sprintf(format, args...), NextAction: apitype.ActionResolveManually, Command: "fix the arguments and call again"}
 }

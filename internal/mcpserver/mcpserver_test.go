@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/daemon"
 	"github.com/belayhq/belay/internal/mcpserver"
@@ -324,7 +324,7 @@ func TestScopeAndValidation(t *testing.T) {
 	ctx := context.Background()
 
 	// A run sent by someone else, untagged, is out of scope.
-	other, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "secret"}, "")
+	other, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "fake", Prompt: "secret"}, "")
 	require.NoError(t, err)
 	for _, tool := range []string{"status", "read", "wait", "cancel"} {
 		e := toolError(t, a, tool, map[string]any{"run": other.ID})
@@ -347,7 +347,7 @@ func TestScopeAndValidation(t *testing.T) {
 	}
 
 	// A run tagged with the scope's tag by another client is in scope.
-	mine, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "hi", Tags: []string{"team-a"}}, "")
+	mine, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "fake", Prompt: "hi", Tags: []string{"team-a"}}, "")
 	require.NoError(t, err)
 	st := call[mcpserver.StatusOut](t, a, "status", map[string]any{"run": mine.ID})
 	require.Equal(t, mine.ID, st.Run.Run)
@@ -357,17 +357,17 @@ func TestScopeAndValidation(t *testing.T) {
 		args map[string]any
 		code string
 	}{
-		{"send", map[string]any{"prompt": ""}, api.CodeInvalid},
-		{"send", map[string]any{"prompt": "x"}, api.CodeInvalid},
-		{"send", map[string]any{"prompt": "x", "provider": "fake", "policy": "sometimes"}, api.CodeInvalid},
-		{"send", map[string]any{"prompt": "x", "provider": "nope"}, api.CodeInvalid},
-		{"send", map[string]any{"prompt": "x", "provider": "fake", "tags": []string{"bad tag!"}}, api.CodeInvalid},
-		{"status", map[string]any{"run": "../../etc"}, api.CodeInvalid},
-		{"status", map[string]any{"run": "run_00000000000000000000000000"}, api.CodeNotFound},
-		{"read", map[string]any{"run": mine.ID, "cursor": "-3"}, api.CodeInvalid},
-		{"read", map[string]any{"run": mine.ID, "maxBytes": 1 << 30}, api.CodeInvalid},
-		{"runs_list", map[string]any{"tag": "team-b"}, api.CodeInvalid},
-		{"runs_list", map[string]any{"since": "yesterday"}, api.CodeInvalid},
+		{"send", map[string]any{"prompt": ""}, apitype.CodeInvalid},
+		{"send", map[string]any{"prompt": "x"}, apitype.CodeInvalid},
+		{"send", map[string]any{"prompt": "x", "provider": "fake", "policy": "sometimes"}, apitype.CodeInvalid},
+		{"send", map[string]any{"prompt": "x", "provider": "nope"}, apitype.CodeInvalid},
+		{"send", map[string]any{"prompt": "x", "provider": "fake", "tags": []string{"bad tag!"}}, apitype.CodeInvalid},
+		{"status", map[string]any{"run": "../../etc"}, apitype.CodeInvalid},
+		{"status", map[string]any{"run": "run_00000000000000000000000000"}, apitype.CodeNotFound},
+		{"read", map[string]any{"run": mine.ID, "cursor": "-3"}, apitype.CodeInvalid},
+		{"read", map[string]any{"run": mine.ID, "maxBytes": 1 << 30}, apitype.CodeInvalid},
+		{"runs_list", map[string]any{"tag": "team-b"}, apitype.CodeInvalid},
+		{"runs_list", map[string]any{"since": "yesterday"}, apitype.CodeInvalid},
 	} {
 		e := toolError(t, a, tc.tool, tc.args)
 		require.Equal(t, tc.code, e.Code, "%s %v: %s", tc.tool, tc.args, e.Message)
@@ -379,7 +379,7 @@ func TestSessionScopeAndSessionResource(t *testing.T) {
 	t.Parallel()
 	_, c := startDaemon(t)
 	ctx := context.Background()
-	granted, err := c.CreateRun(ctx, api.CreateRunRequest{Provider: "fake", Prompt: "hi", Script: json.RawMessage(`{"reply":"granted answer"}`)}, "")
+	granted, err := c.CreateRun(ctx, apitype.CreateRunRequest{Provider: "fake", Prompt: "hi", Script: json.RawMessage(`{"reply":"granted answer"}`)}, "")
 	require.NoError(t, err)
 	_, err = c.WaitRun(ctx, granted.ID, 20*time.Second)
 	require.NoError(t, err)

@@ -11,9 +11,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/internal/jsonx"
 )
 
 // subscribeRetry is how long a subscription waits for a daemon that does
@@ -120,7 +121,7 @@ func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest)
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(b)}}}, nil
 }
 
-func (s *Server) runResource(ctx context.Context, run api.Run, budget int) (RunResource, error) {
+func (s *Server) runResource(ctx context.Context, run apitype.Run, budget int) (RunResource, error) {
 	text, total, err := s.answerPage(ctx, run.Run, 0, max(budget, 0))
 	if err != nil {
 		return RunResource{}, err
@@ -131,7 +132,7 @@ func (s *Server) runResource(ctx context.Context, run api.Run, budget int) (RunR
 // resourceError maps a not-found onto the protocol's resource-not-found.
 func resourceError(uri string, err error) error {
 	var te *ToolError
-	if errors.As(err, &te) && te.Code == api.CodeNotFound {
+	if errors.As(err, &te) && te.Code == apitype.CodeNotFound {
 		return mcp.ResourceNotFoundError(uri)
 	}
 	return err
@@ -156,9 +157,9 @@ func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	}
 	// A daemon restarting is waited for a little: the subscription must be
 	// recorded in the daemon, or refused.
-	req2 := api.PostRequest{
+	req2 := apitype.PostRequest{
 		Type: WakeType, Key: s.sub + "/" + run.ID, To: s.sub, AfterRun: run.ID,
-		Data: mustJSON(wakeData{Run: run.ID, URI: uri}),
+		Data: jsonx.Must(wakeData{Run: run.ID, URI: uri}),
 	}
 	deadline := time.Now().Add(subscribeRetry)
 	for backoff := 100 * time.Millisecond; ; backoff = min(backoff*2, 2*time.Second) {
@@ -191,12 +192,4 @@ func (s *Server) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) err
 	defer s.mu.Unlock()
 	delete(s.subs[req.Params.URI], req.Session)
 	return nil
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }

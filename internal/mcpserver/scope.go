@@ -7,8 +7,7 @@ import (
 	"strings"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
-	"github.com/belayhq/belay/doctor"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
 )
 
@@ -17,7 +16,7 @@ func (s *Server) outOfScope(what, session string) error {
 	return &ToolError{
 		Code:       CodeOutOfScope,
 		Message:    fmt.Sprintf("%s is outside this server's scope (%s): an agent may act only on the sessions it created here or was granted", what, s.scope),
-		NextAction: doctor.ActionResolveManually,
+		NextAction: apitype.ActionResolveManually,
 		Command:    "start belay mcp with --session " + session + " (or --tag, or --all) to grant it",
 	}
 }
@@ -31,7 +30,7 @@ func (s *Server) allowSession(ctx context.Context, id string) error {
 		return nil
 	}
 	for _, tag := range s.scope.Tags {
-		page, err := s.c.ListRuns(ctx, api.RunQuery{RunFilter: belay.RunFilter{Session: id, Tag: tag}, Limit: 1})
+		page, err := s.c.ListRuns(ctx, apitype.RunQuery{RunFilter: belay.RunFilter{Session: id, Tag: tag}, Limit: 1})
 		if err != nil {
 			return toolError(err)
 		}
@@ -46,13 +45,13 @@ func (s *Server) allowSession(ctx context.Context, id string) error {
 }
 
 // allowedRun returns a run the agent may act on.
-func (s *Server) allowedRun(ctx context.Context, id string) (api.Run, error) {
+func (s *Server) allowedRun(ctx context.Context, id string) (apitype.Run, error) {
 	if err := ids.Check(ids.Run, id); err != nil {
-		return api.Run{}, invalid("run: %v", err)
+		return apitype.Run{}, invalid("run: %v", err)
 	}
 	run, err := s.c.Run(ctx, id)
 	if err != nil {
-		return api.Run{}, toolError(err)
+		return apitype.Run{}, toolError(err)
 	}
 	for _, t := range run.Tags {
 		if slices.Contains(s.scope.Tags, t) {
@@ -61,9 +60,9 @@ func (s *Server) allowedRun(ctx context.Context, id string) (api.Run, error) {
 	}
 	if err := s.allowSession(ctx, run.Session); err != nil {
 		if te, ok := err.(*ToolError); ok && te.Code == CodeOutOfScope {
-			return api.Run{}, s.outOfScope("run "+id, run.Session)
+			return apitype.Run{}, s.outOfScope("run "+id, run.Session)
 		}
-		return api.Run{}, err
+		return apitype.Run{}, err
 	}
 	return run, nil
 }

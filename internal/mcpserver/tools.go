@@ -10,10 +10,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
-	"github.com/belayhq/belay/doctor"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/internal/ids"
-	brt "github.com/belayhq/belay/runtime"
 )
 
 // RunURI is a run's resource.
@@ -43,7 +41,7 @@ type RunInfo struct {
 	LastProgress string `json:"lastProgress,omitempty"`
 }
 
-func runInfo(r api.Run) RunInfo {
+func runInfo(r apitype.Run) RunInfo {
 	out := RunInfo{
 		Run: r.ID, Session: r.Session, URI: RunURI(r.ID), Status: string(r.Status), Phase: string(r.Phase),
 		Provider: r.Provider, Model: r.Model, Attempt: r.Attempt, Reason: r.Reason, Tags: r.Tags, Meta: r.Meta,
@@ -147,13 +145,13 @@ type DoctorIn struct {
 
 // DoctorOut is the doctor's verdict.
 type DoctorOut struct {
-	Session     string              `json:"session"`
-	State       string              `json:"state"`
-	NextAction  string              `json:"nextAction" jsonschema:"none, wait, watch, read_result, ack_delivery, resend, resolve_manually, reauth, solve_challenge, retry_later, start_daemon, repair_journal, release_stale_lock, reattach or prune"`
-	Reason      string              `json:"reason"`
-	Command     string              `json:"command" jsonschema:"the exact command to run for nextAction, empty for none"`
-	Diagnostics []doctor.Diagnostic `json:"diagnostics"`
-	Unsettled   int                 `json:"unsettledDeliveries"`
+	Session     string               `json:"session"`
+	State       string               `json:"state"`
+	NextAction  string               `json:"nextAction" jsonschema:"none, wait, watch, read_result, ack_delivery, resend, resolve_manually, reauth, solve_challenge, retry_later, start_daemon, repair_journal, release_stale_lock, reattach or prune"`
+	Reason      string               `json:"reason"`
+	Command     string               `json:"command" jsonschema:"the exact command to run for nextAction, empty for none"`
+	Diagnostics []apitype.Diagnostic `json:"diagnostics"`
+	Unsettled   int                  `json:"unsettledDeliveries"`
 }
 
 // ListIn is the runs_list tool's input.
@@ -248,7 +246,7 @@ func (s *Server) send(ctx context.Context, _ *mcp.CallToolRequest, in SendIn) (*
 	if in.Prompt == "" {
 		return nil, RunInfo{}, invalid("prompt is required")
 	}
-	req := api.CreateRunRequest{Prompt: in.Prompt, Provider: in.Provider, Model: in.Model, Policy: brt.Policy(in.Policy), Meta: in.Meta}
+	req := apitype.CreateRunRequest{Prompt: in.Prompt, Provider: in.Provider, Model: in.Model, Policy: belay.Policy(in.Policy), Meta: in.Meta}
 	if !req.Policy.Valid() {
 		return nil, RunInfo{}, invalid("policy %q is not enqueue, reject, interrupt or replace", in.Policy)
 	}
@@ -257,7 +255,7 @@ func (s *Server) send(ctx context.Context, _ *mcp.CallToolRequest, in SendIn) (*
 		if err != nil || d <= 0 {
 			return nil, RunInfo{}, invalid("deadline %q: want a positive duration such as 90m", in.Deadline)
 		}
-		req.Deadline = api.Duration(d)
+		req.Deadline = apitype.Duration(d)
 	}
 	if len(in.IdempotencyKey) > 200 {
 		return nil, RunInfo{}, invalid("idempotencyKey is at most 200 bytes")
@@ -296,7 +294,7 @@ func (s *Server) retry(ctx context.Context, _ *mcp.CallToolRequest, in RetryIn) 
 	if _, err := s.allowedRun(ctx, in.Run); err != nil {
 		return nil, RetryOut{}, err
 	}
-	req := api.RetryRequest{AllowSideEffects: in.AllowSideEffects, Policy: brt.Policy(in.Policy)}
+	req := apitype.RetryRequest{AllowSideEffects: in.AllowSideEffects, Policy: belay.Policy(in.Policy)}
 	if !req.Policy.Valid() {
 		return nil, RetryOut{}, invalid("policy %q is not enqueue, reject, interrupt or replace", in.Policy)
 	}
@@ -433,7 +431,7 @@ func (s *Server) doctor(ctx context.Context, _ *mcp.CallToolRequest, in DoctorIn
 }
 
 func (s *Server) list(ctx context.Context, _ *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, ListOut, error) {
-	q := api.RunQuery{Sort: in.Sort, Cursor: in.Cursor, Limit: in.Limit}
+	q := apitype.RunQuery{Sort: in.Sort, Cursor: in.Cursor, Limit: in.Limit}
 	q.Status, q.Provider, q.Session, q.Tag, q.Failed = belay.RunStatus(in.Status), in.Provider, in.Session, in.Tag, in.Failed
 	switch {
 	case q.Limit == 0:
@@ -474,7 +472,7 @@ func (s *Server) post(ctx context.Context, _ *mcp.CallToolRequest, in PostIn) (*
 	if err := s.allowSession(ctx, in.Session); err != nil {
 		return nil, belay.Delivery{}, err
 	}
-	d, err := s.c.Post(ctx, in.Session, api.PostRequest{Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data})
+	d, err := s.c.Post(ctx, in.Session, apitype.PostRequest{Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data})
 	if err != nil {
 		return nil, belay.Delivery{}, toolError(err)
 	}
@@ -488,7 +486,7 @@ func (s *Server) poll(ctx context.Context, _ *mcp.CallToolRequest, in PollIn) (*
 	if in.TTL < 0 || in.Wait < 0 || in.Max < 0 {
 		return nil, DeliveriesOut{}, invalid("ttlSeconds, waitSeconds and max must not be negative")
 	}
-	req := api.LeaseRequest{Session: in.Session, Owner: in.Owner, Max: in.Max, TTL: api.Duration(5 * time.Minute)}
+	req := apitype.LeaseRequest{Session: in.Session, Owner: in.Owner, Max: in.Max, TTL: apitype.Duration(5 * time.Minute)}
 	if req.Owner == "" {
 		req.Owner = s.sub
 	}
@@ -496,9 +494,9 @@ func (s *Server) poll(ctx context.Context, _ *mcp.CallToolRequest, in PollIn) (*
 		req.Max = 10
 	}
 	if in.TTL > 0 {
-		req.TTL = api.Duration(in.TTL * float64(time.Second))
+		req.TTL = apitype.Duration(in.TTL * float64(time.Second))
 	}
-	req.Wait = api.Duration(min(time.Duration(in.Wait*float64(time.Second)), MaxWait))
+	req.Wait = apitype.Duration(min(time.Duration(in.Wait*float64(time.Second)), MaxWait))
 	ds, err := s.c.Lease(ctx, req)
 	if err != nil {
 		return nil, DeliveriesOut{}, toolError(err)
@@ -534,7 +532,7 @@ func (s *Server) ack(ctx context.Context, _ *mcp.CallToolRequest, in AckIn) (*mc
 	if in.Delay < 0 {
 		return nil, belay.Delivery{}, invalid("delaySeconds must not be negative")
 	}
-	d, err := s.c.Settle(ctx, in.Delivery, api.SettleRequest{Kind: kind, Epoch: in.Epoch, Result: in.Result, Delay: api.Duration(in.Delay * float64(time.Second))})
+	d, err := s.c.Settle(ctx, in.Delivery, apitype.SettleRequest{Kind: kind, Epoch: in.Epoch, Result: in.Result, Delay: apitype.Duration(in.Delay * float64(time.Second))})
 	if err != nil {
 		return nil, belay.Delivery{}, toolError(err)
 	}

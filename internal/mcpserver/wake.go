@@ -11,7 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/api"
+	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
 )
 
@@ -52,7 +52,7 @@ func (s *Server) kick() {
 func (s *Server) wakeLoop(ctx context.Context) {
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
-		ds, err := s.c.Lease(ctx, api.LeaseRequest{To: s.sub, Owner: s.owner, TTL: api.Duration(s.ttl), Max: 16, Wait: api.Duration(wakeLeaseWait)})
+		ds, err := s.c.Lease(ctx, apitype.LeaseRequest{To: s.sub, Owner: s.owner, TTL: apitype.Duration(s.ttl), Max: 16, Wait: apitype.Duration(wakeLeaseWait)})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -83,7 +83,7 @@ func (s *Server) sleep(ctx context.Context, d time.Duration) {
 func (s *Server) deliver(ctx context.Context, d belay.Delivery) {
 	var w wakeData
 	if err := json.Unmarshal(d.Data, &w); err != nil || w.URI == "" {
-		s.settle(ctx, d, api.SettleRequest{Kind: belay.SettleError, Result: "not a wake-up this server can read"})
+		s.settle(ctx, d, apitype.SettleRequest{Kind: belay.SettleError, Result: "not a wake-up this server can read"})
 		return
 	}
 	s.mu.Lock()
@@ -92,7 +92,7 @@ func (s *Server) deliver(ctx context.Context, d belay.Delivery) {
 	if !sent {
 		if !s.subscribed(w.URI) {
 			if d.Attempts >= maxWakeAttempts {
-				s.settle(ctx, d, api.SettleRequest{Kind: belay.SettleError, Result: fmt.Sprintf("missed: no client was subscribed to %s in %d attempts", w.URI, d.Attempts)})
+				s.settle(ctx, d, apitype.SettleRequest{Kind: belay.SettleError, Result: fmt.Sprintf("missed: no client was subscribed to %s in %d attempts", w.URI, d.Attempts)})
 				return
 			}
 			// No client of this server wants it now (the client has not
@@ -100,7 +100,7 @@ func (s *Server) deliver(ctx context.Context, d belay.Delivery) {
 			// of the same subscriber): hand it back, soon at first, so
 			// that the server whose client subscribed gets it.
 			delay := min(time.Second<<min(max(d.Attempts-1, 0), 6), time.Minute)
-			s.settle(ctx, d, api.SettleRequest{Kind: belay.SettleRetry, Delay: api.Duration(delay), Result: "no client subscribed yet"})
+			s.settle(ctx, d, apitype.SettleRequest{Kind: belay.SettleRetry, Delay: apitype.Duration(delay), Result: "no client subscribed yet"})
 			return
 		}
 		_ = s.srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: w.URI, Meta: mcp.Meta{metaWake: d.ID}})
@@ -108,16 +108,16 @@ func (s *Server) deliver(ctx context.Context, d belay.Delivery) {
 		who = s.sent[d.ID]
 		s.mu.Unlock()
 		if len(who) == 0 {
-			s.settle(ctx, d, api.SettleRequest{Kind: belay.SettleRetry, Delay: api.Duration(5 * time.Second), Result: "sending failed"})
+			s.settle(ctx, d, apitype.SettleRequest{Kind: belay.SettleRetry, Delay: apitype.Duration(5 * time.Second), Result: "sending failed"})
 			return
 		}
 		s.log.Info("wake-up sent", "run", w.Run, "clients", len(who))
 	}
-	s.settle(ctx, d, api.SettleRequest{Kind: belay.SettleDone, Result: "notified " + strings.Join(who, ", ") + " at " + time.Now().UTC().Format(time.RFC3339Nano)})
+	s.settle(ctx, d, apitype.SettleRequest{Kind: belay.SettleDone, Result: "notified " + strings.Join(who, ", ") + " at " + time.Now().UTC().Format(time.RFC3339Nano)})
 }
 
 // settle settles a wake-up, retrying while the daemon is away.
-func (s *Server) settle(ctx context.Context, d belay.Delivery, req api.SettleRequest) {
+func (s *Server) settle(ctx context.Context, d belay.Delivery, req apitype.SettleRequest) {
 	req.Epoch = d.Epoch
 	backoff := 100 * time.Millisecond
 	for {

@@ -73,3 +73,25 @@ func (osFS) SyncDir(dir string) error {
 type osFile struct{ *os.File }
 
 func (f osFile) Sync() error { return datasync(f.File) }
+
+// NoSync is fsys without fsync: Sync and SyncDir do nothing. It is for
+// scratch data that is read back at once or thrown away (benchmark
+// fixtures, transcripts converted through a journal), never for data that
+// must survive a crash.
+func NoSync(fsys FS) FS { return noSyncFS{fsys} }
+
+type noSyncFS struct{ FS }
+
+func (f noSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return noSyncFile{file}, nil
+}
+
+func (noSyncFS) SyncDir(string) error { return nil }
+
+type noSyncFile struct{ File }
+
+func (noSyncFile) Sync() error { return nil }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/jsonx"
 	"github.com/belayhq/belay/provider"
 )
 
@@ -108,15 +109,15 @@ func (d *codexDecoder) call(it *codexItem) *provider.Call {
 	c := &provider.Call{ID: it.ID, Name: it.Type, SideEffect: true}
 	switch it.Type {
 	case "command_execution":
-		c.Input = mustJSON(map[string]string{"command": it.Command})
+		c.Input = jsonx.Must(map[string]string{"command": it.Command})
 	case "file_change":
-		c.Input = mustJSON(map[string]json.RawMessage{"changes": it.Changes})
+		c.Input = jsonx.Must(map[string]json.RawMessage{"changes": it.Changes})
 	case "mcp_tool_call":
 		c.Name = it.Tool
 		c.Input = it.Arguments
 		c.SideEffect = !d.readOnly[it.Tool]
 	case "web_search":
-		c.Input = mustJSON(map[string]string{"query": it.Query})
+		c.Input = jsonx.Must(map[string]string{"query": it.Query})
 		c.SideEffect = false
 	default:
 		return nil
@@ -168,12 +169,4 @@ func (d *codexDecoder) completed(it *codexItem) []provider.Event {
 	}
 	res.Content = truncate(res.Content, maxContent)
 	return append(evs, provider.Event{Kind: provider.ToolResult, Result: res})
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/jsonx"
 	"github.com/belayhq/belay/internal/proc"
 	"github.com/belayhq/belay/provider"
 )
@@ -547,7 +548,7 @@ func TestDecodersIgnoreGarbage(t *testing.T) {
 			require.NotPanics(t, func() { d.decode([]byte(l)) }, "%s: %q", format, l)
 		}
 	}
-	var raw json.RawMessage = mustJSON(map[string]int{"a": 1})
+	var raw json.RawMessage = jsonx.Must(map[string]int{"a": 1})
 	require.JSONEq(t, `{"a":1}`, string(raw))
 }
 

@@ -91,15 +91,15 @@ func TestRuntimeResumesAfterRestart(t *testing.T) {
 			continue
 		}
 		switch e.Type {
-		case runtime.EventText:
+		case belay.EventRunText:
 			var d struct{ Text string }
 			require.NoError(t, json.Unmarshal(e.Data, &d))
 			answer += d.Text
-		case runtime.EventToolCall:
+		case belay.EventRunToolCall:
 			calls++
-		case runtime.EventToolResult:
+		case belay.EventRunToolResult:
 			results++
-		case runtime.EventRecovery:
+		case belay.EventRunRecovery:
 			var d struct{ Decision string }
 			require.NoError(t, json.Unmarshal(e.Data, &d))
 			require.Equal(t, "resume", d.Decision)

@@ -80,7 +80,7 @@ func TestRuntimeRateLimitThenSuccess(t *testing.T) {
 	run, evs := b.runToEnd("hi")
 	require.Equal(t, belay.RunComplete, run.Status, run.Reason)
 	require.GreaterOrEqual(t, time.Since(start), time.Second, "Retry-After is honoured over the short backoff")
-	errs := ofType(evs, runtime.EventError)
+	errs := ofType(evs, belay.EventRunError)
 	require.Len(t, errs, 1)
 	var data struct {
 		Class      belay.ErrorClass `json:"class"`
@@ -108,7 +108,7 @@ func TestRuntimeServerErrorStorm(t *testing.T) {
 	require.NotNil(t, run.Error)
 	require.Equal(t, belay.ClassTransient, run.Error.Class)
 	require.Contains(t, run.Reason, "3 retries exhausted")
-	require.Len(t, ofType(evs, runtime.EventError), 4)
+	require.Len(t, ofType(evs, belay.EventRunError), 4)
 	require.Len(t, srv.Requests(), 4)
 }
 
@@ -125,10 +125,10 @@ func TestRuntimeWatchdogStall(t *testing.T) {
 	run, evs := b.runToEnd("hi")
 	require.Equal(t, belay.RunComplete, run.Status, run.Reason)
 	require.Equal(t, 2, run.Attempt)
-	wd := ofType(evs, runtime.EventWatchdog)
+	wd := ofType(evs, belay.EventRunWatchdog)
 	require.Len(t, wd, 1)
 	require.Contains(t, string(wd[0].Data), `"streaming"`)
-	rec := ofType(evs, runtime.EventRecovery)
+	rec := ofType(evs, belay.EventRunRecovery)
 	require.Len(t, rec, 1)
 	require.Contains(t, string(rec[0].Data), `"resend"`)
 	require.Len(t, srv.Requests(), 2)
@@ -149,7 +149,7 @@ func TestRuntimeResponsesResume(t *testing.T) {
 	require.Equal(t, RefKind, run.Ref.Kind)
 	require.Equal(t, "resp_test1", run.Ref.ID)
 	var text string
-	for _, e := range ofType(evs, runtime.EventText) {
+	for _, e := range ofType(evs, belay.EventRunText) {
 		var d struct{ Text string }
 		require.NoError(t, json.Unmarshal(e.Data, &d))
 		text += d.Text
@@ -162,7 +162,7 @@ func TestRuntimeResponsesResume(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, creates)
-	recs := ofType(evs, runtime.EventRecovery)
+	recs := ofType(evs, belay.EventRunRecovery)
 	require.Len(t, recs, 1)
 	require.Contains(t, string(recs[0].Data), `"resume"`)
 	resumes := queries(srv, "GET", "/responses/resp_test1")

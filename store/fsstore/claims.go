@@ -98,9 +98,9 @@ func (s *Store) schedule(sessions []*session) {
 func (s *Store) created(ss *session) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	evs := []belay.Event{{Type: store.EventSessionCreated, Seq: 1}}
+	evs := []belay.Event{{Type: belay.EventSessionCreated, Seq: 1}}
 	for _, r := range ss.st.Runs {
-		evs = append(evs, belay.Event{Type: store.EventRunCreated, Seq: r.InputSeq, Run: r.ID})
+		evs = append(evs, belay.Event{Type: belay.EventRunCreated, Seq: r.InputSeq, Run: r.ID})
 	}
 	s.afterCommit(ss, evs)
 }
@@ -114,22 +114,22 @@ func (s *Store) afterCommit(ss *session, evs []belay.Event) {
 		e := &evs[i]
 		ch := store.Change{Session: ss.id, Seq: e.Seq, Type: e.Type, Run: e.Run}
 		switch e.Type {
-		case store.EventRunCreated:
+		case belay.EventRunCreated:
 			if r := ss.st.runs[e.Run]; r != nil {
 				s.claims.sched.add(r.ID, r.Session, r.Provider, r.Priority, ss.st.Front[r.ID])
 			}
-		case store.EventRunLeased:
+		case belay.EventRunLeased:
 			s.claims.sched.activate(e.Run)
 			if r := ss.st.runs[e.Run]; r != nil && r.Lease != nil && (s.claims.rescueAt.IsZero() || r.Lease.ExpiresAt.Before(s.claims.rescueAt)) {
 				s.claims.rescueAt = r.Lease.ExpiresAt
 			}
-		case store.EventRunUpdated:
+		case belay.EventRunUpdated:
 			if r := ss.st.runs[e.Run]; r != nil && r.Status.Terminal() {
 				s.claims.sched.end(r.ID)
 				ch.Ended = true
 			}
-		case store.EventDeliveryPosted, store.EventDeliveryLeased, store.EventDeliverySettled,
-			store.EventDeliveryExpired, store.EventDeliveryReturned:
+		case belay.EventDeliveryPosted, belay.EventDeliveryLeased, belay.EventDeliverySettled,
+			belay.EventDeliveryExpired, belay.EventDeliveryReturned:
 			var p struct {
 				ID string `json:"id"`
 			}
@@ -185,13 +185,13 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	s.claims.mu.Unlock()
 	front := false
 	switch in.Policy {
-	case store.PolicyReject:
+	case belay.PolicyReject:
 		if active != "" || len(queued) > 0 {
 			return res, store.ErrConversationBusy
 		}
-	case store.PolicyReplace:
+	case belay.PolicyReplace:
 		res.Cancelled = queued
-	case store.PolicyInterrupt:
+	case belay.PolicyInterrupt:
 		front = true
 		if active != "" {
 			res.Interrupted = active
@@ -204,20 +204,20 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	var evs []belay.Event
 	for _, q := range res.Cancelled {
 		reason := "replaced by " + id
-		data, err := marshal(runUpdated{Phase: belay.PhaseCancelled, Reason: reason,
+		data, err := marshal(belay.RunUpdatedData{Phase: belay.PhaseCancelled, Reason: reason,
 			Error: &belay.RunError{Class: belay.ClassCancelled, Message: reason}})
 		if err != nil {
 			return res, err
 		}
-		evs = append(evs, belay.Event{Type: store.EventRunUpdated, Run: q, Data: data})
+		evs = append(evs, belay.Event{Type: belay.EventRunUpdated, Run: q, Data: data})
 	}
 	if a := res.Interrupted; a != "" {
 		if r := ss.st.runs[a]; r != nil && r.CancelRequest == nil {
-			data, err := marshal(runCancelRequested{Reason: "interrupted by run " + id, By: id})
+			data, err := marshal(belay.CancelRequestedData{Reason: "interrupted by run " + id, By: id})
 			if err != nil {
 				return res, err
 			}
-			evs = append(evs, belay.Event{Type: store.EventRunCancelRequested, Run: a, Data: data})
+			evs = append(evs, belay.Event{Type: belay.EventRunCancelRequested, Run: a, Data: data})
 		}
 	}
 	evs = append(evs, create)
@@ -358,11 +358,11 @@ func (s *Store) rescue(ctx context.Context, id, owner string, ttl time.Duration)
 	if err := ss.writable(); err != nil {
 		return belay.Run{}, false, err
 	}
-	data, err := marshal(runLeased{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: r.Epoch})
+	data, err := marshal(belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: r.Epoch})
 	if err != nil {
 		return belay.Run{}, false, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
 		return belay.Run{}, false, err
 	}
 	return copyRun(r), true, nil
@@ -382,11 +382,11 @@ func (s *Store) leaseQueued(ctx context.Context, id, owner string, ttl time.Dura
 	if err := ss.writable(); err != nil {
 		return belay.Run{}, false, err
 	}
-	data, err := marshal(runLeased{Owner: owner, ExpiresAt: s.clock.Now().Add(ttl).UTC()})
+	data, err := marshal(belay.RunLeasedData{Owner: owner, ExpiresAt: s.clock.Now().Add(ttl).UTC()})
 	if err != nil {
 		return belay.Run{}, false, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
 		return belay.Run{}, false, err
 	}
 	return copyRun(r), true, nil
@@ -465,11 +465,11 @@ func (s *Store) RequestCancel(ctx context.Context, id, reason string) (belay.Run
 			Error: &belay.RunError{Class: belay.ClassCancelled, Message: reason},
 		})
 	}
-	data, err := marshal(runCancelRequested{Reason: reason})
+	data, err := marshal(belay.CancelRequestedData{Reason: reason})
 	if err != nil {
 		return belay.Run{}, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunCancelRequested, Run: id, Data: data}); err != nil {
+	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunCancelRequested, Run: id, Data: data}); err != nil {
 		return belay.Run{}, err
 	}
 	return copyRun(r), nil

@@ -8,15 +8,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/crashtest"
 )
 
 var crashCycles = flag.Int("crash.cycles", 20, "SIGKILL cycles in TestStoreCrashRecovery")
@@ -92,33 +91,13 @@ func TestStoreCrashRecovery(t *testing.T) {
 	acked := map[string]string{} // "kind id" -> last acknowledged state
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	for cycle := 0; cycle < *crashCycles; cycle++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, "GORACE=atexit_sleep_ms=0")
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		require.NoError(t, cmd.Start())
-		lines := make(chan string, 1024)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		first, ok := <-lines
-		if !ok {
-			_ = cmd.Wait()
-			t.Fatalf("cycle %d: child acknowledged nothing: %s", cycle, stderr.String())
-		}
+		child := crashtest.Start(t, crashChildEnv+"="+dir)
+		first := child.First(t, fmt.Sprintf("it acknowledged anything (cycle %d)", cycle))
 		time.Sleep(time.Duration(20+rng.IntN(80)) * time.Millisecond)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		record(acked, first)
-		for line := range lines {
+		for _, line := range child.Kill(t) {
 			record(acked, line)
 		}
-		_ = cmd.Wait()
 
 		// The dead child's lock is taken over at once.
 		s, err := Open(context.Background(), dir, Options{})

@@ -9,7 +9,6 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
-	"github.com/belayhq/belay/store"
 )
 
 // maxDeliveryType caps a delivery type's length.
@@ -77,12 +76,12 @@ func (s *Store) postEvent(ss *session, in belay.DeliveryInput) (belay.Event, str
 			return belay.Event{}, "", fmt.Errorf("%w: run %s is not in session %s", belay.ErrNotFound, in.AfterRun, ss.id)
 		}
 	}
-	p := deliveryPosted{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data, To: in.To, AfterRun: in.AfterRun}
+	p := belay.DeliveryPostedData{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data, To: in.To, AfterRun: in.AfterRun}
 	data, err := marshal(p)
 	if err != nil {
 		return belay.Event{}, "", err
 	}
-	return belay.Event{Type: store.EventDeliveryPosted, Data: data}, p.ID, nil
+	return belay.Event{Type: belay.EventDeliveryPosted, Data: data}, p.ID, nil
 }
 
 // deliverySession finds the session holding a delivery, locked.
@@ -269,11 +268,11 @@ func (s *Store) leaseOne(ctx context.Context, id, to, owner string, ttl time.Dur
 	if !ss.st.ready(d, to, now) {
 		return belay.Delivery{}, false, nil // another consumer got it first
 	}
-	data, err := marshal(deliveryLeased{ID: id, Owner: owner, ExpiresAt: now.Add(ttl).UTC()})
+	data, err := marshal(belay.DeliveryLeasedData{ID: id, Owner: owner, ExpiresAt: now.Add(ttl).UTC()})
 	if err != nil {
 		return belay.Delivery{}, false, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventDeliveryLeased, Epoch: d.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventDeliveryLeased, Epoch: d.Epoch + 1, Data: data}); err != nil {
 		return belay.Delivery{}, false, err
 	}
 	return copyDelivery(d), true, nil
@@ -312,7 +311,7 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 		return belay.Delivery{}, fmt.Errorf("%w (%w): delivery %s: the lease at epoch %d expired at %s and the item will be redelivered",
 			belay.ErrLeaseExpired, belay.ErrStaleEpoch, id, st.Epoch, d.Lease.ExpiresAt.Format(time.RFC3339))
 	}
-	p := deliverySettled{ID: id, Kind: st.Kind, Result: st.Result}
+	p := belay.DeliverySettledData{ID: id, Kind: st.Kind, Result: st.Result}
 	if st.Kind == belay.SettleRetry {
 		p.NotBefore = now.Add(st.Delay).UTC()
 	}
@@ -320,7 +319,7 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 	if err != nil {
 		return belay.Delivery{}, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventDeliverySettled, Epoch: st.Epoch, Data: data}); err != nil {
+	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventDeliverySettled, Epoch: st.Epoch, Data: data}); err != nil {
 		return belay.Delivery{}, err
 	}
 	return copyDelivery(d), nil
@@ -371,11 +370,11 @@ func (s *Store) expireSession(ctx context.Context, ss *session) ([]belay.Deliver
 			}
 			continue
 		}
-		data, err := marshal(deliveryExpired{ID: d.ID})
+		data, err := marshal(belay.DeliveryExpiredData{ID: d.ID})
 		if err != nil {
 			return expired, next, err
 		}
-		if _, err := ss.commit(ctx, belay.Event{Type: store.EventDeliveryExpired, Epoch: d.Epoch, Data: data}); err != nil {
+		if _, err := ss.commit(ctx, belay.Event{Type: belay.EventDeliveryExpired, Epoch: d.Epoch, Data: data}); err != nil {
 			return expired, next, err
 		}
 		expired = append(expired, copyDelivery(d))

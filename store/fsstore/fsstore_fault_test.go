@@ -16,7 +16,6 @@ import (
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/internal/vfs/vfstest"
 	"github.com/belayhq/belay/journal"
-	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/storetest"
 )
 
@@ -141,7 +140,7 @@ func TestFoldErrorQuarantines(t *testing.T) {
 	// Something else wrote a store event that does not fit the state.
 	j, err := journal.Open(filepath.Join(dir, SessionsName, sess.ID), journal.Options{})
 	require.NoError(t, err)
-	_, err = j.Append(context.Background(), journal.Sync, belay.Event{Type: store.EventRunLeased, Run: "run_00000000000000000000000000", Epoch: 1, Data: json.RawMessage(`{}`)})
+	_, err = j.Append(context.Background(), journal.Sync, belay.Event{Type: belay.EventRunLeased, Run: "run_00000000000000000000000000", Epoch: 1, Data: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	require.NoError(t, j.Close())
 

@@ -220,7 +220,7 @@ func storePolicyNow() store.PrunePolicy {
 	return store.PrunePolicy{KeepComplete: time.Nanosecond, KeepFailed: time.Nanosecond, Grace: time.Nanosecond}
 }
 
-func prunedOf(r store.PruneReport) []string {
+func prunedOf(r belay.PruneReport) []string {
 	var out []string
 	for _, p := range r.Pruned {
 		out = append(out, p.ID)

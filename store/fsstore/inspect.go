@@ -2,10 +2,11 @@ package fsstore
 
 import (
 	"errors"
-	"github.com/belayhq/belay"
 	"io/fs"
 	"path/filepath"
 	"sort"
+
+	"github.com/belayhq/belay"
 
 	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/store"

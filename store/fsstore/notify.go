@@ -21,13 +21,13 @@ func notifyKey(delivery, target string) string { return delivery + "\x00" + targ
 // whether the state changed.
 func (st *state) applyNotify(e *belay.Event) (changed bool, err error) {
 	legacy := e.Epoch == 0
-	if legacy && e.Type == store.EventNotifyClaimed {
+	if legacy && e.Type == belay.EventNotifyClaimed {
 		return false, nil
 	}
 	var c store.NotifyClaimedData
 	var s store.NotifySettledData
 	var delivery, target string
-	if e.Type == store.EventNotifyClaimed {
+	if e.Type == belay.EventNotifyClaimed {
 		if err := decode(e, &c); err != nil {
 			return false, err
 		}
@@ -69,7 +69,7 @@ func (st *state) applyNotify(e *belay.Event) (changed bool, err error) {
 	if n.State.Settled() {
 		return false, corrupt(e, fmt.Sprintf("changes the notification of %s to %s, which is %s", delivery, target, n.State))
 	}
-	if e.Type == store.EventNotifyClaimed {
+	if e.Type == belay.EventNotifyClaimed {
 		if e.Epoch <= n.Epoch {
 			return false, corrupt(e, fmt.Sprintf("epoch %d does not follow epoch %d", e.Epoch, n.Epoch))
 		}
@@ -149,7 +149,7 @@ func (s *Store) ClaimNotification(ctx context.Context, delivery, target, owner s
 	if err != nil {
 		return store.NotificationClaim{}, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventNotifyClaimed, Epoch: c.Epoch, Data: data}); err != nil {
+	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventNotifyClaimed, Epoch: c.Epoch, Data: data}); err != nil {
 		return store.NotificationClaim{}, err
 	}
 	return c, nil
@@ -186,7 +186,7 @@ func (s *Store) SettleNotification(ctx context.Context, c store.NotificationClai
 	if err != nil {
 		return n, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventNotifySettled, Epoch: c.Epoch, Data: data}); err != nil {
+	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventNotifySettled, Epoch: c.Epoch, Data: data}); err != nil {
 		return n, err
 	}
 	n = ss.notification(d, c.Target)

@@ -40,10 +40,10 @@ func TestLegacyNotifySettled(t *testing.T) {
 		return belay.Event{Type: typ, TS: time.Now().UTC(), Data: raw}
 	}
 	_, err = j.Append(ctx, journal.Sync,
-		legacy(store.EventNotifyClaimed, map[string]any{"delivery": sent.ID, "target": "t", "attempt": 1}),
-		legacy(store.EventNotifySettled, map[string]any{"delivery": sent.ID, "target": "t", "ok": true, "status": 204, "attempt": 2}),
-		legacy(store.EventNotifyClaimed, map[string]any{"delivery": failed.ID, "target": "t", "attempt": 8}),
-		legacy(store.EventNotifySettled, map[string]any{"delivery": failed.ID, "target": "t", "error": "HTTP 500", "attempt": 8}))
+		legacy(belay.EventNotifyClaimed, map[string]any{"delivery": sent.ID, "target": "t", "attempt": 1}),
+		legacy(belay.EventNotifySettled, map[string]any{"delivery": sent.ID, "target": "t", "ok": true, "status": 204, "attempt": 2}),
+		legacy(belay.EventNotifyClaimed, map[string]any{"delivery": failed.ID, "target": "t", "attempt": 8}),
+		legacy(belay.EventNotifySettled, map[string]any{"delivery": failed.ID, "target": "t", "error": "HTTP 500", "attempt": 8}))
 	require.NoError(t, err)
 	require.NoError(t, j.Close())
 

@@ -45,9 +45,9 @@ func (ss *session) pruneVerdict(p store.PrunePolicy, now time.Time) (ok bool, ru
 }
 
 // Prune deletes terminal sessions by age policy.
-func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (store.PruneReport, error) {
+func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (belay.PruneReport, error) {
 	p = p.WithDefaults()
-	rep := store.PruneReport{DryRun: p.DryRun, Pruned: []store.PrunedSession{}}
+	rep := belay.PruneReport{DryRun: p.DryRun, Pruned: []belay.PrunedSession{}}
 	if !p.DryRun {
 		if err := s.writable(); err != nil {
 			return rep, err
@@ -73,7 +73,7 @@ func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (store.PruneRepo
 			rep.Kept++
 			continue
 		}
-		item := store.PrunedSession{ID: ss.id, LastActive: last, Age: now.Sub(last), Rule: rule, Bytes: size}
+		item := belay.PrunedSession{ID: ss.id, LastActive: last, Age: now.Sub(last), Rule: rule, Bytes: size}
 		if !p.DryRun {
 			pruned, err := s.pruneSession(ss, p, now)
 			if err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
-	"github.com/belayhq/belay/store"
 )
 
 // runSession finds the session holding a run, locked. The caller unlocks.
@@ -74,7 +73,7 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 // provider and model are sessProvider and sessModel; it returns the new
 // run's id. A front run goes ahead of the session's queued runs.
 func runCreatedEvent(in belay.RunInput, sessProvider, sessModel string, front bool) (belay.Event, string, error) {
-	p := runCreated{
+	p := belay.RunCreatedData{
 		ID: ids.New(ids.Run), Key: in.IdempotencyKey, Priority: in.Priority,
 		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input,
 		Tags: in.Tags, Meta: in.Meta, Front: front,
@@ -89,7 +88,7 @@ func runCreatedEvent(in belay.RunInput, sessProvider, sessModel string, front bo
 	if err != nil {
 		return belay.Event{}, "", err
 	}
-	e := belay.Event{Type: store.EventRunCreated, Run: p.ID, Data: data}
+	e := belay.Event{Type: belay.EventRunCreated, Run: p.ID, Data: data}
 	if in.IdempotencyKey != "" {
 		e.ID = storeIDPrefix + "run/" + in.IdempotencyKey
 	}
@@ -120,10 +119,10 @@ func (s *Store) RunInput(ctx context.Context, id string) (json.RawMessage, error
 	}
 	defer ss.release(j)
 	evs, err := j.Read(seq-1, 1)
-	if err != nil || len(evs) != 1 || evs[0].Type != store.EventRunCreated {
+	if err != nil || len(evs) != 1 || evs[0].Type != belay.EventRunCreated {
 		return nil, fmt.Errorf("%w: run %s: input at seq %d unreadable: %v", belay.ErrCorruptRecord, id, seq, ss.wrap(err))
 	}
-	var p runCreated
+	var p belay.RunCreatedData
 	if err := decode(&evs[0], &p); err != nil {
 		return nil, err
 	}
@@ -181,11 +180,11 @@ func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.
 		return belay.Run{}, fmt.Errorf("%w: run %s is leased by %s at epoch %d until %s",
 			belay.ErrLeaseHeld, id, r.Lease.Owner, r.Epoch, r.Lease.ExpiresAt.Format(time.RFC3339))
 	}
-	data, err := marshal(runLeased{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: takeover})
+	data, err := marshal(belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: takeover})
 	if err != nil {
 		return belay.Run{}, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
 		return belay.Run{}, err
 	}
 	return copyRun(r), nil
@@ -228,7 +227,7 @@ func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl 
 		return belay.Run{}, fmt.Errorf("%w: ttl must be positive", belay.ErrInvalid)
 	}
 	return s.leasedRun(id, epoch, func(ss *session, r *belay.Run) (belay.Run, error) {
-		p := runRenewed{ExpiresAt: s.clock.Now().Add(ttl).UTC()}
+		p := belay.RunRenewedData{ExpiresAt: s.clock.Now().Add(ttl).UTC()}
 		if act != nil {
 			a := *act
 			a.LastProgress = a.LastProgress.UTC()
@@ -238,7 +237,7 @@ func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl 
 		if err != nil {
 			return belay.Run{}, err
 		}
-		if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
+		if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return belay.Run{}, err
 		}
 		return copyRun(r), nil
@@ -248,7 +247,7 @@ func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl 
 // ReleaseRunLease drops the lease of the given epoch; the run stays as it is.
 func (s *Store) ReleaseRunLease(ctx context.Context, id string, epoch uint64) (belay.Run, error) {
 	return s.leasedRun(id, epoch, func(ss *session, r *belay.Run) (belay.Run, error) {
-		if _, err := ss.commit(ctx, belay.Event{Type: store.EventRunReleased, Run: id, Epoch: epoch, Data: []byte(`{}`)}); err != nil {
+		if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunReleased, Run: id, Epoch: epoch, Data: []byte(`{}`)}); err != nil {
 			return belay.Run{}, err
 		}
 		return copyRun(r), nil
@@ -274,11 +273,11 @@ func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.
 }
 
 func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, epoch uint64, u belay.RunUpdate) (belay.Run, error) {
-	data, err := marshal(runUpdated{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data})
+	data, err := marshal(belay.RunUpdatedData{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data})
 	if err != nil {
 		return belay.Run{}, err
 	}
-	evs := []belay.Event{{Type: store.EventRunUpdated, Run: r.ID, Epoch: epoch, Data: data}}
+	evs := []belay.Event{{Type: belay.EventRunUpdated, Run: r.ID, Epoch: epoch, Data: data}}
 	var posted string
 	if d := u.Deliver; d != nil {
 		if d.Session != "" && d.Session != ss.id {

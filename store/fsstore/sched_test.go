@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/store"
 )
 
@@ -20,23 +21,23 @@ type model struct {
 	sessionQ map[string][]*job
 }
 
-func (m *model) submit(j *job, p store.Policy) []string {
+func (m *model) submit(j *job, p belay.Policy) []string {
 	var cancel []string
 	switch p {
-	case store.PolicyInterrupt:
+	case belay.PolicyInterrupt:
 		for _, a := range m.active {
 			if a.session == j.session {
 				cancel = append(cancel, a.id)
 			}
 		}
-	case store.PolicyReplace:
+	case belay.PolicyReplace:
 		for _, q := range m.sessionQ[j.session] {
 			cancel = append(cancel, q.id)
 		}
 	}
 	m.order++
 	j.order = m.order
-	if p == store.PolicyInterrupt {
+	if p == belay.PolicyInterrupt {
 		m.sessionQ[j.session] = append([]*job{j}, m.sessionQ[j.session]...)
 	} else {
 		m.sessionQ[j.session] = append(m.sessionQ[j.session], j)
@@ -126,7 +127,7 @@ func TestSchedulerRandomized(t *testing.T) {
 			limits := store.Limits{Global: 1 + rng.IntN(8), PerProvider: map[string]int{"a": 1 + rng.IntN(3), "b": 1 + rng.IntN(5)}}
 			s := newScheduler(limits)
 			m := &model{limits: limits, active: map[string]*job{}, sessionQ: map[string][]*job{}}
-			policies := []store.Policy{store.PolicyEnqueue, store.PolicyEnqueue, store.PolicyEnqueue, store.PolicyReject, store.PolicyInterrupt, store.PolicyReplace}
+			policies := []belay.Policy{belay.PolicyEnqueue, belay.PolicyEnqueue, belay.PolicyEnqueue, belay.PolicyReject, belay.PolicyInterrupt, belay.PolicyReplace}
 			providers := []string{"a", "b", "c"}
 			var n int
 			for op := 0; op < 3000; op++ {
@@ -139,7 +140,7 @@ func TestSchedulerRandomized(t *testing.T) {
 					prio := rng.IntN(3)
 					pol := policies[rng.IntN(len(policies))]
 					res, err := s.submit(id, sess, prov, prio, pol)
-					if pol == store.PolicyReject && (m.sessionActive(sess) || len(m.sessionQ[sess]) > 0) {
+					if pol == belay.PolicyReject && (m.sessionActive(sess) || len(m.sessionQ[sess]) > 0) {
 						require.ErrorIs(t, err, store.ErrConversationBusy)
 						continue
 					}
@@ -228,24 +229,24 @@ func checkInvariants(t *testing.T, s *scheduler, m *model) {
 func TestSchedulerPolicies(t *testing.T) {
 	t.Parallel()
 	s := newScheduler(store.Limits{})
-	_, err := s.submit("r1", "s", "p", 0, store.PolicyEnqueue)
+	_, err := s.submit("r1", "s", "p", 0, belay.PolicyEnqueue)
 	require.NoError(t, err)
 	require.Equal(t, []string{"r1"}, s.promote(0))
 	_, err = s.submit("r2", "s", "p", 0, "")
 	require.NoError(t, err)
-	_, err = s.submit("r3", "s", "p", 0, store.PolicyEnqueue)
+	_, err = s.submit("r3", "s", "p", 0, belay.PolicyEnqueue)
 	require.NoError(t, err)
 	require.Empty(t, s.promote(0), "one active run per session")
-	_, err = s.submit("r4", "s", "p", 0, store.PolicyReject)
+	_, err = s.submit("r4", "s", "p", 0, belay.PolicyReject)
 	require.ErrorIs(t, err, store.ErrConversationBusy)
 
-	res, err := s.submit("r5", "s", "p", 0, store.PolicyReplace)
+	res, err := s.submit("r5", "s", "p", 0, belay.PolicyReplace)
 	require.NoError(t, err)
 	require.Equal(t, []string{"r2", "r3"}, res.Cancel)
 	for _, c := range res.Cancel {
 		require.True(t, s.remove(c))
 	}
-	res, err = s.submit("r6", "s", "p", 0, store.PolicyInterrupt)
+	res, err = s.submit("r6", "s", "p", 0, belay.PolicyInterrupt)
 	require.NoError(t, err)
 	require.Equal(t, []string{"r1"}, res.Cancel)
 	s.finish("r1")
@@ -287,25 +288,25 @@ func (s *scheduler) busy(session string) bool {
 
 // submit queues a run under a policy, as Submit decides it, and says
 // what to cancel. It does not start it: call promote.
-func (s *scheduler) submit(id, session, provider string, priority int, p store.Policy) (submitResult, error) {
+func (s *scheduler) submit(id, session, provider string, priority int, p belay.Policy) (submitResult, error) {
 	var res submitResult
 	if s.queued[id] != nil || s.active[id] != nil {
 		return res, nil
 	}
 	switch p {
-	case store.PolicyReject:
+	case belay.PolicyReject:
 		if s.busy(session) {
 			return res, store.ErrConversationBusy
 		}
-	case store.PolicyInterrupt:
+	case belay.PolicyInterrupt:
 		if a, ok := s.bySession[session]; ok {
 			res.Cancel = append(res.Cancel, a)
 		}
-	case store.PolicyReplace:
+	case belay.PolicyReplace:
 		for _, q := range s.sessionQ[session] {
 			res.Cancel = append(res.Cancel, q.id)
 		}
 	}
-	s.add(id, session, provider, priority, p == store.PolicyInterrupt)
+	s.add(id, session, provider, priority, p == belay.PolicyInterrupt)
 	return res, nil
 }

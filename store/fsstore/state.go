@@ -74,105 +74,22 @@ func decodeState(raw []byte) (*state, error) {
 	return st, nil
 }
 
-// Payloads of the events a store journals. Their JSON is the on-disk
-// contract documented in docs/journal-format.md.
-type (
-	sessionCreated struct {
-		ID       string            `json:"id"`
-		Provider string            `json:"provider"`
-		Model    string            `json:"model,omitempty"`
-		Labels   map[string]string `json:"labels,omitempty"`
-		Options  json.RawMessage   `json:"options,omitempty"`
-		Key      string            `json:"key,omitempty"`
-	}
-	runCreated struct {
-		ID       string            `json:"id"`
-		Key      string            `json:"key,omitempty"`
-		Priority int               `json:"priority"`
-		Provider string            `json:"provider"`
-		Model    string            `json:"model,omitempty"`
-		Deadline time.Time         `json:"deadline,omitzero"`
-		Input    json.RawMessage   `json:"input,omitempty"`
-		Tags     []string          `json:"tags,omitempty"`
-		Meta     map[string]string `json:"meta,omitempty"`
-		// Front: submitted with policy interrupt, it runs next.
-		Front bool `json:"front,omitempty"`
-	}
-	runCancelRequested struct {
-		Reason string `json:"reason"`
-		By     string `json:"by,omitempty"`
-	}
-	runLeased struct {
-		Owner     string    `json:"owner"`
-		ExpiresAt time.Time `json:"expiresAt"`
-		Takeover  uint64    `json:"takeover,omitempty"`
-	}
-	runRenewed struct {
-		ExpiresAt time.Time          `json:"expiresAt"`
-		Activity  *belay.RunActivity `json:"activity,omitempty"`
-	}
-	runUpdated struct {
-		Phase   belay.RunPhase         `json:"phase,omitempty"`
-		Attempt int                    `json:"attempt,omitempty"`
-		Error   *belay.RunError        `json:"error,omitempty"`
-		Reason  string                 `json:"reason,omitempty"`
-		Ref     *belay.ConversationRef `json:"ref,omitempty"`
-		Data    json.RawMessage        `json:"data,omitempty"`
-	}
-	deliveryPosted struct {
-		ID       string          `json:"id"`
-		Type     string          `json:"type"`
-		Key      string          `json:"key,omitempty"`
-		Priority int             `json:"priority"`
-		Data     json.RawMessage `json:"data,omitempty"`
-		To       string          `json:"to,omitempty"`
-		AfterRun string          `json:"afterRun,omitempty"`
-	}
-	deliveryLeased struct {
-		ID        string    `json:"id"`
-		Owner     string    `json:"owner"`
-		ExpiresAt time.Time `json:"expiresAt"`
-	}
-	deliverySettled struct {
-		ID        string           `json:"id"`
-		Kind      belay.SettleKind `json:"kind"`
-		Result    string           `json:"result,omitempty"`
-		NotBefore time.Time        `json:"notBefore,omitzero"`
-	}
-	deliveryExpired struct {
-		ID string `json:"id"`
-	}
-)
-
-// reserved reports whether typ is an event type only the store writes.
-func reserved(typ string) bool {
-	switch typ {
-	case store.EventSessionCreated, store.EventRunCreated, store.EventRunLeased,
-		store.EventRunRenewed, store.EventRunReleased, store.EventRunUpdated,
-		store.EventDeliveryPosted, store.EventDeliveryLeased, store.EventDeliverySettled,
-		store.EventDeliveryExpired, store.EventDeliveryReturned, store.EventRunCancelRequested,
-		store.EventNotifyClaimed, store.EventNotifySettled:
-		return true
-	}
-	return false
-}
-
 // apply folds one synced event into the state. Preconditions were checked
 // before the event was appended; apply only replays. It fails only for an
 // event that cannot be decoded or does not fit the state, which means the
 // journal was written by something else.
 func (st *state) apply(e *belay.Event) error {
-	if !reserved(e.Type) {
+	if !belay.StoreEventType(e.Type) {
 		// Caller events do not change the state; keeping them out makes the
 		// fold through any seq before the next state change the same.
 		return nil
 	}
-	if st.Session.ID == "" && e.Type != store.EventSessionCreated {
+	if st.Session.ID == "" && e.Type != belay.EventSessionCreated {
 		return corrupt(e, "comes before session.created")
 	}
 	switch e.Type {
-	case store.EventSessionCreated:
-		var p sessionCreated
+	case belay.EventSessionCreated:
+		var p belay.SessionCreatedData
 		if err := decode(e, &p); err != nil {
 			return err
 		}
@@ -184,8 +101,8 @@ func (st *state) apply(e *belay.Event) error {
 			CreatedAt: e.TS, UpdatedAt: e.TS, LastSeq: e.Seq,
 		}
 		st.SessionKey = p.Key
-	case store.EventRunCreated:
-		var p runCreated
+	case belay.EventRunCreated:
+		var p belay.RunCreatedData
 		if err := decode(e, &p); err != nil {
 			return err
 		}
@@ -209,12 +126,12 @@ func (st *state) apply(e *belay.Event) error {
 			}
 			st.Front[r.ID] = true
 		}
-	case store.EventRunCancelRequested:
+	case belay.EventRunCancelRequested:
 		r, err := st.run(e)
 		if err != nil {
 			return err
 		}
-		var p runCancelRequested
+		var p belay.CancelRequestedData
 		if err := decode(e, &p); err != nil {
 			return err
 		}
@@ -223,12 +140,12 @@ func (st *state) apply(e *belay.Event) error {
 		}
 		r.CancelRequest = &belay.CancelRequest{Reason: p.Reason, By: p.By, At: e.TS}
 		r.UpdatedAt = e.TS
-	case store.EventRunLeased:
+	case belay.EventRunLeased:
 		r, err := st.run(e)
 		if err != nil {
 			return err
 		}
-		var p runLeased
+		var p belay.RunLeasedData
 		if err := decode(e, &p); err != nil {
 			return err
 		}
@@ -243,12 +160,12 @@ func (st *state) apply(e *belay.Event) error {
 			delete(st.Front, r.ID)
 		}
 		r.UpdatedAt = e.TS
-	case store.EventRunRenewed:
+	case belay.EventRunRenewed:
 		r, err := st.run(e)
 		if err != nil {
 			return err
 		}
-		var p runRenewed
+		var p belay.RunRenewedData
 		if err := decode(e, &p); err != nil {
 			return err
 		}
@@ -259,19 +176,19 @@ func (st *state) apply(e *belay.Event) error {
 			r.Activity = p.Activity
 		}
 		r.UpdatedAt = e.TS
-	case store.EventRunReleased:
+	case belay.EventRunReleased:
 		r, err := st.run(e)
 		if err != nil {
 			return err
 		}
 		r.Lease = nil
 		r.UpdatedAt = e.TS
-	case store.EventRunUpdated:
+	case belay.EventRunUpdated:
 		r, err := st.run(e)
 		if err != nil {
 			return err
 		}
-		var p runUpdated
+		var p belay.RunUpdatedData
 		if err := decode(e, &p); err != nil {
 			return err
 		}
@@ -300,8 +217,8 @@ func (st *state) apply(e *belay.Event) error {
 			delete(st.Front, r.ID)
 		}
 		r.UpdatedAt = e.TS
-	case store.EventDeliveryPosted:
-		var p deliveryPosted
+	case belay.EventDeliveryPosted:
+		var p belay.DeliveryPostedData
 		if err := decode(e, &p); err != nil {
 			return err
 		}
@@ -318,8 +235,8 @@ func (st *state) apply(e *belay.Event) error {
 		if p.Key != "" {
 			st.DeliveryKeys[deliveryKey(p.Type, p.Key)] = d.ID
 		}
-	case store.EventDeliveryLeased:
-		var p deliveryLeased
+	case belay.EventDeliveryLeased:
+		var p belay.DeliveryLeasedData
 		if err := decode(e, &p); err != nil {
 			return err
 		}
@@ -335,8 +252,8 @@ func (st *state) apply(e *belay.Event) error {
 		d.Lease = &belay.Lease{Owner: p.Owner, Epoch: e.Epoch, GrantedAt: e.TS, ExpiresAt: p.ExpiresAt}
 		d.Attempts++
 		d.NotBefore = time.Time{}
-	case store.EventDeliverySettled:
-		var p deliverySettled
+	case belay.EventDeliverySettled:
+		var p belay.DeliverySettledData
 		if err := decode(e, &p); err != nil {
 			return err
 		}
@@ -356,13 +273,13 @@ func (st *state) apply(e *belay.Event) error {
 		}
 		d.Lease = nil
 		d.Result = p.Result
-	case store.EventNotifyClaimed, store.EventNotifySettled:
+	case belay.EventNotifyClaimed, belay.EventNotifySettled:
 		changed, err := st.applyNotify(e)
 		if err != nil || !changed {
 			return err
 		}
-	case store.EventDeliveryExpired:
-		var p deliveryExpired
+	case belay.EventDeliveryExpired:
+		var p belay.DeliveryExpiredData
 		if err := decode(e, &p); err != nil {
 			return err
 		}

@@ -437,10 +437,10 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 	if err != nil {
 		return fail(err)
 	}
-	data, err := marshal(sessionCreated{
+	data, err := marshal(belay.SessionCreatedData{
 		ID: id, Provider: in.Provider, Model: in.Model, Labels: in.Labels, Options: in.Options, Key: in.IdempotencyKey,
 	})
-	evs := []belay.Event{{Type: store.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data}}
+	evs := []belay.Event{{Type: belay.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data}}
 	if err == nil && in.FirstRun != nil {
 		// The session and its first run are one durable write: a failed
 		// create leaves neither.
@@ -528,7 +528,7 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 	}
 	fenced := false
 	for i := range evs {
-		if reserved(evs[i].Type) {
+		if belay.StoreEventType(evs[i].Type) {
 			return nil, fmt.Errorf("%w: event type %q is written by the store only", belay.ErrInvalid, evs[i].Type)
 		}
 		if evs[i].Epoch != 0 || evs[i].Run != "" {

@@ -62,7 +62,7 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 			}
 		}
 		front := false
-		if p := in.Policy; p == store.PolicyReject || p == store.PolicyReplace || p == store.PolicyInterrupt {
+		if p := in.Policy; p == belay.PolicyReject || p == belay.PolicyReplace || p == belay.PolicyInterrupt {
 			rows, err := t.Query(ctx, `SELECT id, status, cancel_reason IS NOT NULL FROM belay_runs
 				WHERE session = $1 AND status IN ('queued', 'running') ORDER BY status = 'running' DESC, `+queuedOrder, in.Session)
 			if err != nil {
@@ -91,11 +91,11 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 				return err
 			}
 			switch p {
-			case store.PolicyReject:
+			case belay.PolicyReject:
 				if active != "" || len(queued) > 0 {
 					return store.ErrConversationBusy
 				}
-			case store.PolicyReplace:
+			case belay.PolicyReplace:
 				reason := "replaced by " + id
 				for _, q := range queued {
 					err := s.updateRun(t, q, 0, &lockedRun{status: belay.RunQueued, phase: belay.PhaseQueued}, belay.RunUpdate{
@@ -107,7 +107,7 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 					}
 				}
 				res.Cancelled = queued
-			case store.PolicyInterrupt:
+			case belay.PolicyInterrupt:
 				front = true
 				if active != "" {
 					res.Interrupted = active
@@ -143,11 +143,11 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 
 // requestCancel journals run.cancel_requested on a running run in t.
 func (s *Store) requestCancel(t *tx, id, reason, by string) error {
-	data, err := marshal(runCancelRequested{Reason: reason, By: by})
+	data, err := marshal(belay.CancelRequestedData{Reason: reason, By: by})
 	if err != nil {
 		return err
 	}
-	if _, err := t.emit(belay.Event{Type: store.EventRunCancelRequested, Run: id, Data: data}); err != nil {
+	if _, err := t.emit(belay.Event{Type: belay.EventRunCancelRequested, Run: id, Data: data}); err != nil {
 		return err
 	}
 	t.queue(`UPDATE belay_runs SET cancel_reason = $2, cancel_by = $3, cancel_at = $4, updated_at = $4 WHERE id = $1`, id, reason, by, t.now)
@@ -496,12 +496,12 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 		g := &grants[i]
 		lastSeq[g.session]++
 		g.seq = lastSeq[g.session]
-		raw, err := marshal(runLeased{Owner: owner, ExpiresAt: expires, Takeover: g.takeover})
+		raw, err := marshal(belay.RunLeasedData{Owner: owner, ExpiresAt: expires, Takeover: g.takeover})
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		evSessions[i], seqs[i], runs[i], epochs[i], data[i] = g.session, int64(g.seq), g.id, int64(g.epoch), string(raw)
-		changes[i] = store.Change{Session: g.session, Seq: g.seq, Type: store.EventRunLeased, Run: g.id}
+		changes[i] = store.Change{Session: g.session, Seq: g.seq, Type: belay.EventRunLeased, Run: g.id}
 	}
 	counters := make([]int64, len(sessions))
 	for i, id := range sessions {
@@ -511,7 +511,7 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 	b.Queue(`INSERT INTO belay_events (session, seq, ts, type, run, epoch, data)
 		SELECT e.session, e.seq, $1, $2, e.run, e.epoch, e.data::json
 		FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::text[]) AS e(session, seq, run, epoch, data)`,
-		now, store.EventRunLeased, evSessions, seqs, runs, epochs, data)
+		now, belay.EventRunLeased, evSessions, seqs, runs, epochs, data)
 	b.Queue(`UPDATE belay_runs r SET epoch = g.epoch, lease_owner = $1, lease_granted_at = $2, lease_expires_at = $3, updated_at = $2,
 			phase = CASE WHEN r.phase = 'queued' THEN 'admitted' ELSE r.phase END,
 			status = CASE WHEN r.phase = 'queued' THEN 'running' ELSE r.status END,

@@ -68,7 +68,7 @@ func TestClaimOrder(t *testing.T) {
 	evs, err := s.Events(ctx, sessHigh.ID, 0, 0)
 	require.NoError(t, err)
 	last := evs[len(evs)-1]
-	require.Equal(t, store.EventRunLeased, last.Type)
+	require.Equal(t, belay.EventRunLeased, last.Type)
 	require.Equal(t, uint64(len(evs)), last.Seq, "gap-free with the store's own writes")
 	require.Equal(t, uint64(1), last.Epoch)
 
@@ -103,7 +103,7 @@ func TestSubmitPolicies(t *testing.T) {
 	defer s.Close()
 	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
 	require.NoError(t, err)
-	submit := func(p store.Policy, key string) store.SubmitResult {
+	submit := func(p belay.Policy, key string) store.SubmitResult {
 		t.Helper()
 		res, err := s.Submit(ctx, store.SubmitInput{Policy: p, RunInput: belay.RunInput{Session: sess.ID, IdempotencyKey: key, Input: json.RawMessage(`{"n":1}`)}})
 		require.NoError(t, err)
@@ -116,19 +116,19 @@ func TestSubmitPolicies(t *testing.T) {
 		require.Len(t, cs, 1)
 		return cs[0].Run.ID
 	}
-	r1 := submit(store.PolicyReject, "k1")
+	r1 := submit(belay.PolicyReject, "k1")
 	require.True(t, r1.Created)
-	_, err = s.Submit(ctx, store.SubmitInput{Policy: store.PolicyReject, RunInput: belay.RunInput{Session: sess.ID}})
+	_, err = s.Submit(ctx, store.SubmitInput{Policy: belay.PolicyReject, RunInput: belay.RunInput{Session: sess.ID}})
 	require.ErrorIs(t, err, store.ErrConversationBusy)
-	dup := submit(store.PolicyReject, "k1")
+	dup := submit(belay.PolicyReject, "k1")
 	require.False(t, dup.Created, "a known key returns the original whatever the policy")
 	require.Equal(t, r1.Run.ID, dup.Run.ID)
 	_, err = s.Submit(ctx, store.SubmitInput{Policy: "sideways", RunInput: belay.RunInput{Session: sess.ID}})
 	require.ErrorIs(t, err, belay.ErrInvalid)
 
 	require.Equal(t, r1.Run.ID, claimOne())
-	q1, q2 := submit(store.PolicyEnqueue, ""), submit("", "")
-	rep := submit(store.PolicyReplace, "")
+	q1, q2 := submit(belay.PolicyEnqueue, ""), submit("", "")
+	rep := submit(belay.PolicyReplace, "")
 	require.Equal(t, []string{q1.Run.ID, q2.Run.ID}, rep.Cancelled)
 	for _, id := range rep.Cancelled {
 		r, err := s.Run(ctx, id)
@@ -137,14 +137,14 @@ func TestSubmitPolicies(t *testing.T) {
 		require.Equal(t, "replaced by "+rep.Run.ID, r.Reason)
 	}
 
-	i1 := submit(store.PolicyInterrupt, "")
+	i1 := submit(belay.PolicyInterrupt, "")
 	require.Equal(t, r1.Run.ID, i1.Interrupted)
 	running, err := s.Run(ctx, r1.Run.ID)
 	require.NoError(t, err)
 	require.NotNil(t, running.CancelRequest)
 	require.Equal(t, i1.Run.ID, running.CancelRequest.By)
 	require.Equal(t, "interrupted by run "+i1.Run.ID, running.CancelRequest.Reason)
-	i2 := submit(store.PolicyInterrupt, "")
+	i2 := submit(belay.PolicyInterrupt, "")
 	require.Equal(t, r1.Run.ID, i2.Interrupted)
 	again, err := s.Run(ctx, r1.Run.ID)
 	require.NoError(t, err)
@@ -403,8 +403,8 @@ func TestCancelAcrossNodes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, changes, 2)
 	require.Equal(t, head+2, next)
-	require.Equal(t, store.Change{Cursor: head + 1, Session: sess.ID, Seq: changes[0].Seq, Type: store.EventRunCancelRequested, Run: r.ID}, changes[0])
-	require.Equal(t, store.Change{Cursor: head + 2, Session: sess.ID, Seq: changes[0].Seq + 1, Type: store.EventRunUpdated, Run: queued.ID, Ended: true}, changes[1])
+	require.Equal(t, store.Change{Cursor: head + 1, Session: sess.ID, Seq: changes[0].Seq, Type: belay.EventRunCancelRequested, Run: r.ID}, changes[0])
+	require.Equal(t, store.Change{Cursor: head + 2, Session: sess.ID, Seq: changes[0].Seq + 1, Type: belay.EventRunUpdated, Run: queued.ID, Ended: true}, changes[1])
 	seen, err := b.Run(ctx, r.ID)
 	require.NoError(t, err)
 	require.NotNil(t, seen.CancelRequest)
@@ -502,7 +502,7 @@ func TestFeedGapFreeUnderLoad(t *testing.T) {
 		require.Equal(t, start+uint64(i)+1, c.Cursor, "no holes")
 		require.Greater(t, c.Seq, lastSeq[c.Session], "a session's changes in seq order")
 		lastSeq[c.Session] = c.Seq
-		if c.Type == store.EventDeliveryPosted {
+		if c.Type == belay.EventDeliveryPosted {
 			require.NotEmpty(t, c.Delivery)
 		}
 	}
@@ -580,7 +580,12 @@ func TestMigrationsOrderedByNumber(t *testing.T) {
 	for i := 1; i < len(all); i++ {
 		require.Less(t, all[i-1].Version, all[i].Version)
 	}
-	require.Equal(t, "change_sequencer", all[len(all)-1].Name)
+	names := map[int]string{}
+	for _, m := range all {
+		names[m.Version] = m.Name
+	}
+	require.Equal(t, "claims", names[5])
+	require.Equal(t, "change_sequencer", names[6])
 }
 
 // TestFeedNumbersWhatADeadNodeLeft: a change committed by a node that died
@@ -602,8 +607,8 @@ func TestFeedNumbersWhatADeadNodeLeft(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), next)
 	require.Len(t, changes, 2)
-	require.Equal(t, store.Change{Cursor: 2, Session: sess.ID, Seq: 2, Type: store.EventRunCreated}, changes[0])
-	require.Equal(t, store.Change{Cursor: 3, Session: sess.ID, Seq: 3, Type: store.EventRunLeased}, changes[1])
+	require.Equal(t, store.Change{Cursor: 2, Session: sess.ID, Seq: 2, Type: belay.EventRunCreated}, changes[0])
+	require.Equal(t, store.Change{Cursor: 3, Session: sess.ID, Seq: 3, Type: belay.EventRunLeased}, changes[1])
 }
 
 // TestClaimPastACappedProvider: when the best candidates all belong to a

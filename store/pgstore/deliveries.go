@@ -13,7 +13,6 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
-	"github.com/belayhq/belay/store"
 )
 
 // maxDeliveryType caps a delivery's type, as in fsstore.
@@ -123,12 +122,12 @@ func (s *Store) postDelivery(t *tx, in belay.DeliveryInput) (string, bool, error
 			return "", false, fmt.Errorf("%w: run %s is not in session %s", belay.ErrNotFound, in.AfterRun, t.session)
 		}
 	}
-	p := deliveryPosted{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data, To: in.To, AfterRun: in.AfterRun}
+	p := belay.DeliveryPostedData{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data, To: in.To, AfterRun: in.AfterRun}
 	data, err := marshal(p)
 	if err != nil {
 		return "", false, err
 	}
-	seq, err := t.emit(belay.Event{Type: store.EventDeliveryPosted, Data: data})
+	seq, err := t.emit(belay.Event{Type: belay.EventDeliveryPosted, Data: data})
 	if err != nil {
 		return "", false, err
 	}
@@ -293,11 +292,11 @@ func (s *Store) leaseIn(ctx context.Context, session, to, owner string, ttl time
 			return out[i].Seq < out[j].Seq
 		})
 		for _, d := range out {
-			data, err := marshal(deliveryLeased{ID: d.ID, Owner: owner, ExpiresAt: expires})
+			data, err := marshal(belay.DeliveryLeasedData{ID: d.ID, Owner: owner, ExpiresAt: expires})
 			if err != nil {
 				return err
 			}
-			if _, err := t.emit(belay.Event{Type: store.EventDeliveryLeased, Epoch: d.Epoch, Data: data}); err != nil {
+			if _, err := t.emit(belay.Event{Type: belay.EventDeliveryLeased, Epoch: d.Epoch, Data: data}); err != nil {
 				return err
 			}
 		}
@@ -358,7 +357,7 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 			return fmt.Errorf("%w (%w): delivery %s: the lease at epoch %d expired at %s and the item will be redelivered",
 				belay.ErrLeaseExpired, belay.ErrStaleEpoch, id, st.Epoch, d.Lease.ExpiresAt.Format(time.RFC3339))
 		}
-		p := deliverySettled{ID: id, Kind: st.Kind, Result: st.Result}
+		p := belay.DeliverySettledData{ID: id, Kind: st.Kind, Result: st.Result}
 		status := belay.DeliveryPending
 		var settled, notBefore any
 		switch st.Kind {
@@ -374,7 +373,7 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 		if err != nil {
 			return err
 		}
-		if _, err := t.emit(belay.Event{Type: store.EventDeliverySettled, Epoch: st.Epoch, Data: data}); err != nil {
+		if _, err := t.emit(belay.Event{Type: belay.EventDeliverySettled, Epoch: st.Epoch, Data: data}); err != nil {
 			return err
 		}
 		t.queue(`UPDATE belay_deliveries SET status = $2, result = $3, settled_at = $4, not_before = $5,
@@ -439,11 +438,11 @@ func (s *Store) expireDeliveryLeases(ctx context.Context) ([]belay.Delivery, tim
 			}
 			sort.Slice(got, func(i, j int) bool { return got[i].Seq < got[j].Seq })
 			for _, d := range got {
-				data, err := marshal(deliveryExpired{ID: d.ID})
+				data, err := marshal(belay.DeliveryExpiredData{ID: d.ID})
 				if err != nil {
 					return err
 				}
-				if _, err := t.emit(belay.Event{Type: store.EventDeliveryExpired, Epoch: d.Epoch, Data: data}); err != nil {
+				if _, err := t.emit(belay.Event{Type: belay.EventDeliveryExpired, Epoch: d.Epoch, Data: data}); err != nil {
 					return err
 				}
 			}

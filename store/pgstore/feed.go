@@ -46,15 +46,15 @@ const feedPayload = "~changes"
 func changeOf(session string, e *belay.Event) store.Change {
 	c := store.Change{Session: session, Seq: e.Seq, Type: e.Type, Run: e.Run}
 	switch e.Type {
-	case store.EventRunUpdated:
+	case belay.EventRunUpdated:
 		var p struct {
 			Phase belay.RunPhase `json:"phase"`
 		}
 		// The data was just encoded from runUpdated: it decodes.
 		_ = json.Unmarshal(e.Data, &p)
 		c.Ended = p.Phase != "" && p.Phase.Status().Terminal()
-	case store.EventDeliveryPosted, store.EventDeliveryLeased, store.EventDeliverySettled,
-		store.EventDeliveryExpired, store.EventDeliveryReturned:
+	case belay.EventDeliveryPosted, belay.EventDeliveryLeased, belay.EventDeliverySettled,
+		belay.EventDeliveryExpired, belay.EventDeliveryReturned:
 		var p struct {
 			ID string `json:"id"`
 		}

@@ -134,7 +134,7 @@ func (s *Store) ClaimNotification(ctx context.Context, delivery, target, owner s
 		if err != nil {
 			return err
 		}
-		if _, err := t.emit(belay.Event{Type: store.EventNotifyClaimed, Epoch: c.Epoch, Data: data}); err != nil {
+		if _, err := t.emit(belay.Event{Type: belay.EventNotifyClaimed, Epoch: c.Epoch, Data: data}); err != nil {
 			return err
 		}
 		t.queue(`INSERT INTO belay_notifications (delivery, target, session, state, attempts, epoch, claim_owner, claim_granted_at, claim_expires_at)
@@ -186,7 +186,7 @@ func (s *Store) SettleNotification(ctx context.Context, c store.NotificationClai
 		if err != nil {
 			return err
 		}
-		if _, err := t.emit(belay.Event{Type: store.EventNotifySettled, Epoch: c.Epoch, Data: data}); err != nil {
+		if _, err := t.emit(belay.Event{Type: belay.EventNotifySettled, Epoch: c.Epoch, Data: data}); err != nil {
 			return err
 		}
 		t.queue(`UPDATE belay_notifications SET state = $3, error = $4, not_before = $5, settled_at = $6,

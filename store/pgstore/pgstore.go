@@ -34,7 +34,6 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
-	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/store"
 )
 
@@ -372,12 +371,12 @@ func (t *tx) emit(e belay.Event) (uint64, error) {
 	if len(e.Data) == 0 {
 		e.Data = json.RawMessage("null")
 	}
-	if len(e.Data)+len(e.Type)+len(e.ID)+len(e.Run)+128 > journal.MaxRecordSize {
-		return 0, fmt.Errorf("%w: event of %d bytes exceeds %d", belay.ErrInvalid, len(e.Data), journal.MaxRecordSize)
+	if len(e.Data)+len(e.Type)+len(e.ID)+len(e.Run)+128 > belay.MaxRecordSize {
+		return 0, fmt.Errorf("%w: event of %d bytes exceeds %d", belay.ErrInvalid, len(e.Data), belay.MaxRecordSize)
 	}
 	t.lastSeq++
 	e.Seq, e.TS = t.lastSeq, t.now
-	if reserved(e.Type) {
+	if belay.StoreEventType(e.Type) {
 		t.changed = true
 		t.changes = append(t.changes, changeOf(t.session, &e))
 	}

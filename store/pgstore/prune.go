@@ -58,9 +58,9 @@ func (f pruneFacts) verdict(p store.PrunePolicy, now time.Time) (bool, string) {
 
 // Prune deletes terminal sessions by age policy (G12). Each deletion
 // re-checks the verdict under the session's lock.
-func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (store.PruneReport, error) {
+func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (belay.PruneReport, error) {
 	p = p.WithDefaults()
-	rep := store.PruneReport{DryRun: p.DryRun, Pruned: []store.PrunedSession{}}
+	rep := belay.PruneReport{DryRun: p.DryRun, Pruned: []belay.PrunedSession{}}
 	if s.isClosed() {
 		return rep, belay.ErrStoreClosed
 	}
@@ -86,7 +86,7 @@ func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (store.PruneRepo
 			rep.Kept++
 			continue
 		}
-		item := store.PrunedSession{ID: f.id, LastActive: f.last, Age: now.Sub(f.last), Rule: rule}
+		item := belay.PrunedSession{ID: f.id, LastActive: f.last, Age: now.Sub(f.last), Rule: rule}
 		if err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(octet_length(data::text)), 0) FROM belay_events WHERE session = $1`, f.id).Scan(&item.Bytes); err != nil {
 			return rep, s.wrap(err)
 		}

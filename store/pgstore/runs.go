@@ -101,14 +101,14 @@ func checkRun(id string) error {
 // CreateRun creates a queued run, or returns the one its idempotency key
 // already made.
 func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bool, error) {
-	res, err := s.Submit(ctx, store.SubmitInput{RunInput: in, Policy: store.PolicyEnqueue})
+	res, err := s.Submit(ctx, store.SubmitInput{RunInput: in, Policy: belay.PolicyEnqueue})
 	return res.Run, res.Created, err
 }
 
 // createRun journals run.created and inserts the run row in t. A front
 // run goes ahead of the session's queued runs.
 func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, sessModel string, front bool) error {
-	p := runCreated{
+	p := belay.RunCreatedData{
 		ID: id, Key: in.IdempotencyKey, Priority: in.Priority,
 		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input, Front: front,
 		Tags: in.Tags, Meta: in.Meta,
@@ -123,7 +123,7 @@ func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, ses
 	if err != nil {
 		return err
 	}
-	e := belay.Event{Type: store.EventRunCreated, Run: p.ID, Data: data}
+	e := belay.Event{Type: belay.EventRunCreated, Run: p.ID, Data: data}
 	var key any
 	if in.IdempotencyKey != "" {
 		e.ID = storeIDPrefix + "run/" + in.IdempotencyKey
@@ -170,14 +170,14 @@ func (s *Store) RunInput(ctx context.Context, id string) (json.RawMessage, error
 	}
 	var data []byte
 	err := s.pool.QueryRow(ctx, `SELECT e.data::text FROM belay_runs r JOIN belay_events e ON e.session = r.session AND e.seq = r.input_seq
-		WHERE r.id = $1 AND e.type = $2`, id, store.EventRunCreated).Scan(&data)
+		WHERE r.id = $1 AND e.type = $2`, id, belay.EventRunCreated).Scan(&data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
 	}
 	if err != nil {
 		return nil, s.wrap(err)
 	}
-	var p runCreated
+	var p belay.RunCreatedData
 	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, fmt.Errorf("%w: run %s input: %v", belay.ErrCorruptRecord, id, err)
 	}
@@ -340,12 +340,12 @@ func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.
 				belay.ErrLeaseHeld, id, *r.owner, r.epoch, r.expiry.UTC().Format(time.RFC3339))
 		}
 		expires := t.now.Add(ttl)
-		data, err := marshal(runLeased{Owner: owner, ExpiresAt: expires, Takeover: takeover})
+		data, err := marshal(belay.RunLeasedData{Owner: owner, ExpiresAt: expires, Takeover: takeover})
 		if err != nil {
 			return err
 		}
 		epoch := r.epoch + 1
-		if _, err := t.emit(belay.Event{Type: store.EventRunLeased, Run: id, Epoch: epoch, Data: data}); err != nil {
+		if _, err := t.emit(belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return err
 		}
 		t.queue(`UPDATE belay_runs SET epoch = $2, lease_owner = $3, lease_granted_at = $4, lease_expires_at = $5, updated_at = $4,
@@ -381,7 +381,7 @@ func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl 
 		if err := leased(id, r, epoch); err != nil {
 			return err
 		}
-		p := runRenewed{ExpiresAt: t.now.Add(ttl)}
+		p := belay.RunRenewedData{ExpiresAt: t.now.Add(ttl)}
 		var activity any
 		if act != nil {
 			a := *act
@@ -397,7 +397,7 @@ func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl 
 		if err != nil {
 			return err
 		}
-		if _, err := t.emit(belay.Event{Type: store.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
+		if _, err := t.emit(belay.Event{Type: belay.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return err
 		}
 		t.queue(`UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3, activity = coalesce($4::jsonb, activity) WHERE id = $1`,
@@ -412,7 +412,7 @@ func (s *Store) ReleaseRunLease(ctx context.Context, id string, epoch uint64) (b
 		if err := leased(id, r, epoch); err != nil {
 			return err
 		}
-		if _, err := t.emit(belay.Event{Type: store.EventRunReleased, Run: id, Epoch: epoch, Data: json.RawMessage(`{}`)}); err != nil {
+		if _, err := t.emit(belay.Event{Type: belay.EventRunReleased, Run: id, Epoch: epoch, Data: json.RawMessage(`{}`)}); err != nil {
 			return err
 		}
 		t.queue(`UPDATE belay_runs SET lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL, updated_at = $2 WHERE id = $1`, id, t.now)
@@ -449,11 +449,11 @@ func (s *Store) updateRun(t *tx, id string, epoch uint64, r *lockedRun, u belay.
 	if d := u.Deliver; d != nil && d.Session != "" && d.Session != t.session {
 		return fmt.Errorf("%w: a run's delivery goes to its own session", belay.ErrInvalid)
 	}
-	data, err := marshal(runUpdated{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data})
+	data, err := marshal(belay.RunUpdatedData{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data})
 	if err != nil {
 		return err
 	}
-	if _, err := t.emit(belay.Event{Type: store.EventRunUpdated, Run: id, Epoch: epoch, Data: data}); err != nil {
+	if _, err := t.emit(belay.Event{Type: belay.EventRunUpdated, Run: id, Epoch: epoch, Data: data}); err != nil {
 		return err
 	}
 	phase, status := r.phase, r.status

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,92 +14,7 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/journal"
-	"github.com/belayhq/belay/store"
 )
-
-// Payloads of the events the store writes: the same JSON as fsstore's
-// (docs/journal-format.md), so that watchers, transcripts and exports read
-// both stores alike.
-type (
-	sessionCreated struct {
-		ID       string            `json:"id"`
-		Provider string            `json:"provider"`
-		Model    string            `json:"model,omitempty"`
-		Labels   map[string]string `json:"labels,omitempty"`
-		Options  json.RawMessage   `json:"options,omitempty"`
-		Key      string            `json:"key,omitempty"`
-	}
-	runCreated struct {
-		ID       string            `json:"id"`
-		Key      string            `json:"key,omitempty"`
-		Priority int               `json:"priority"`
-		Provider string            `json:"provider"`
-		Model    string            `json:"model,omitempty"`
-		Deadline time.Time         `json:"deadline,omitzero"`
-		Input    json.RawMessage   `json:"input,omitempty"`
-		Tags     []string          `json:"tags,omitempty"`
-		Meta     map[string]string `json:"meta,omitempty"`
-		// Front: submitted with policy interrupt, it runs next.
-		Front bool `json:"front,omitempty"`
-	}
-	runCancelRequested struct {
-		Reason string `json:"reason"`
-		By     string `json:"by,omitempty"`
-	}
-	runLeased struct {
-		Owner     string    `json:"owner"`
-		ExpiresAt time.Time `json:"expiresAt"`
-		Takeover  uint64    `json:"takeover,omitempty"`
-	}
-	runRenewed struct {
-		ExpiresAt time.Time          `json:"expiresAt"`
-		Activity  *belay.RunActivity `json:"activity,omitempty"`
-	}
-	runUpdated struct {
-		Phase   belay.RunPhase         `json:"phase,omitempty"`
-		Attempt int                    `json:"attempt,omitempty"`
-		Error   *belay.RunError        `json:"error,omitempty"`
-		Reason  string                 `json:"reason,omitempty"`
-		Ref     *belay.ConversationRef `json:"ref,omitempty"`
-		Data    json.RawMessage        `json:"data,omitempty"`
-	}
-	deliveryPosted struct {
-		ID       string          `json:"id"`
-		Type     string          `json:"type"`
-		Key      string          `json:"key,omitempty"`
-		Priority int             `json:"priority"`
-		Data     json.RawMessage `json:"data,omitempty"`
-		To       string          `json:"to,omitempty"`
-		AfterRun string          `json:"afterRun,omitempty"`
-	}
-	deliveryLeased struct {
-		ID        string    `json:"id"`
-		Owner     string    `json:"owner"`
-		ExpiresAt time.Time `json:"expiresAt"`
-	}
-	deliverySettled struct {
-		ID        string           `json:"id"`
-		Kind      belay.SettleKind `json:"kind"`
-		Result    string           `json:"result,omitempty"`
-		NotBefore time.Time        `json:"notBefore,omitzero"`
-	}
-	deliveryExpired struct {
-		ID string `json:"id"`
-	}
-)
-
-// reserved reports whether typ is an event type only the store writes.
-func reserved(typ string) bool {
-	switch typ {
-	case store.EventSessionCreated, store.EventRunCreated, store.EventRunLeased,
-		store.EventRunRenewed, store.EventRunReleased, store.EventRunUpdated,
-		store.EventDeliveryPosted, store.EventDeliveryLeased, store.EventDeliverySettled,
-		store.EventDeliveryExpired, store.EventDeliveryReturned, store.EventRunCancelRequested,
-		store.EventNotifyClaimed, store.EventNotifySettled:
-		return true
-	}
-	return false
-}
 
 func marshal(v any) (json.RawMessage, error) {
 	b, err := json.Marshal(v)
@@ -193,7 +107,7 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 			return sess, err
 		}
 	}
-	data, err := marshal(sessionCreated{ID: id, Provider: in.Provider, Model: in.Model, Labels: in.Labels, Options: in.Options, Key: in.IdempotencyKey})
+	data, err := marshal(belay.SessionCreatedData{ID: id, Provider: in.Provider, Model: in.Model, Labels: in.Labels, Options: in.Options, Key: in.IdempotencyKey})
 	if err != nil {
 		return belay.Session{}, err
 	}
@@ -214,7 +128,7 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 			VALUES ($1, $2, $3, $4, $5::json, $6, 0, coalesce($7::timestamptz, now()), coalesce($7::timestamptz, now()), coalesce($7::timestamptz, now()))
 			RETURNING created_at`, id, in.Provider, in.Model, labels, options, key, s.nowArg()).QueryRow(func(row pgx.Row) error { return row.Scan(&t.now) })
 	}, func(t *tx) error {
-		if _, err := t.emit(belay.Event{Type: store.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data}); err != nil {
+		if _, err := t.emit(belay.Event{Type: belay.EventSessionCreated, ID: storeIDPrefix + "session/" + id, Data: data}); err != nil {
 			return err
 		}
 		if in.FirstRun != nil {
@@ -314,7 +228,7 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 	fenced := false
 	for i := range evs {
 		e := &evs[i]
-		if reserved(e.Type) {
+		if belay.StoreEventType(e.Type) {
 			return nil, fmt.Errorf("%w: event type %q is written by the store only", belay.ErrInvalid, e.Type)
 		}
 		if strings.HasPrefix(e.ID, storeIDPrefix) {

@@ -17,7 +17,7 @@ import (
 // runtime over it (issue 14): submit under a policy, claims under the caps,
 // rescue of gone owners' runs, durable cancel, and the change feed.
 
-func (b *bundle) submit(session string, p store.Policy, key string) store.SubmitResult {
+func (b *bundle) submit(session string, p belay.Policy, key string) store.SubmitResult {
 	b.t.Helper()
 	res, err := b.s.Submit(b.ctx, store.SubmitInput{Policy: p, RunInput: belay.RunInput{
 		Session: session, IdempotencyKey: key, Input: json.RawMessage(`{"prompt":"hi"}`),
@@ -51,25 +51,25 @@ func (b *bundle) finish(c store.Claimed) {
 func testSubmitPolicies(t *testing.T, h Harness) {
 	b := setup(t, h)
 	sess := b.session()
-	first := b.submit(sess.ID, store.PolicyEnqueue, "a")
+	first := b.submit(sess.ID, belay.PolicyEnqueue, "a")
 	require.True(t, first.Created)
 	require.Equal(t, belay.RunQueued, first.Run.Status)
 
 	// The same key is the same run, whatever the policy.
-	again := b.submit(sess.ID, store.PolicyReject, "a")
+	again := b.submit(sess.ID, belay.PolicyReject, "a")
 	require.False(t, again.Created)
 	require.Equal(t, first.Run.ID, again.Run.ID)
 
 	// Reject refuses while the session has a queued run, and creates nothing.
-	_, err := b.s.Submit(b.ctx, store.SubmitInput{Policy: store.PolicyReject, RunInput: belay.RunInput{Session: sess.ID}})
+	_, err := b.s.Submit(b.ctx, store.SubmitInput{Policy: belay.PolicyReject, RunInput: belay.RunInput{Session: sess.ID}})
 	require.ErrorIs(t, err, store.ErrConversationBusy)
 	runs, err := b.s.Runs(b.ctx, belay.RunFilter{Session: sess.ID})
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 
 	// Replace cancels the queued runs in the same write.
-	second := b.submit(sess.ID, store.PolicyEnqueue, "")
-	repl := b.submit(sess.ID, store.PolicyReplace, "")
+	second := b.submit(sess.ID, belay.PolicyEnqueue, "")
+	repl := b.submit(sess.ID, belay.PolicyReplace, "")
 	require.ElementsMatch(t, []string{first.Run.ID, second.Run.ID}, repl.Cancelled)
 	for _, id := range repl.Cancelled {
 		r, err := b.s.Run(b.ctx, id)
@@ -82,8 +82,8 @@ func testSubmitPolicies(t *testing.T, h Harness) {
 	// the runs queued before it.
 	cs := b.claim("w1", 0, store.Limits{})
 	require.Equal(t, []string{repl.Run.ID}, claimedIDs(cs))
-	queued := b.submit(sess.ID, store.PolicyEnqueue, "")
-	intr := b.submit(sess.ID, store.PolicyInterrupt, "")
+	queued := b.submit(sess.ID, belay.PolicyEnqueue, "")
+	intr := b.submit(sess.ID, belay.PolicyInterrupt, "")
 	require.Equal(t, repl.Run.ID, intr.Interrupted)
 	running, err := b.s.Run(b.ctx, repl.Run.ID)
 	require.NoError(t, err)
@@ -146,7 +146,7 @@ func testClaimOrderAndCaps(t *testing.T, h Harness) {
 func testClaimRescue(t *testing.T, h Harness) {
 	b := setup(t, h)
 	sess := b.session()
-	r := b.submit(sess.ID, store.PolicyEnqueue, "")
+	r := b.submit(sess.ID, belay.PolicyEnqueue, "")
 	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "w1", time.Minute))
 	cs, err := b.s.ClaimRuns(b.ctx, store.Claim{Owner: "w1", TTL: 10 * time.Minute})
 	require.NoError(t, err)
@@ -192,7 +192,7 @@ func testClaimRescue(t *testing.T, h Harness) {
 func testRequestCancel(t *testing.T, h Harness) {
 	b := setup(t, h)
 	sess := b.session()
-	q := b.submit(sess.ID, store.PolicyEnqueue, "")
+	q := b.submit(sess.ID, belay.PolicyEnqueue, "")
 	// Queued: cancelled at once.
 	r, err := b.s.RequestCancel(b.ctx, q.Run.ID, "no longer needed")
 	require.NoError(t, err)
@@ -202,7 +202,7 @@ func testRequestCancel(t *testing.T, h Harness) {
 	require.ErrorIs(t, err, belay.ErrTerminal)
 
 	// Running: a durable request the owner carries out.
-	q2 := b.submit(sess.ID, store.PolicyEnqueue, "")
+	q2 := b.submit(sess.ID, belay.PolicyEnqueue, "")
 	cs := b.claim("w1", 0, store.Limits{})
 	require.Len(t, cs, 1)
 	r, err = b.s.RequestCancel(b.ctx, q2.Run.ID, "stop")
@@ -222,7 +222,7 @@ func testRequestCancel(t *testing.T, h Harness) {
 func testActivityPersisted(t *testing.T, h Harness) {
 	b := setup(t, h)
 	sess := b.session()
-	b.submit(sess.ID, store.PolicyEnqueue, "")
+	b.submit(sess.ID, belay.PolicyEnqueue, "")
 	cs := b.claim("w1", 0, store.Limits{})
 	require.Len(t, cs, 1)
 	at := Start.Add(-3 * time.Second)
@@ -241,7 +241,7 @@ func testChangeFeed(t *testing.T, h Harness) {
 	head, err := b.s.ChangeHead(b.ctx)
 	require.NoError(t, err)
 	sess := b.session()
-	q := b.submit(sess.ID, store.PolicyEnqueue, "")
+	q := b.submit(sess.ID, belay.PolicyEnqueue, "")
 	cs := b.claim("w1", 0, store.Limits{})
 	require.Len(t, cs, 1)
 	_, err = b.s.RequestCancel(b.ctx, q.Run.ID, "stop")
@@ -267,8 +267,8 @@ func testChangeFeed(t *testing.T, h Harness) {
 		types = append(types, c.Type)
 		require.Equal(t, sess.ID, c.Session)
 	}
-	require.Equal(t, []string{store.EventSessionCreated, store.EventRunCreated, store.EventRunLeased,
-		store.EventRunCancelRequested, store.EventRunUpdated, store.EventDeliveryPosted}, types)
+	require.Equal(t, []string{belay.EventSessionCreated, belay.EventRunCreated, belay.EventRunLeased,
+		belay.EventRunCancelRequested, belay.EventRunUpdated, belay.EventDeliveryPosted}, types)
 	require.Equal(t, q.Run.ID, got[3].Run)
 	require.True(t, got[4].Ended)
 	require.Equal(t, d.ID, got[5].Delivery)
@@ -293,7 +293,7 @@ func testClaimRace(t *testing.T, h Harness) {
 	for range sessions {
 		sess := b.session()
 		for range perSession {
-			b.submit(sess.ID, store.PolicyEnqueue, "")
+			b.submit(sess.ID, belay.PolicyEnqueue, "")
 		}
 	}
 	for o := range owners {

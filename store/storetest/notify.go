@@ -99,9 +99,9 @@ func testNotifyClaimSettle(t *testing.T, h Harness) {
 	for _, e := range evs {
 		counts[e.Type]++
 	}
-	require.Equal(t, 3, counts[store.EventNotifyClaimed])
-	require.Equal(t, 2, counts[store.EventNotifySettled])
-	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: store.EventNotifySettled, Data: []byte(`{}`)})
+	require.Equal(t, 3, counts[belay.EventNotifyClaimed])
+	require.Equal(t, 2, counts[belay.EventNotifySettled])
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: belay.EventNotifySettled, Data: []byte(`{}`)})
 	require.ErrorIs(t, err, belay.ErrInvalid, "only the store writes notification events")
 
 	b.reopen()

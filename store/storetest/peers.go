@@ -104,7 +104,7 @@ func (ps *peers) session(p *peer, prov string) string {
 	return sess.ID
 }
 
-func (ps *peers) send(p *peer, session, prompt string, pol runtime.Policy) belay.Run {
+func (ps *peers) send(p *peer, session, prompt string, pol belay.Policy) belay.Run {
 	ps.t.Helper()
 	run, err := p.rt.Submit(context.Background(), runtime.SubmitRequest{Session: session, Prompt: prompt, Policy: pol})
 	require.NoError(ps.t, err)
@@ -143,7 +143,7 @@ func (ps *peers) runningOn(p *peer, id string) belay.Run {
 func (ps *peers) runningOnFirst(g *gateProvider) (a, b *peer, run belay.Run) {
 	ps.t.Helper()
 	a = ps.start(0, nil, runtime.Limits{}, g)
-	run = ps.send(a, ps.session(a, g.name), "hi", runtime.PolicyEnqueue)
+	run = ps.send(a, ps.session(a, g.name), "hi", belay.PolicyEnqueue)
 	ps.runningOn(a, run.ID)
 	return a, ps.start(1, nil, runtime.Limits{}, g), run
 }
@@ -206,7 +206,7 @@ func testPeerCaps(t *testing.T, h PeerHarness) {
 		p := []*peer{a, b}[i%2]
 		sess := ps.session(p, "gate")
 		for j := range 2 {
-			runs = append(runs, ps.send([]*peer{a, b}[(i+j)%2], sess, fmt.Sprintf("r%d.%d", i, j), runtime.PolicyEnqueue))
+			runs = append(runs, ps.send([]*peer{a, b}[(i+j)%2], sess, fmt.Sprintf("r%d.%d", i, j), belay.PolicyEnqueue))
 		}
 	}
 	ps.eventually(func() bool { return g.started.Load() == 3 }, "three runs started")
@@ -245,7 +245,7 @@ func lastOwner(t *testing.T, st store.Store, run belay.Run) string {
 	require.NoError(t, err)
 	owner := ""
 	for _, e := range evs {
-		if e.Type == store.EventRunLeased && e.Run == run.ID {
+		if e.Type == belay.EventRunLeased && e.Run == run.ID {
 			var p struct {
 				Owner string `json:"owner"`
 			}
@@ -285,7 +285,7 @@ func testPeerStalledOwner(t *testing.T, h PeerHarness) {
 	frozen := clock.NewFake(Start) // a's timers never fire: no heartbeat, no renewal
 	a := ps.start(0, frozen, runtime.Limits{}, p)
 	sess := ps.session(a, "stall")
-	run := ps.send(a, sess, "hi", runtime.PolicyEnqueue)
+	run := ps.send(a, sess, "hi", belay.PolicyEnqueue)
 	<-entered
 	first := ps.runningOn(a, run.ID)
 	b := ps.start(1, nil, runtime.Limits{}, p)
@@ -401,12 +401,12 @@ func testPeerPolicies(t *testing.T, h PeerHarness) {
 	g := newGate("gate")
 	a := ps.start(0, nil, runtime.Limits{}, g)
 	sess := ps.session(a, "gate")
-	first := ps.send(a, sess, "one", runtime.PolicyEnqueue)
+	first := ps.send(a, sess, "one", belay.PolicyEnqueue)
 	ps.runningOn(a, first.ID)
 	b := ps.start(1, nil, runtime.Limits{}, g)
-	_, err := b.rt.Submit(context.Background(), runtime.SubmitRequest{Session: sess, Prompt: "two", Policy: runtime.PolicyReject})
+	_, err := b.rt.Submit(context.Background(), runtime.SubmitRequest{Session: sess, Prompt: "two", Policy: belay.PolicyReject})
 	require.ErrorIs(t, err, runtime.ErrConversationBusy)
-	second := ps.send(b, sess, "three", runtime.PolicyInterrupt)
+	second := ps.send(b, sess, "three", belay.PolicyInterrupt)
 	ended := ps.wait(b, first.ID)
 	require.Equal(t, belay.RunCancelled, ended.Status)
 	require.Contains(t, ended.Reason, second.ID)

@@ -232,7 +232,7 @@ func testEvents(t *testing.T, h Harness) {
 	evs, err := b.s.Events(b.ctx, sess.ID, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, evs, 4)
-	require.Equal(t, store.EventSessionCreated, evs[0].Type)
+	require.Equal(t, belay.EventSessionCreated, evs[0].Type)
 	for i, e := range evs {
 		require.Equal(t, uint64(i+1), e.Seq)
 	}
@@ -242,7 +242,7 @@ func testEvents(t *testing.T, h Harness) {
 	require.Equal(t, uint64(3), evs[0].Seq)
 	require.JSONEq(t, `{"n":2}`, string(evs[0].Data))
 
-	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: store.EventRunUpdated})
+	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: belay.EventRunUpdated})
 	require.ErrorIs(t, err, belay.ErrInvalid, "store event types are reserved")
 	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "Bad Type"})
 	require.ErrorIs(t, err, belay.ErrInvalid)
@@ -341,7 +341,7 @@ func testRuns(t *testing.T, h Harness) {
 
 	evs, err := b.s.Events(b.ctx, sess.ID, r.InputSeq-1, 1)
 	require.NoError(t, err)
-	require.Equal(t, store.EventRunCreated, evs[0].Type)
+	require.Equal(t, belay.EventRunCreated, evs[0].Type)
 	require.Contains(t, string(evs[0].Data), `"prompt":"hello"`)
 	input, err := b.s.RunInput(b.ctx, r.ID)
 	require.NoError(t, err)
@@ -758,8 +758,8 @@ func testRunEndDelivers(t *testing.T, h Harness) {
 	evs, err := b.s.Events(b.ctx, sess.ID, 0, 0)
 	require.NoError(t, err)
 	n := len(evs)
-	require.Equal(t, store.EventRunUpdated, evs[n-2].Type)
-	require.Equal(t, store.EventDeliveryPosted, evs[n-1].Type)
+	require.Equal(t, belay.EventRunUpdated, evs[n-2].Type)
+	require.Equal(t, belay.EventDeliveryPosted, evs[n-1].Type)
 }
 
 func testInvalidJSON(t *testing.T, h Harness) {
@@ -840,7 +840,7 @@ func testPrune(t *testing.T, h Harness) {
 	require.Equal(t, active.ID, list[0].ID)
 }
 
-func prunedIDs(r store.PruneReport) []string {
+func prunedIDs(r belay.PruneReport) []string {
 	var out []string
 	for _, p := range r.Pruned {
 		out = append(out, p.ID)

@@ -1,14 +1,14 @@
-package doctor
+package apitype
 
 import "time"
 
-// SchemaVersion is the version of the Report JSON schema. Fields may be
+// DoctorSchema is the version of the DoctorReport JSON schema. Fields may be
 // added within a version; none is renamed or changes meaning.
-const SchemaVersion = 1
+const DoctorSchema = 1
 
-// Report is the diagnosis of one session. Its JSON form is a stable
+// DoctorReport is the diagnosis of one session. Its JSON form is a stable
 // contract (docs/doctor.md). It holds no prompt or answer text.
-type Report struct {
+type DoctorReport struct {
 	Schema      int       `json:"schema"`
 	GeneratedAt time.Time `json:"generatedAt"`
 
@@ -20,7 +20,7 @@ type Report struct {
 	// scrubbed and truncated).
 	Problem   string    `json:"problem,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt,omitzero"`
-	Ref       Ref       `json:"ref"`
+	Ref       DoctorRef `json:"ref"`
 	// Browser is the binding of a browser session.
 	Browser *BrowserReport `json:"browser,omitempty"`
 
@@ -48,7 +48,7 @@ type Report struct {
 
 	Diagnostics []Diagnostic `json:"diagnostics"`
 
-	NextAction Action `json:"nextAction"`
+	NextAction DoctorAction `json:"nextAction"`
 	// Reason is one sentence saying why NextAction.
 	Reason string `json:"reason"`
 	// Command is the exact command to run, "" for none.
@@ -59,8 +59,8 @@ type Report struct {
 	Rule string `json:"rule"`
 }
 
-// Ref is a redacted belay.ConversationRef.
-type Ref struct {
+// DoctorRef is a redacted belay.ConversationRef.
+type DoctorRef struct {
 	Kind string `json:"kind,omitempty"`
 	// ID and Target are shortened; URL keeps scheme, host and a shortened
 	// path (no user info, query or fragment).
@@ -205,4 +205,114 @@ type Diagnostic struct {
 	Code     string   `json:"code"`
 	Severity Severity `json:"severity"`
 	Message  string   `json:"message"`
+}
+
+// DoctorAction is the one thing to do next about a session: the stable
+// nextAction enum of DESIGN section 6.
+type DoctorAction string
+
+// Actions, in the order of DESIGN section 6.
+const (
+	// ActionNone: nothing to do.
+	ActionNone DoctorAction = "none"
+	// ActionWait: a run is queued or quiet but alive; wait for it.
+	ActionWait DoctorAction = "wait"
+	// ActionWatch: a run is making progress; follow it.
+	ActionWatch DoctorAction = "watch"
+	// ActionReadResult: the last run completed; read its answer.
+	ActionReadResult DoctorAction = "read_result"
+	// ActionAckDelivery: an inbox item is unsettled; poll and ack it.
+	ActionAckDelivery DoctorAction = "ack_delivery"
+	// ActionResend: the last run failed in a way a resend may fix, and no
+	// side-effecting tool call settled in it.
+	ActionResend DoctorAction = "resend"
+	// ActionResolveManually: belay cannot safely continue on its own (a
+	// side effect settled, or the request itself is at fault).
+	ActionResolveManually DoctorAction = "resolve_manually"
+	// ActionReauth: the provider refused the credentials.
+	ActionReauth DoctorAction = "reauth"
+	// ActionSolveChallenge: the provider shows a challenge (captcha, login
+	// wall) a person must solve.
+	ActionSolveChallenge DoctorAction = "solve_challenge"
+	// ActionRetryLater: nothing can succeed now; run the command after
+	// DoctorReport.RetryAt (or once the condition in the reason clears).
+	ActionRetryLater DoctorAction = "retry_later"
+	// ActionStartDaemon: work is pending and no daemon runs it.
+	ActionStartDaemon DoctorAction = "start_daemon"
+	// ActionRepairJournal: the journal is damaged before its tail and the
+	// session is quarantined (read-only).
+	ActionRepairJournal DoctorAction = "repair_journal"
+	// ActionReleaseStaleLock: the data-dir lock is held by a dead owner and
+	// no daemon answers.
+	ActionReleaseStaleLock DoctorAction = "release_stale_lock"
+	// ActionReattach: a run is in flight but its lease owner is dead; a live
+	// daemon must reclaim it and reattach to the provider.
+	ActionReattach DoctorAction = "reattach"
+	// ActionPrune: the session is past its retention age; prune deletes it.
+	ActionPrune DoctorAction = "prune"
+)
+
+// DoctorActions returns every action in enum order.
+func DoctorActions() []DoctorAction {
+	return []DoctorAction{
+		ActionNone, ActionWait, ActionWatch, ActionReadResult, ActionAckDelivery,
+		ActionResend, ActionResolveManually, ActionReauth, ActionSolveChallenge,
+		ActionRetryLater, ActionStartDaemon, ActionRepairJournal,
+		ActionReleaseStaleLock, ActionReattach, ActionPrune,
+	}
+}
+
+// Valid reports whether a is one of the enum values.
+func (a DoctorAction) Valid() bool {
+	switch a {
+	case ActionNone, ActionWait, ActionWatch, ActionReadResult, ActionAckDelivery,
+		ActionResend, ActionResolveManually, ActionReauth, ActionSolveChallenge,
+		ActionRetryLater, ActionStartDaemon, ActionRepairJournal,
+		ActionReleaseStaleLock, ActionReattach, ActionPrune:
+		return true
+	}
+	return false
+}
+
+// Severity grades a diagnostic.
+type Severity string
+
+// Severities.
+const (
+	SeverityInfo  Severity = "info"
+	SeverityWarn  Severity = "warn"
+	SeverityError Severity = "error"
+)
+
+// Valid reports whether s is a known severity.
+func (s Severity) Valid() bool {
+	return s == SeverityInfo || s == SeverityWarn || s == SeverityError
+}
+
+// BrowserReport is the binding of a browser session (a ref of kind
+// "browser"): the site, how far the send got, the target and the
+// conversation, and the page state the last failure showed. It holds no
+// prompt or answer text.
+type BrowserReport struct {
+	Site string `json:"site"`
+	// SendPhase is open (nothing typed), intent (the prompt may have been
+	// sent), sent (verified: never sent again) or done.
+	SendPhase       string `json:"sendPhase"`
+	ConversationURL string `json:"conversationUrl,omitempty"`
+	Target          string `json:"target,omitempty"`
+	// BrowserPID is the run's browser process (started detached).
+	BrowserPID int `json:"browserPid,omitempty"`
+	// Rebinds counts reopenings of the conversation in a new tab or
+	// browser after the bound target was lost.
+	Rebinds int `json:"rebinds,omitempty"`
+	// PageState is what the last failure of the session's run says the
+	// page showed: login_required, challenge_blocking, rate_limited,
+	// transient_outage, unknown (UI drift), target_lost; "" if none.
+	PageState string `json:"pageState,omitempty"`
+	// The seed profile of the site, as the command line sees it in the
+	// data directory (the pure diagnosis cannot): when a login last
+	// finished, its age, and whether a login holds its lock now.
+	SeedLoggedAt   time.Time `json:"seedLoggedAt,omitzero"`
+	SeedAgeSeconds *int64    `json:"seedAgeSeconds,omitempty"`
+	SeedLock       string    `json:"seedLock,omitempty"`
 }

@@ -1,4 +1,4 @@
-package api
+package apitype
 
 import (
 	"encoding/json"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/runtime"
 )
 
 // CreateSessionRequest is the body of POST /v1/sessions.
@@ -34,7 +33,7 @@ type CreateRunRequest struct {
 	Prompt   string            `json:"prompt"`
 	Script   json.RawMessage   `json:"script,omitempty"`
 	Options  json.RawMessage   `json:"options,omitempty"`
-	Policy   runtime.Policy    `json:"policy,omitempty"`
+	Policy   belay.Policy      `json:"policy,omitempty"`
 	Priority int               `json:"priority,omitempty"`
 	Deadline Duration          `json:"deadline,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
@@ -75,7 +74,7 @@ type BatchResponse struct {
 // Run is a run with its live activity, when the daemon is executing it.
 type Run struct {
 	belay.Run
-	Activity *runtime.Activity `json:"activity,omitempty"`
+	Activity *belay.Activity `json:"activity,omitempty"`
 }
 
 // RunList is the body of GET /v1/sessions/{id}/runs.
@@ -217,8 +216,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 type RetryRequest struct {
 	// AllowSideEffects retries even though side-effecting tool calls of
 	// the run settled; they may run again.
-	AllowSideEffects bool           `json:"allowSideEffects,omitempty"`
-	Policy           runtime.Policy `json:"policy,omitempty"`
+	AllowSideEffects bool         `json:"allowSideEffects,omitempty"`
+	Policy           belay.Policy `json:"policy,omitempty"`
 }
 
 // RetryResponse is the new run of a retry, with the side-effecting tools
