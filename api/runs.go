@@ -222,7 +222,7 @@ func pageRuns(runs []belay.Run, sort string, after *runKey, limit int) []belay.R
 
 func (s *Server) withActivity(run belay.Run) apitype.Run {
 	out := apitype.Run{Run: run}
-	if a, ok := s.rt.Activity(run.ID); ok {
+	if a, ok := s.rt.RunActivity(run); ok {
 		out.Activity = &a
 	}
 	return out

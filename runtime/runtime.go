@@ -530,17 +530,42 @@ func (r *Runtime) Wait(ctx context.Context, id string) (belay.Run, error) {
 // persisted it (with lease renewals) or, before that, since the run was
 // created or started.
 func (r *Runtime) Activity(id string) (belay.Activity, bool) {
+	if a, ok := r.localActivity(id); ok {
+		return a, true
+	}
+	run, err := r.store.Run(context.Background(), id)
+	if err != nil {
+		return belay.Activity{}, false
+	}
+	return storedActivity(run)
+}
+
+// RunActivity is Activity for a run the caller already read: it reads
+// nothing more from the store, so a page of runs costs no query per run.
+func (r *Runtime) RunActivity(run belay.Run) (belay.Activity, bool) {
+	if a, ok := r.localActivity(run.ID); ok {
+		return a, true
+	}
+	return storedActivity(run)
+}
+
+func (r *Runtime) localActivity(id string) (belay.Activity, bool) {
 	r.mu.Lock()
 	rn := r.runners[id]
 	r.mu.Unlock()
-	if rn != nil {
-		return rn.activity(), true
-	}
-	run, err := r.store.Run(context.Background(), id)
-	if err != nil || run.Status.Terminal() {
+	if rn == nil {
 		return belay.Activity{}, false
 	}
-	a := belay.Activity{Run: id, Phase: run.Phase, Attempt: run.Attempt, LastProgress: run.CreatedAt, Tier: belay.TierAwaitingFirst}
+	return rn.activity(), true
+}
+
+// storedActivity is a run's liveness as the store has it: as its owner
+// last persisted it, else since the run was started or created.
+func storedActivity(run belay.Run) (belay.Activity, bool) {
+	if run.Status.Terminal() {
+		return belay.Activity{}, false
+	}
+	a := belay.Activity{Run: run.ID, Phase: run.Phase, Attempt: run.Attempt, LastProgress: run.CreatedAt, Tier: belay.TierAwaitingFirst}
 	switch {
 	case run.Activity != nil:
 		a.LastProgress, a.Tier = run.Activity.LastProgress, belay.Tier(run.Activity.Tier)

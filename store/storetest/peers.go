@@ -229,6 +229,11 @@ func testPeerCaps(t *testing.T, h PeerHarness) {
 func testPeerCancel(t *testing.T, h PeerHarness) {
 	ps, g := newPeers(t, h, 2), newGate("gate")
 	a, b, run := ps.runningOnFirst(g)
+	// The run's liveness is visible from the instance that does not run it.
+	act, ok := b.rt.Activity(run.ID)
+	require.True(t, ok)
+	require.Equal(t, run.ID, act.Run)
+	require.False(t, act.LastProgress.IsZero())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done, err := b.rt.Cancel(ctx, run.ID, "not needed")
