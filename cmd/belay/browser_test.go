@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -561,7 +560,9 @@ func personLogsIn(ctx context.Context, ws string) error {
 	port = port[:strings.IndexByte(port, '/')]
 	var page string
 	deadline := time.Now().Add(30 * time.Second)
-	for page == "" {
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	for ; page == ""; <-poll.C {
 		resp, err := http.Get("http://" + port + "/json/list")
 		if err != nil {
 			return err
@@ -580,7 +581,6 @@ func personLogsIn(ctx context.Context, ws string) error {
 		if page == "" && time.Now().After(deadline) {
 			return fmt.Errorf("no login page among %+v", ts)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	actx, acancel := remote.NewAllocator(ctx, ws, remote.NoModifyURL)
 	defer acancel()
@@ -597,15 +597,10 @@ func personLogsIn(ctx context.Context, ws string) error {
 	if _, err := eval(`(() => { document.querySelector("#login").click(); return true; })()`); err != nil {
 		return fmt.Errorf("click Log in: %w", err)
 	}
-	for {
-		ok, _ := eval(`!!document.querySelector("#prompt")`)
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the chat did not show after logging in")
-		}
-		time.Sleep(100 * time.Millisecond)
+	wctx, wcancel := context.WithDeadline(pctx, deadline)
+	defer wcancel()
+	if _, err := chromedp.Run(wctx, chromedp.WaitVisible("#prompt")); err != nil {
+		return fmt.Errorf("the chat did not show after logging in: %w", err)
 	}
 	// Closing the window ends the browser (and login's wait); the
 	// connection drops with it.

@@ -80,14 +80,15 @@ func TestScripts(t *testing.T) {
 				ts.Check(err)
 				c := client.New(client.Options{Socket: filepath.Join(ts.Getenv("BELAY_HOME"), "belay.sock")})
 				deadline := time.Now().Add(30 * time.Second)
-				for {
+				poll := time.NewTicker(10 * time.Millisecond)
+				defer poll.Stop()
+				for ; ; <-poll.C {
 					if h, err := c.Health(context.Background()); err == nil && h.Watchers >= n {
 						return
 					}
 					if time.Now().After(deadline) {
 						ts.Fatalf("the daemon never had %d watchers", n)
 					}
-					time.Sleep(10 * time.Millisecond)
 				}
 			},
 			// killdaemon: SIGKILL the daemon of $BELAY_HOME, as a crash would.
