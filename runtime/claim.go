@@ -99,6 +99,7 @@ func (r *Runtime) claimLoop(ctx context.Context) {
 	sem := make(chan struct{}, claimWorkers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	adopt := true // the first claim looks for runs of this owner too
 	for {
 		select {
 		case <-ctx.Done():
@@ -106,14 +107,20 @@ func (r *Runtime) claimLoop(ctx context.Context) {
 		case <-r.wake:
 		case <-tick:
 			arm()
+			adopt = true
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
+		orphans := adopt
+		adopt = false
 		wg.Go(func() {
 			defer func() { <-sem }()
+			if orphans {
+				r.adoptOrphans(ctx)
+			}
 			full, ok := r.claim(ctx)
 			switch {
 			case !ok && ctx.Err() == nil:
@@ -160,6 +167,46 @@ func (r *Runtime) claim(ctx context.Context) (full, ok bool) {
 		r.startLocked(run.ID, mode, &run)
 	}
 	return len(cs) == claimBatch, true
+}
+
+// adoptOrphans takes back the runs leased to this runtime that have no
+// runner here: a runner that exited without ending its run or handing it
+// on, or a lease that expired while this owner kept heartbeating. A
+// peer's claim rescues such a run only when the lease expired, and this
+// owner's own claims never return its own runs (the store cannot tell a
+// runner that is alive from one that is gone; the runtime can). Each is
+// started again under a new lease epoch, which fences any late write of
+// the runner that had it (G6), and goes on by the recovery rules (G9).
+// A run waiting to retry a refused write (stall.go) has its retry.
+func (r *Runtime) adoptOrphans(ctx context.Context) {
+	runs, err := r.store.Runs(ctx, belay.RunFilter{Status: belay.RunRunning})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("list running runs", "err", err)
+		}
+		return // the next tick looks again
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, run := range runs {
+		if r.stopping {
+			return // the next start (or a peer) rescues what is left
+		}
+		if run.Lease == nil || run.Lease.Owner != r.opts.Incarnation {
+			continue
+		}
+		if _, ok := r.runners[run.ID]; ok {
+			continue
+		}
+		if _, ok := r.stallErr[run.ID]; ok {
+			continue
+		}
+		// A claim that leased the run may not have started its runner yet:
+		// then this runner takes the lease over first, and the claim
+		// finds it here and starts none (claim).
+		r.log.Warn("run leased to this runtime has no runner; taking it back", "run", run.ID, "epoch", run.Epoch)
+		r.startLocked(run.ID, startAdopt, nil)
+	}
 }
 
 // ownerLoop keeps the owner record alive. A heartbeat the store refuses
@@ -224,6 +271,7 @@ func (r *Runtime) feedLoop(ctx context.Context, cursor uint64) {
 			case belay.EventRunUpdated:
 				if c.Ended {
 					claim, inbox = true, true // its slot freed; items waiting for its end are ready
+					r.forgetCancel(c.Run)
 				}
 			case belay.EventDeliveryPosted, belay.EventDeliverySettled, belay.EventDeliveryExpired,
 				belay.EventDeliveryReturned, belay.EventDeliveryLeased:
@@ -255,6 +303,26 @@ func (r *Runtime) resync(ctx context.Context) {
 			r.cancelLocal(id)
 		}
 	}
+	// Notes of cancel requests whose run's end the follower missed.
+	r.mu.Lock()
+	ids = ids[:0]
+	for id := range r.cancelSeen {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		if run, err := r.store.Run(ctx, id); errors.Is(err, belay.ErrNotFound) || err == nil && run.Status.Terminal() {
+			r.forgetCancel(id)
+		}
+	}
+}
+
+// forgetCancel drops the note of a cancel request (cancelLocal) once its
+// run ended.
+func (r *Runtime) forgetCancel(id string) {
+	r.mu.Lock()
+	delete(r.cancelSeen, id)
+	r.mu.Unlock()
 }
 
 // pause waits d on the runtime's clock; it reports false if ctx ended.
@@ -271,9 +339,16 @@ func (r *Runtime) pause(ctx context.Context, d time.Duration) bool {
 }
 
 // cancelLocal carries out a run's cancel request if its runner is here.
+// With no runner here it notes the request: a claim of this runtime may
+// have leased the run already, with the run as it was before the request,
+// and not yet started its runner; that runner reads the run again
+// (startLocked). The note goes when the run ends.
 func (r *Runtime) cancelLocal(id string) {
 	r.mu.Lock()
 	rn := r.runners[id]
+	if rn == nil {
+		r.cancelSeen[id] = struct{}{}
+	}
 	r.mu.Unlock()
 	if rn == nil {
 		return

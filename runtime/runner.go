@@ -26,6 +26,12 @@ const (
 	// the store refused a write (a full disk, an I/O error): retried once
 	// the store may accept writes again (see stall.go).
 	startRetry
+	// startAdopt: a run leased to this incarnation with no runner here
+	// (its runner exited without ending it or handing it on, or its
+	// lease expired while this owner kept heartbeating, which a peer's
+	// claim would rescue but this owner's never does): taken back like a
+	// rescue (see adoptOrphans in claim.go).
+	startAdopt
 )
 
 // runner executes one run: it leases it, runs attempts through its
@@ -42,6 +48,9 @@ type runner struct {
 	// since is when the runner started: the run's activity until its
 	// first attempt arms a watchdog.
 	since time.Time
+	// recheckCancel: a cancel request for the run was seen before the
+	// runner existed (startLocked); execute reads the run again for it.
+	recheckCancel bool
 
 	mu            sync.Mutex
 	stalled       error                   // the store refused a write: retry later (stall.go)
@@ -76,10 +85,17 @@ func (rn *runner) canResume() bool {
 
 // startLocked starts a runner for a run: claimed is the run as the store
 // leased it to this runtime (a claim), nil when the runner takes its own
-// lease (startRetry). r.mu is held.
+// lease (startRetry, startAdopt). r.mu is held.
 func (r *Runtime) startLocked(id string, mode startMode, claimed *belay.Run) {
 	rn := &runner{r: r, id: id, mode: mode, done: make(chan struct{}), since: r.clk.Now(), claimed: claimed}
 	r.runners[id] = rn
+	if _, ok := r.cancelSeen[id]; ok {
+		// A cancel request reached this runtime (the change feed) before
+		// the runner was here to take it, and may be newer than the run
+		// the claim returned: the runner reads it again before it starts.
+		delete(r.cancelSeen, id)
+		rn.recheckCancel = true
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -158,6 +174,13 @@ func (rn *runner) execute() {
 		rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInvalidRequest, Message: err.Error()}, "no such provider")
 		return
 	}
+	if rn.recheckCancel {
+		if run, err := r.store.Run(bgCtx, rn.id); err == nil && run.CancelRequest != nil {
+			rn.run.CancelRequest = run.CancelRequest
+		} else if rn.unreachable(err) {
+			return
+		}
+	}
 	if cr := rn.run.CancelRequest; cr != nil {
 		// Asked to cancel while nobody ran it (queued behind a claim, or
 		// its owner gone): carry the request out before anything starts.
@@ -190,7 +213,7 @@ func (rn *runner) execute() {
 	defer stopTimers()
 
 	resume := false
-	if (rn.mode == startReclaim || rn.mode == startRetry) && rn.attempt > 0 {
+	if rn.mode != startFresh && rn.attempt > 0 {
 		if err := rn.scanEffects(); rn.unreachable(err) {
 			return
 		} else if err != nil {
@@ -204,8 +227,11 @@ func (rn *runner) execute() {
 			return
 		}
 		why := "the daemon that ran it is gone"
-		if rn.mode == startRetry {
+		switch rn.mode {
+		case startRetry:
 			why = "a journal write failed and the store accepts writes again"
+		case startAdopt:
+			why = "its runner in this daemon stopped without ending it"
 		}
 		var ok bool
 		if resume, ok = rn.decide(why); !ok {
@@ -229,9 +255,11 @@ func (rn *runner) execute() {
 }
 
 // takeLease takes the lease back for a run of this runtime whose runner
-// stopped because the store refused a write (startRetry). It reports
-// whether the runner may go on: not when the run ended meanwhile, or
-// another owner rescued it (its lease had expired).
+// stopped because the store refused a write (startRetry), or that has no
+// runner here (startAdopt). It reports whether the runner may go on: not
+// when the run ended meanwhile, or another owner rescued it (its lease
+// had expired). The new epoch fences every late write of the runner
+// that had it (G6).
 func (rn *runner) takeLease() bool {
 	r := rn.r
 	run, err := r.store.Run(bgCtx, rn.id)
@@ -248,7 +276,7 @@ func (rn *runner) takeLease() bool {
 		if run.Lease.Owner != r.opts.Incarnation {
 			return false // rescued by another owner: it is theirs now
 		}
-		takeover = run.Epoch // our stalled runner's lease: that runner has exited
+		takeover = run.Epoch // our own lease, with no runner on it here
 	}
 	leased, err := r.store.AcquireRunLease(bgCtx, rn.id, r.opts.Incarnation, r.opts.LeaseTTL, takeover)
 	if err != nil {

@@ -82,10 +82,13 @@ type Runtime struct {
 	runners  map[string]*runner // active runs by id
 	stalls   map[string]int     // stalled retries by run id (stall.go)
 	stallErr map[string]error   // why a run waits to be retried (stall.go)
-	started  bool
-	stopping bool
-	wg       sync.WaitGroup // runners and background work
-	stopBg   context.CancelFunc
+	// cancelSeen holds runs whose cancel request came with no runner here
+	// (claim.go: cancelLocal), until the run ends or a runner starts.
+	cancelSeen map[string]struct{}
+	started    bool
+	stopping   bool
+	wg         sync.WaitGroup // runners and background work
+	stopBg     context.CancelFunc
 
 	inbox  inbox
 	notify notifier
@@ -138,6 +141,8 @@ func New(opts Options) (*Runtime, error) {
 		wake:     make(chan struct{}, 1),
 		stalls:   map[string]int{},
 		stallErr: map[string]error{},
+
+		cancelSeen: map[string]struct{}{},
 	}
 	r.inbox.init(r)
 	if err := r.notify.init(r); err != nil {

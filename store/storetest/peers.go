@@ -36,6 +36,7 @@ func RunPeers(t *testing.T, h PeerHarness) {
 		"CancelFromNonOwner":   testPeerCancel,
 		"StalledOwnerFenced":   testPeerStalledOwner,
 		"StoppedOwnerRescued":  testPeerStoppedOwner,
+		"OwnRunWithoutRunner":  testPeerOwnOrphan,
 		"InboxOnBoth":          testPeerInbox,
 		"Policies":             testPeerPolicies,
 	}
@@ -82,6 +83,12 @@ func newPeers(t *testing.T, h PeerHarness, n int) *peers {
 // start starts a runtime on store i with its own clock (nil: the store's).
 func (ps *peers) start(i int, clk *clock.Fake, limits runtime.Limits, provs ...provider.Provider) *peer {
 	ps.t.Helper()
+	return ps.startAs(i, "", clk, limits, provs...)
+}
+
+// startAs is start for a runtime with the owner id inc ("": a new one).
+func (ps *peers) startAs(i int, inc string, clk *clock.Fake, limits runtime.Limits, provs ...provider.Provider) *peer {
+	ps.t.Helper()
 	if clk == nil {
 		clk = ps.clk
 	}
@@ -89,7 +96,7 @@ func (ps *peers) start(i int, clk *clock.Fake, limits runtime.Limits, provs ...p
 	for _, p := range provs {
 		reg[p.Name()] = p
 	}
-	rt, err := runtime.New(runtime.Options{Store: ps.stores[i], Providers: reg, Clock: clk, Limits: limits, LeaseTTL: peerTTL, PruneEvery: -1})
+	rt, err := runtime.New(runtime.Options{Store: ps.stores[i], Providers: reg, Clock: clk, Incarnation: inc, Limits: limits, LeaseTTL: peerTTL, PruneEvery: -1})
 	require.NoError(ps.t, err)
 	require.NoError(ps.t, rt.Start(context.Background()))
 	p := &peer{rt: rt, clk: clk}
@@ -332,6 +339,78 @@ func testPeerStoppedOwner(t *testing.T, h PeerHarness) {
 	done := ps.wait(b, run.ID)
 	require.Equal(t, belay.RunComplete, done.Status)
 	require.Equal(t, b.rt.Incarnation(), lastOwner(t, b.rt.Store(), run))
+}
+
+// testPeerOwnOrphan: a run leased to a live owner that has no runner for
+// it is taken back by that owner, under a new epoch, whether its lease
+// expired while the owner kept heartbeating (no claim returns a claimer's
+// own runs, so no one else would with this owner alone) or its runner
+// exited with the lease held.
+func testPeerOwnOrphan(t *testing.T, h PeerHarness) {
+	ps := newPeers(t, h, 1)
+	ctx := context.Background()
+	st := ps.stores[0]
+	const inc = "inc_orphan"
+	release := make(chan struct{})
+	p := &funcProvider{name: "own", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		if req.Prompt == "wait" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		if err := emit(provider.Event{Kind: provider.TextDelta, Text: "done " + req.Prompt}); err != nil {
+			return err
+		}
+		return emit(provider.Event{Kind: provider.TurnEnd, StopReason: "end_turn"})
+	}}
+
+	// Before the runtime starts, its owner (alive) holds a lease that
+	// expires with no runner on it.
+	require.NoError(t, st.HeartbeatOwner(ctx, inc, peerTTL))
+	input, err := json.Marshal(belay.InputData{Prompt: "expired"})
+	require.NoError(t, err)
+	sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "own", FirstRun: &belay.RunInput{Provider: "own", Input: input}})
+	require.NoError(t, err)
+	cs, err := st.ClaimRuns(ctx, store.Claim{Owner: inc, Max: 1, TTL: time.Second})
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	expired := cs[0].Run
+	ps.clk.Advance(2 * time.Second)
+	cs, err = st.ClaimRuns(ctx, store.Claim{Owner: inc, Max: 1, TTL: time.Second})
+	require.NoError(t, err)
+	require.Empty(t, cs, "a claim never returns the claimer's own runs")
+
+	a := ps.startAs(0, inc, nil, runtime.Limits{}, p)
+	done := ps.wait(a, expired.ID)
+	require.Equal(t, belay.RunComplete, done.Status, done.Reason)
+	require.Greater(t, done.Epoch, expired.Epoch)
+	require.Equal(t, inc, lastOwner(t, st, done))
+
+	// A running run whose runner exits with the lease held by its owner:
+	// here the lease is taken over under the same owner id, which the
+	// runner learns at its next write and leaves the run as it is.
+	run := ps.send(a, sess.ID, "wait", belay.PolicyEnqueue)
+	leased := ps.runningOn(a, run.ID)
+	taken, err := st.AcquireRunLease(ctx, run.ID, inc, peerTTL, leased.Epoch)
+	require.NoError(t, err)
+	close(release)
+	ps.eventually(func() bool {
+		ps.clk.Advance(peerTTL / 8) // the runtime's look for its own runs
+		r, err := st.Run(ctx, run.ID)
+		return err == nil && r.Status.Terminal()
+	}, "the owner takes back its run that has no runner")
+	done = ps.wait(a, run.ID)
+	require.Equal(t, belay.RunComplete, done.Status, done.Reason)
+	require.Greater(t, done.Epoch, taken.Epoch, "taken back under a new epoch")
+	evs, err := st.Events(ctx, sess.ID, 0, 0)
+	require.NoError(t, err)
+	for _, e := range evs {
+		if e.Run == run.ID && e.Epoch == leased.Epoch {
+			require.NotEqual(t, "done wait", textOf(e), "no write from the epoch that was taken over")
+		}
+	}
 }
 
 // testPeerInbox: a consumer waiting on one instance is woken by a post on
