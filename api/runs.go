@@ -382,7 +382,11 @@ func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
 		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "policy must be enqueue, reject, interrupt or replace", map[string]any{"field": "policy"})
 		return
 	}
-	run, tools, err := s.rt.Retry(r.Context(), runtime.RetryRequest{Run: id, AllowSideEffects: req.AllowSideEffects, IdempotencyKey: key, Policy: req.Policy})
+	if req.Deadline < 0 {
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, "deadline must not be negative", map[string]any{"field": "deadline"})
+		return
+	}
+	run, tools, err := s.rt.Retry(r.Context(), runtime.RetryRequest{Run: id, AllowSideEffects: req.AllowSideEffects, IdempotencyKey: key, Policy: req.Policy, Deadline: time.Duration(req.Deadline)})
 	if err != nil {
 		writeError(w, err)
 		return

@@ -218,6 +218,9 @@ type RetryRequest struct {
 	// the run settled; they may run again.
 	AllowSideEffects bool         `json:"allowSideEffects,omitempty"`
 	Policy           belay.Policy `json:"policy,omitempty"`
+	// Deadline bounds the new run from now; omitted, it has the time the
+	// original run had from its creation to its deadline.
+	Deadline Duration `json:"deadline,omitempty"`
 }
 
 // RetryResponse is the new run of a retry, with the side-effecting tools

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/belayhq/belay"
 )
@@ -20,6 +21,19 @@ type RetryRequest struct {
 	IdempotencyKey string
 	// Policy applies if the session is busy (default enqueue).
 	Policy belay.Policy
+	// Deadline bounds the new run from its submit; 0 keeps the original
+	// run's: the time it had from its creation to its deadline.
+	Deadline time.Duration
+}
+
+// RelativeDeadline is the time a run had from its creation to its
+// deadline, to the second (its deadline is set from the submit's clock
+// just before the store stamps its creation), or 0 if it had none.
+func RelativeDeadline(run belay.Run) time.Duration {
+	if run.Deadline.IsZero() || !run.Deadline.After(run.CreatedAt) {
+		return 0
+	}
+	return max(run.Deadline.Sub(run.CreatedAt).Round(time.Second), time.Second)
 }
 
 // RetryKey is the default idempotency key of a retry of run.
@@ -62,9 +76,14 @@ func (r *Runtime) Retry(ctx context.Context, req RetryRequest) (belay.Run, []str
 	if policy == "" {
 		policy = belay.PolicyEnqueue
 	}
+	deadline := req.Deadline
+	if deadline <= 0 {
+		deadline = RelativeDeadline(orig)
+	}
 	run, err := r.Submit(ctx, SubmitRequest{
 		Session: orig.Session, Provider: orig.Provider, Model: orig.Model, Prompt: in.Prompt,
 		Script: in.Script, Options: in.Options, Policy: policy, Priority: orig.Priority, IdempotencyKey: key,
+		Deadline: deadline,
 	})
 	return run, tools, err
 }

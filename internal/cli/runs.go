@@ -27,6 +27,7 @@ type retryOptions struct {
 	Policy           string
 	Watch, Wait      bool
 	Timeout          time.Duration
+	Deadline         deadlineFlag
 }
 
 // retryResult is `belay runs retry --json`.
@@ -47,7 +48,8 @@ session. It is refused when a side-effecting tool call of RUN settled or
 may have, since a retry could run it again; --allow-side-effects retries
 anyway and lists what may repeat. The retry is idempotent: its key is
 retry-RUN unless --idempotency-key is given, so running the command twice
-makes one new run.`,
+makes one new run. The new run has the time RUN had from its creation to
+its deadline, from now, unless --deadline says otherwise.`,
 		Args: exactArgs(1, "belay runs retry run_..."),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -65,7 +67,7 @@ makes one new run.`,
 			if err != nil {
 				return err
 			}
-			res, err := c.RetryRun(ctx, id, apitype.RetryRequest{AllowSideEffects: opts.AllowSideEffects, Policy: belay.Policy(opts.Policy)}, opts.IdempotencyKey)
+			res, err := c.RetryRun(ctx, id, apitype.RetryRequest{AllowSideEffects: opts.AllowSideEffects, Policy: belay.Policy(opts.Policy), Deadline: apitype.Duration(opts.Deadline.d)}, opts.IdempotencyKey)
 			if err != nil {
 				var ce *client.Error
 				if errors.As(err, &ce) && ce.Code == apitype.CodeSideEffects {
@@ -103,6 +105,7 @@ makes one new run.`,
 	f.BoolVar(&opts.AllowSideEffects, "allow-side-effects", false, "retry even though side-effecting tool calls settled (they may run again)")
 	f.StringVar(&opts.IdempotencyKey, "idempotency-key", "", "idempotency key of the retry (default retry-RUN)")
 	f.StringVar(&opts.Policy, "policy", "enqueue", "if the session is busy: enqueue, reject, interrupt or replace")
+	f.Var(&opts.Deadline, "deadline", "absolute deadline for the new run: a duration (90m) or an RFC 3339 time (default: as long as RUN had)")
 	f.BoolVar(&opts.Watch, "watch", false, "stream the new run's output")
 	f.BoolVar(&opts.Wait, "wait", false, "wait for the new run to end")
 	f.DurationVar(&opts.Timeout, "timeout", 0, "with --watch/--wait: stop following after this long (exit 5; the run goes on)")
