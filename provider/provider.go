@@ -54,8 +54,11 @@ type Request struct {
 	// the Resume capability get it.
 	Resume bool
 	// TextOffset, with Resume, is how many bytes of answer text the
-	// journal holds for the run: a provider that re-reads the whole answer
-	// after reattaching emits only what follows it.
+	// journal held for the run when Ref was last reported: a provider that
+	// re-reads the whole answer after reattaching emits only what follows
+	// it. What the provider emits again that the journal already holds
+	// (text past the ref's offset, journaled before a crash) the runtime
+	// drops.
 	TextOffset int
 	// SessionRef is the session's conversation ref when the run started
 	// (the conversation a follow-up continues).

@@ -148,18 +148,18 @@ func scanRunEffects(ctx context.Context, st store.Store, run belay.Run) (*sideEf
 }
 
 // scanRunText returns how many bytes of answer text the journal holds for
-// a run since its last fresh attempt (the offset a resumed provider
-// continues from).
-func scanRunText(ctx context.Context, st store.Store, run belay.Run) (int, error) {
-	n := 0
+// a run since its last fresh attempt, and how many of them it held when
+// the run's ref was last updated (what a resumed provider continues
+// from: see runner.replay).
+func scanRunText(ctx context.Context, st store.Store, run belay.Run) (n, atRef int, err error) {
 	after := run.InputSeq
 	for {
 		evs, err := st.Events(ctx, run.Session, after, 1024)
 		if err != nil {
-			return n, err
+			return n, atRef, err
 		}
 		if len(evs) == 0 {
-			return n, nil
+			return n, atRef, nil
 		}
 		for _, e := range evs {
 			after = e.Seq
@@ -174,10 +174,17 @@ func scanRunText(ctx context.Context, st store.Store, run belay.Run) (int, error
 				}
 			case belay.EventRunUpdated:
 				var d struct {
-					Data *belay.AttemptData `json:"data"`
+					Ref  *belay.ConversationRef `json:"ref"`
+					Data *belay.AttemptData     `json:"data"`
 				}
-				if json.Unmarshal(e.Data, &d) == nil && d.Data != nil && d.Data.Attempt > 1 && !d.Data.Resume {
-					n = 0
+				if json.Unmarshal(e.Data, &d) != nil {
+					continue
+				}
+				if d.Data != nil && d.Data.Attempt > 1 && !d.Data.Resume {
+					n, atRef = 0, 0
+				}
+				if d.Ref != nil {
+					atRef = n
 				}
 			}
 		}

@@ -75,6 +75,8 @@ type runner struct {
 	sessionOptions json.RawMessage       // the session's provider options
 	sessionRef     belay.ConversationRef // the session's ref when the run started
 	textLen        int                   // bytes of answer text journaled since the last fresh attempt
+	textAtRef      int                   // textLen when the run's ref was last journaled
+	replay         int                   // bytes of a resumed attempt's first text already journaled: dropped
 }
 
 // canResume reports whether the provider can resume the run from the ref
@@ -220,7 +222,7 @@ func (rn *runner) execute() {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
 			return
 		}
-		if rn.textLen, err = scanRunText(bgCtx, r.store, rn.run); rn.unreachable(err) {
+		if rn.textLen, rn.textAtRef, err = scanRunText(bgCtx, r.store, rn.run); rn.unreachable(err) {
 			return
 		} else if err != nil {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
@@ -374,8 +376,9 @@ func (rn *runner) attemptOnce(in belay.InputData, resume bool) error {
 	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt, Data: jsonx.Must(belay.AttemptData{Attempt: rn.attempt, Resume: resume})}); err != nil {
 		return err
 	}
+	rn.replay = 0
 	if !resume {
-		rn.textLen = 0 // a fresh attempt's text replaces what came before
+		rn.textLen, rn.textAtRef = 0, 0 // a fresh attempt's text replaces what came before
 	}
 	req := provider.Request{
 		Session: rn.run.Session, Run: rn.id, Model: rn.run.Model, Prompt: in.Prompt,
@@ -383,7 +386,14 @@ func (rn *runner) attemptOnce(in belay.InputData, resume bool) error {
 		SessionRef: rn.sessionRef,
 	}
 	if resume {
-		req.TextOffset = rn.textLen
+		// The provider goes on from its ref: what it emitted after the
+		// ref was last journaled, it emits again (a cursor-based provider
+		// replays from its cursor; one that re-reads the whole answer
+		// skips TextOffset bytes). The journal may hold some of it already
+		// (text is written as it comes, the ref after it, and a crash can
+		// fall in between): those bytes are dropped, not journaled twice.
+		req.TextOffset = rn.textAtRef
+		rn.replay = rn.textLen - rn.textAtRef
 	}
 	req.Input, _ = json.Marshal(in)
 	err := rn.prov.Run(ctx, req, func(ev provider.Event) error { return rn.emit(ev, wd, cancel) })
@@ -410,10 +420,18 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 	switch ev.Kind {
 	case provider.TextDelta:
 		wd.progress(belay.TierStreaming)
-		if err := rn.append(belay.Buffered, belay.EventRunText, belay.TextData{Text: ev.Text}); err != nil {
+		text := ev.Text
+		if rn.replay > 0 {
+			drop := min(rn.replay, len(text))
+			rn.replay -= drop
+			if text = text[drop:]; text == "" {
+				return nil
+			}
+		}
+		if err := rn.append(belay.Buffered, belay.EventRunText, belay.TextData{Text: text}); err != nil {
 			return err
 		}
-		rn.textLen += len(ev.Text)
+		rn.textLen += len(text)
 		return nil
 	case provider.ThinkingDelta:
 		wd.progress(belay.TierStreaming)
@@ -466,6 +484,9 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		if err := rn.update(belay.RunUpdate{Ref: &ref}); err != nil {
 			return err
 		}
+		// The provider is as far as the journal, less what it has yet to
+		// replay.
+		rn.textAtRef = rn.textLen - rn.replay
 		rn.mu.Lock()
 		rn.resumable = rn.canResume()
 		rn.mu.Unlock()

@@ -985,3 +985,60 @@ func TestBarrenResumeFallsBackToResend(t *testing.T) {
 	}
 	require.Equal(t, []string{belay.DecisionResume, belay.DecisionResend}, decisions)
 }
+
+// TestResumeDropsTextJournaledPastTheRef: text journaled after the ref's
+// last update (a crash or stop fell between the text and the next ref)
+// is what a resumed provider emits again from that ref; it is journaled
+// once, and the provider is told the offset of the ref.
+func TestResumeDropsTextJournaledPastTheRef(t *testing.T) {
+	t.Parallel()
+	offsets := make(chan int, 1)
+	p := &funcProvider{name: "agent", caps: provider.Capabilities{Resume: true}, run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		text := func(s string) error { return emit(provider.Event{Kind: provider.TextDelta, Text: s}) }
+		ref := func(c string) error {
+			return emit(provider.Event{Kind: provider.RefUpdate, Ref: &belay.ConversationRef{ID: "conv", Cursor: c}})
+		}
+		if !req.Resume {
+			for _, err := range []error{ref("0"), text("ab"), ref("2"), text("cd")} {
+				if err != nil {
+					return err
+				}
+			}
+			return hang(ctx, req, emit)
+		}
+		offsets <- req.TextOffset
+		if req.Ref.Cursor != "2" {
+			return provider.Errorf(belay.ClassInvalidRequest, "resumed at %q, want 2", req.Ref.Cursor)
+		}
+		// From the cursor: "cd" again, in other pieces, then the rest.
+		for _, err := range []error{text("c"), ref("3"), text("d"), text("ef"), ref("6")} {
+			if err != nil {
+				return err
+			}
+		}
+		return emit(provider.Event{Kind: provider.TurnEnd, StopReason: "end_turn"})
+	}}
+	b := setup(t, Options{}, p)
+	run := b.submit(SubmitRequest{Provider: "agent", Prompt: "p"})
+	answer := func() string {
+		s := ""
+		for _, e := range b.events(run.Session) {
+			if e.Type == belay.EventRunText && e.Run == run.ID {
+				s += textOf(t, e)
+			}
+		}
+		return s
+	}
+	waitFor(t, func() bool { return answer() == "abcd" })
+	b.restart()
+	run = b.waitStatus(run.ID, belay.RunComplete)
+	require.Equal(t, 2, <-offsets, "the offset of the ref the provider resumes from")
+	require.Equal(t, "abcdef", answer(), "the replayed text is journaled once")
+}
+
+func textOf(t *testing.T, e belay.Event) string {
+	t.Helper()
+	var d belay.TextData
+	require.NoError(t, json.Unmarshal(e.Data, &d))
+	return d.Text
+}

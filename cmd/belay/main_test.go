@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/lock"
 	"github.com/belayhq/belay/provider/openai/openaitest"
@@ -88,6 +90,32 @@ func TestScripts(t *testing.T) {
 					}
 					if time.Now().After(deadline) {
 						ts.Fatalf("the daemon never had %d watchers", n)
+					}
+				}
+			},
+			// waitresumable FILE: wait until the run whose id FILE holds is
+			// streaming and its provider reported where it is (a ref the
+			// next daemon can resume from), so that a crash after it
+			// leads to a resume, not a resend.
+			"waitresumable": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) != 1 {
+					ts.Fatalf("usage: waitresumable RUN-ID-FILE")
+				}
+				id := strings.TrimSpace(ts.ReadFile(args[0]))
+				c := client.New(client.Options{Socket: filepath.Join(ts.Getenv("BELAY_HOME"), "belay.sock")})
+				deadline := time.Now().Add(30 * time.Second)
+				poll := time.NewTicker(10 * time.Millisecond)
+				defer poll.Stop()
+				for ; ; <-poll.C {
+					run, err := c.Run(context.Background(), id)
+					if err == nil && run.Phase == belay.PhaseStreaming && (run.Ref.Cursor != "" || run.Ref.ID != "") {
+						return
+					}
+					if err == nil && run.Status.Terminal() {
+						ts.Fatalf("run %s ended (%s) before it was resumable", id, run.Status)
+					}
+					if time.Now().After(deadline) {
+						ts.Fatalf("run %s never became resumable (last: %+v, %v)", id, run.Run, err)
 					}
 				}
 			},
