@@ -139,19 +139,23 @@ func (r *Runtime) claimLoop(ctx context.Context) {
 func (r *Runtime) claim(ctx context.Context) (full, ok bool) {
 	r.mu.Lock()
 	stopping := r.stopping
+	if !stopping {
+		r.claiming++ // until its runners are started (adoptOrphans)
+	}
 	r.mu.Unlock()
 	if stopping {
 		return false, true
 	}
 	cs, err := r.store.ClaimRuns(ctx, store.Claim{Owner: r.opts.Incarnation, Max: claimBatch, TTL: r.opts.LeaseTTL, Limits: r.opts.Limits})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.claiming--
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("claim runs", "err", err)
 		}
 		return false, false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, c := range cs {
 		if r.stopping {
 			break // leased to this owner: the next start or a peer rescues it
@@ -188,6 +192,13 @@ func (r *Runtime) adoptOrphans(ctx context.Context) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A claim in flight may have leased a run in the list and not started
+	// its runner yet: while one is, a run is taken back only if the last
+	// look saw it too, at the same epoch, with no runner. (Taking it from
+	// such a claim would be safe, since the claim then finds a runner and
+	// starts none, but would cost a lease and a recovery for nothing.)
+	busy := r.claiming > 0
+	seen := map[string]uint64{}
 	for _, run := range runs {
 		if r.stopping {
 			return // the next start (or a peer) rescues what is left
@@ -201,12 +212,14 @@ func (r *Runtime) adoptOrphans(ctx context.Context) {
 		if _, ok := r.stallErr[run.ID]; ok {
 			continue
 		}
-		// A claim that leased the run may not have started its runner yet:
-		// then this runner takes the lease over first, and the claim
-		// finds it here and starts none (claim).
+		if epoch, ok := r.orphans[run.ID]; busy && (!ok || epoch != run.Epoch) {
+			seen[run.ID] = run.Epoch
+			continue
+		}
 		r.log.Warn("run leased to this runtime has no runner; taking it back", "run", run.ID, "epoch", run.Epoch)
 		r.startLocked(run.ID, startAdopt, nil)
 	}
+	r.orphans = seen
 }
 
 // ownerLoop keeps the owner record alive. A heartbeat the store refuses

@@ -85,10 +85,15 @@ type Runtime struct {
 	// cancelSeen holds runs whose cancel request came with no runner here
 	// (claim.go: cancelLocal), until the run ends or a runner starts.
 	cancelSeen map[string]struct{}
-	started    bool
-	stopping   bool
-	wg         sync.WaitGroup // runners and background work
-	stopBg     context.CancelFunc
+	// claiming counts claims between their store call and the start of
+	// their runners; orphans are the runs adoptOrphans saw with no runner
+	// while one was, by epoch (claim.go).
+	claiming int
+	orphans  map[string]uint64
+	started  bool
+	stopping bool
+	wg       sync.WaitGroup // runners and background work
+	stopBg   context.CancelFunc
 
 	inbox  inbox
 	notify notifier

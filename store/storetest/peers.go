@@ -383,6 +383,11 @@ func testPeerOwnOrphan(t *testing.T, h PeerHarness) {
 	require.Empty(t, cs, "a claim never returns the claimer's own runs")
 
 	a := ps.startAs(0, inc, nil, runtime.Limits{}, p)
+	ps.eventually(func() bool {
+		ps.clk.Advance(peerTTL / 8) // the runtime's look for its own runs
+		r, err := st.Run(ctx, expired.ID)
+		return err == nil && r.Status.Terminal()
+	}, "the owner takes back its run whose lease expired")
 	done := ps.wait(a, expired.ID)
 	require.Equal(t, belay.RunComplete, done.Status, done.Reason)
 	require.Greater(t, done.Epoch, expired.Epoch)
