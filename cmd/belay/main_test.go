@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,17 +82,10 @@ func TestScripts(t *testing.T) {
 				n, err := strconv.Atoi(args[0])
 				ts.Check(err)
 				c := client.New(client.Options{Socket: filepath.Join(ts.Getenv("BELAY_HOME"), "belay.sock")})
-				deadline := time.Now().Add(30 * time.Second)
-				poll := time.NewTicker(10 * time.Millisecond)
-				defer poll.Stop()
-				for ; ; <-poll.C {
-					if h, err := c.Health(context.Background()); err == nil && h.Watchers >= n {
-						return
-					}
-					if time.Now().After(deadline) {
-						ts.Fatalf("the daemon never had %d watchers", n)
-					}
-				}
+				pollUntil(ts, func() (bool, error) {
+					h, err := c.Health(context.Background())
+					return err == nil && h.Watchers >= n, nil
+				}, fmt.Sprintf("the daemon never had %d watchers", n))
 			},
 			// waitresumable FILE: wait until the run whose id FILE holds is
 			// streaming and its provider reported where it is (a ref the
@@ -103,21 +97,13 @@ func TestScripts(t *testing.T) {
 				}
 				id := strings.TrimSpace(ts.ReadFile(args[0]))
 				c := client.New(client.Options{Socket: filepath.Join(ts.Getenv("BELAY_HOME"), "belay.sock")})
-				deadline := time.Now().Add(30 * time.Second)
-				poll := time.NewTicker(10 * time.Millisecond)
-				defer poll.Stop()
-				for ; ; <-poll.C {
+				pollUntil(ts, func() (bool, error) {
 					run, err := c.Run(context.Background(), id)
-					if err == nil && run.Phase == belay.PhaseStreaming && (run.Ref.Cursor != "" || run.Ref.ID != "") {
-						return
-					}
 					if err == nil && run.Status.Terminal() {
-						ts.Fatalf("run %s ended (%s) before it was resumable", id, run.Status)
+						return false, fmt.Errorf("run %s ended (%s) before it was resumable", id, run.Status)
 					}
-					if time.Now().After(deadline) {
-						ts.Fatalf("run %s never became resumable (last: %+v, %v)", id, run.Run, err)
-					}
-				}
+					return err == nil && run.Phase == belay.PhaseStreaming && (run.Ref.Cursor != "" || run.Ref.ID != ""), nil
+				}, "run "+id+" never became resumable")
 			},
 			// killdaemon: SIGKILL the daemon of $BELAY_HOME, as a crash would.
 			"killdaemon": func(ts *testscript.TestScript, neg bool, args []string) {
@@ -136,6 +122,25 @@ func TestScripts(t *testing.T) {
 			},
 		},
 	})
+}
+
+// pollUntil polls cond every 10 ms until it holds, fails, or 30 s pass
+// (then the script fails with what).
+func pollUntil(ts *testscript.TestScript, cond func() (bool, error), what string) {
+	deadline := time.Now().Add(30 * time.Second)
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for ; ; <-poll.C {
+		ok, err := cond()
+		switch {
+		case err != nil:
+			ts.Fatalf("%v", err)
+		case ok:
+			return
+		case time.Now().After(deadline):
+			ts.Fatalf("%s", what)
+		}
+	}
 }
 
 func daemonPID(home string) int {
