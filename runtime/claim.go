@@ -367,7 +367,14 @@ func (r *Runtime) cancelLocal(id string) {
 		return
 	}
 	run, err := r.store.Run(context.Background(), id)
-	if err != nil || run.CancelRequest == nil {
+	if err != nil {
+		// The request is durable: the runner's next lease renewal finds
+		// it (startTimers), if no retry here does first.
+		r.log.Warn("read run for its cancel request; retrying", "run", id, "err", err)
+		r.clk.AfterFunc(time.Second, func() { r.cancelLocal(id) })
+		return
+	}
+	if run.CancelRequest == nil {
 		return
 	}
 	rn.cancel(cancelCause(run.CancelRequest))

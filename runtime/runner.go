@@ -311,7 +311,7 @@ func (rn *runner) startTimers() func() {
 		a := rn.activity()
 		act := &belay.RunActivity{LastProgress: a.LastProgress, Tier: string(a.Tier)}
 		asked := r.clk.Now()
-		if _, err := r.store.RenewRunLease(bgCtx, rn.id, rn.epoch, r.opts.LeaseTTL, act); err != nil {
+		if run, err := r.store.RenewRunLease(bgCtx, rn.id, rn.epoch, r.opts.LeaseTTL, act); err != nil {
 			if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
 				rn.cancel(errLeaseLost)
 				return
@@ -326,6 +326,12 @@ func (rn *runner) startTimers() func() {
 			}
 		} else {
 			lastRenew = asked
+			if cr := run.CancelRequest; cr != nil {
+				// The change feed brings cancel requests at once; a renewal
+				// that finds one (its feed entry missed: a store read that
+				// failed then) carries it out no later than this.
+				rn.cancel(cancelCause(cr))
+			}
 		}
 		mu.Lock()
 		defer mu.Unlock()
