@@ -117,7 +117,10 @@ func TestCancelSurvivesAFailedRead(t *testing.T) {
 	}()
 	run, err := rt.Submit(ctx, SubmitRequest{Provider: "hang", Prompt: "p"})
 	require.NoError(t, err)
-	waitFor(t, func() bool { r, err := st.Run(ctx, run.ID); return err == nil && r.Phase == belay.PhaseAwaitingResponse })
+	waitFor(t, func() bool {
+		r, err := st.Run(ctx, run.ID)
+		return err == nil && r.Phase == belay.PhaseAwaitingResponse
+	})
 	f.armed.Store(true)
 	_, err = st.RequestCancel(ctx, run.ID, "not needed")
 	require.NoError(t, err)
