@@ -54,11 +54,12 @@ type Request struct {
 	// the Resume capability get it.
 	Resume bool
 	// TextOffset, with Resume, is how many bytes of answer text the
-	// journal held for the run when Ref was last reported: a provider that
-	// re-reads the whole answer after reattaching emits only what follows
-	// it. What the provider emits again that the journal already holds
-	// (text past the ref's offset, journaled before a crash) the runtime
-	// drops.
+	// journal held for the run when Ref was last reported. A resumed
+	// provider goes on from Ref: it emits again the text it emitted after
+	// that ref (one that resumes from a cursor replays from it; one that
+	// re-reads the whole answer emits what follows TextOffset). The
+	// journal may hold some of that text already (journaled before a
+	// crash, ahead of the next ref): the runtime drops those bytes.
 	TextOffset int
 	// SessionRef is the session's conversation ref when the run started
 	// (the conversation a follow-up continues).
