@@ -39,18 +39,19 @@ type frameReader struct {
 func (s *streamRepair) check() error {
 	fr := &frameReader{s: s}
 	branch := func(idx int) bool {
-		if s.format != FormatClaude || s.flags[idx]&(fResult|fBad) != fResult || s.path.get(idx) {
+		t := s.lt
+		if s.format != FormatClaude || t.flags(idx)&(fResult|fBad) != fResult || t.onPath(idx) {
 			return false
 		}
-		p := int(s.parent[idx])
-		return p >= 0 && s.path.get(p) && !s.resCh.get(p) && s.flags[p]&fSide == s.flags[idx]&fSide
+		p := int(t.parent(idx))
+		return p >= 0 && t.marks(p)&(mPath|mResCh) == mPath && t.flags(p)&fSide == t.flags(idx)&fSide
 	}
 	err := s.eachChunk(func(c *lineChunk) {
 		c.parts, c.partAt = c.parts[:0], c.partAt[:0]
 		for i, rec := range c.recs {
 			idx := c.first + i
 			from := len(c.parts)
-			if !rec.tooLong && s.flags[idx]&fBad == 0 && (s.path.get(idx) || branch(idx)) {
+			if !rec.tooLong && s.lt.flags(idx)&fBad == 0 && (s.lt.onPath(idx) || branch(idx)) {
 				c.light.read(s.format, c.line(i))
 				c.parts = c.light.parts(s.format, s.seed, c.parts)
 			}
@@ -59,7 +60,7 @@ func (s *streamRepair) check() error {
 	}, func(c *lineChunk) error {
 		for i, rec := range c.recs {
 			idx := c.first + i
-			if rec.tooLong || s.flags[idx]&fBad != 0 {
+			if rec.tooLong || s.lt.flags(idx)&fBad != 0 {
 				continue
 			}
 			if _, ok := s.targets[idx]; ok {
@@ -67,10 +68,10 @@ func (s *streamRepair) check() error {
 				s.targets[idx] = v
 			}
 			parts := c.parts[c.partAt[i][0]:c.partAt[i][1]]
-			if s.path.get(idx) {
+			if s.lt.onPath(idx) {
 				fr.add(idx, rec.off, rec.fend, parts)
 			} else if branch(idx) {
-				if err := fr.attach(idx, int(s.parent[idx]), rec.off, rec.fend, parts); err != nil {
+				if err := fr.attach(idx, int(s.lt.parent(idx)), rec.off, rec.fend, parts); err != nil {
 					return err
 				}
 			}
@@ -80,7 +81,10 @@ func (s *streamRepair) check() error {
 	if err != nil {
 		return err
 	}
-	return fr.close(true)
+	if err := fr.close(true); err != nil {
+		return err
+	}
+	return s.lt.err
 }
 
 func (fr *frameReader) add(idx int, off, end int64, parts []lightPart) error {
@@ -131,7 +135,7 @@ func (fr *frameReader) attach(idx, p int, off, end int64, parts []lightPart) err
 	}
 	// After the call's line and the lines attached to it already.
 	at++
-	for at < len(fr.cur) && fr.s.flags[fr.cur[at].line]&fResult != 0 && !fr.s.path.get(fr.cur[at].line) {
+	for at < len(fr.cur) && fr.s.lt.flags(fr.cur[at].line)&fResult != 0 && !fr.s.lt.onPath(fr.cur[at].line) {
 		at++
 	}
 	ins := make([]fitem, len(parts))

@@ -28,6 +28,9 @@ func sameRepair(t *testing.T, data []byte, f Format) bool {
 	if errors.Is(sErr, errNoStream) {
 		return false
 	}
+	if sErr == nil {
+		defer s.lt.close()
+	}
 	d, mErr := Parse(data, f)
 	require.Equal(t, mErr != nil, sErr != nil, "stream: %v\nmemory: %v\n%s", sErr, mErr, data)
 	if mErr != nil {
@@ -48,6 +51,7 @@ func sameRepair(t *testing.T, data []byte, f Format) bool {
 	require.NoError(t, err)
 	s2, _, err := analyzeStream(in, int64(len(data)), f)
 	require.NoError(t, err)
+	defer s2.lt.close()
 	var sOut bytes.Buffer
 	written, err := s2.write(&sOut)
 	require.NoError(t, err)
@@ -276,11 +280,13 @@ func FuzzStream(f *testing.F) {
 
 // TestStreamSmallWindow runs the differential test with a window of 4
 // ids, so that parents are found through the filter of all ids and the
-// extra pass, as in files larger than the window. (Not parallel: it sets
-// the window.)
+// extra pass, as in files larger than the window, and a line table of two
+// blocks of 4 lines in memory, so that it spills to its file as in files
+// of many lines. (Not parallel: it sets the window and the table.)
 func TestStreamSmallWindow(t *testing.T) {
-	defer func(n int) { windowSize = n }(windowSize)
+	defer func(n, shift, resident int) { windowSize, tableShift, tableResident = n, shift, resident }(windowSize, tableShift, tableResident)
 	windowSize = 4
+	tableShift, tableResident = 2, 2 // 4 lines a block, 2 in memory: the line table spills
 	r := rand.New(rand.NewPCG(9, 10))
 	for i := 0; i < 200; i++ {
 		f := []Format{FormatPi, FormatClaude}[i%2]
