@@ -7,8 +7,8 @@ import (
 )
 
 // lineTable is the per-line state of a streaming repair: each line's
-// parent (a line index), its scan flags and its marks (path, result
-// child, children counted), 6 bytes a line. It is held in blocks of
+// parent (a line index), its offset in the file, its scan flags and its
+// marks (path, result child, children counted), 14 bytes a line. It is held in blocks of
 // lines, at most tableResident of them in memory; the others are written
 // to a spill file (created in the temporary directory when first needed,
 // unlinked at once where the system allows), so memory stays the same
@@ -36,7 +36,7 @@ type tableBlock struct {
 
 // Vars for tests, which make small files spill.
 var (
-	tableShift    = 14 // 16,384 lines a block (96 KiB)
+	tableShift    = 14 // 16,384 lines a block (224 KiB)
 	tableResident = 8  // blocks in memory at most
 )
 
@@ -46,7 +46,15 @@ const (
 	mResCh                   // claude: a path line whose path child is a result line
 	mKid1                    // has a child
 	mKid2                    // has two children or more
+	// The path as the scan reads it, before the leaf is known (check.go).
+	mSpec      // on it
+	mSpecResCh // its child on it is a result line
+	mSpecBr    // claude: a result line attached to its call's line
 )
+
+// A row of the table: parent (4 bytes), offset (8), flags (1), marks (1),
+// each column a run of the block.
+const tableRow = 14
 
 func newLineTable() *lineTable { return &lineTable{cur: -1} }
 
@@ -85,7 +93,7 @@ func (t *lineTable) load(b int) []byte {
 		}
 		data, ob.data = ob.data, nil
 	} else {
-		data = make([]byte, 6<<tableShift)
+		data = make([]byte, tableRow<<tableShift)
 	}
 	if blk.onDisk {
 		if t.err == nil {
@@ -138,13 +146,22 @@ func (t *lineTable) close() {
 	t.spill = nil
 }
 
-// add appends a line with no parent, flags or marks.
-func (t *lineTable) add() {
+// add appends a line at offset off with no parent, flags or marks.
+func (t *lineTable) add(off int64) {
 	if t.n>>tableShift == len(t.blocks) {
 		t.blocks = append(t.blocks, tableBlock{})
 	}
 	t.n++
-	t.setParent(t.n-1, noParent)
+	d, j := t.block(t.n - 1)
+	binary.LittleEndian.PutUint32(d[4*j:], 1<<32-1) // noParent
+	binary.LittleEndian.PutUint64(d[4<<tableShift+8*j:], uint64(off))
+	t.blocks[t.cur].dirty = true
+}
+
+// offset returns where line i starts in the file.
+func (t *lineTable) offset(i int) int64 {
+	d, j := t.block(i)
+	return int64(binary.LittleEndian.Uint64(d[4<<tableShift+8*j:]))
 }
 
 func (t *lineTable) parent(i int) int32 {
@@ -160,23 +177,23 @@ func (t *lineTable) setParent(i int, p int32) {
 
 func (t *lineTable) flags(i int) uint8 {
 	d, j := t.block(i)
-	return d[4<<tableShift+j]
+	return d[12<<tableShift+j]
 }
 
 func (t *lineTable) setFlags(i int, fl uint8) {
 	d, j := t.block(i)
-	d[4<<tableShift+j] = fl
+	d[12<<tableShift+j] = fl
 	t.blocks[t.cur].dirty = true
 }
 
 func (t *lineTable) marks(i int) uint8 {
 	d, j := t.block(i)
-	return d[5<<tableShift+j]
+	return d[13<<tableShift+j]
 }
 
 func (t *lineTable) mark(i int, m uint8) {
 	d, j := t.block(i)
-	d[5<<tableShift+j] |= m
+	d[13<<tableShift+j] |= m
 	t.blocks[t.cur].dirty = true
 }
 

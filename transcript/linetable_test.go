@@ -19,7 +19,7 @@ func TestLineTableSpills(t *testing.T) {
 	var parent []int32
 	var flags, marks []uint8
 	for i := 0; i < 1000; i++ {
-		lt.add()
+		lt.add(int64(i) * 77)
 		parent, flags, marks = append(parent, noParent), append(flags, 0), append(marks, 0)
 		if r.IntN(3) == 0 {
 			p := int32(r.IntN(i + 1))
@@ -41,7 +41,8 @@ func TestLineTableSpills(t *testing.T) {
 			require.Equal(t, parent[i], lt.parent(i), "line %d", i)
 			require.Equal(t, flags[i], lt.flags(i), "line %d", i)
 			require.Equal(t, marks[i], lt.marks(i), "line %d", i)
-			m := uint8(1) << r.IntN(4)
+			require.Equal(t, int64(i)*77, lt.offset(i), "line %d", i)
+			m := uint8(1) << r.IntN(8)
 			lt.mark(i, m)
 			marks[i] |= m
 			if r.IntN(4) == 0 {

@@ -105,10 +105,16 @@ type streamRepair struct {
 	rank      map[int]int
 	targets   map[int]string // lines whose id a relink reason names
 
-	regions []*region
-	items   int // items read so far (message index of reports)
-	opens   []*openCall
-	openBy  map[string][]*openCall
+	regions  []*region
+	items    int          // items read so far (message index of reports)
+	spec     *frameReader // the path read during the scan (nil: not, or given up)
+	specLast int          // the last line of that path (-1: none yet)
+	specPend []specPend   // claude: lines that may be on that path
+	specSide int          // claude: the side (fSide) of that path (-1: none yet)
+	specFrom int          // the line it starts from
+	reread   bool         // the check pass read the path again
+	opens    []*openCall
+	openBy   map[string][]*openCall
 
 	term          string            // terminator for new lines (the first line's)
 	droppedParent map[string]string // dropped path entries: id -> parent
@@ -243,6 +249,7 @@ func (s *streamRepair) extract(line []byte, r *scanLine) {
 // scan is the first pass.
 func (s *streamRepair) scan() error {
 	first := true
+	s.specStart()
 	err := s.eachChunk(func(c *lineChunk) {
 		c.scan = c.scan[:0]
 		for i := range c.recs {
@@ -251,6 +258,7 @@ func (s *streamRepair) scan() error {
 				s.extract(c.line(i), &c.scan[i])
 			}
 		}
+		s.lightWork(c, func(i, _ int) bool { return c.scan[i].fl&fEntry != 0 })
 	}, func(c *lineChunk) error {
 		for i, rec := range c.recs {
 			idx := c.first + i
@@ -258,7 +266,7 @@ func (s *streamRepair) scan() error {
 			if idx == 0 && !rec.tooLong && rec.fend-rec.off-int64(len(line)) == 2 {
 				s.term = "\r\n"
 			}
-			s.lt.add()
+			s.lt.add(rec.off)
 			if rec.tooLong {
 				if first && s.format == FormatPi {
 					return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, idx+1, MaxLineSize)
@@ -290,6 +298,7 @@ func (s *streamRepair) scan() error {
 				continue
 			}
 			s.entry(idx, line, r)
+			s.specLine(idx, rec.off, rec.fend, c.parts[c.partAt[i][0]:c.partAt[i][1]])
 		}
 		return nil
 	})

@@ -374,3 +374,41 @@ func FuzzLightParts(f *testing.F) {
 		checkLightParts(t, data)
 	})
 }
+
+// TestStreamReadsPathOnce: on every tree fixture the scan reads the path
+// (the check pass is not needed), and where the path is not the chain in
+// file order (the leaf on a branch that left it) the check pass reads it
+// again; both give what the in-memory repair gives.
+func TestStreamReadsPathOnce(t *testing.T) {
+	t.Parallel()
+	analyze := func(data []byte, f Format) *streamRepair {
+		path := filepath.Join(t.TempDir(), "s.jsonl")
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		in, err := os.Open(path)
+		require.NoError(t, err)
+		defer in.Close()
+		s, _, err := analyzeStream(in, int64(len(data)), f)
+		require.NoError(t, err)
+		s.lt.close()
+		return s
+	}
+	files, err := filepath.Glob("testdata/*.jsonl")
+	require.NoError(t, err)
+	for _, path := range files {
+		name := filepath.Base(path)
+		if !strings.HasPrefix(name, "pi_") && !strings.HasPrefix(name, "claude_") || name == "pi_v1.jsonl" || name == "pi_badheader.jsonl" {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.False(t, analyze(data, Format(strings.SplitN(name, "_", 2)[0])).reread, name)
+	}
+	branch := `{"type":"session","version":3,"id":"s","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/x"}
+{"type":"message","id":"a","parentId":null,"timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"user","content":"hi","timestamp":1}}
+{"type":"message","id":"b","parentId":"a","timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"read","arguments":{}}],"stopReason":"toolUse","timestamp":2}}
+{"type":"message","id":"c","parentId":"a","timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"assistant","content":[{"type":"toolCall","id":"c2","name":"read","arguments":{}}],"stopReason":"toolUse","timestamp":2}}
+{"type":"message","id":"d","parentId":"c","timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"toolResult","toolCallId":"c1","toolName":"read","content":[],"isError":false,"timestamp":3}}
+`
+	require.True(t, analyze([]byte(branch), FormatPi).reread)
+	require.True(t, sameRepair(t, []byte(branch), FormatPi))
+}

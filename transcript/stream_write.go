@@ -335,8 +335,16 @@ func analyzeStream(in *os.File, size int64, f Format) (*streamRepair, []Change, 
 	if err := s.link(); err != nil {
 		return nil, nil, err
 	}
-	if err := s.check(); err != nil {
+	done, err := s.specDone()
+	if err != nil {
 		return nil, nil, err
+	}
+	if !done {
+		s.reread = true
+		s.specReset()
+		if err := s.check(); err != nil {
+			return nil, nil, err
+		}
 	}
 	s.settleExt()
 	var all []Change
