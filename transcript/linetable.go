@@ -197,5 +197,11 @@ func (t *lineTable) mark(i int, m uint8) {
 	t.blocks[t.cur].dirty = true
 }
 
+func (t *lineTable) unmark(i int, m uint8) {
+	d, j := t.block(i)
+	d[13<<tableShift+j] &^= m
+	t.blocks[t.cur].dirty = true
+}
+
 // onPath reports whether line i is on the path.
 func (t *lineTable) onPath(i int) bool { return t.marks(i)&mPath != 0 }

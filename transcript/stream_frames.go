@@ -103,22 +103,29 @@ func (s *streamRepair) lightWork(c *lineChunk, want func(i, idx int) bool) {
 
 func (fr *frameReader) add(idx int, off, end int64, parts []lightPart) error {
 	for k, p := range parts {
-		it := fitem{p: p, line: idx, off: off, end: end, part: k}
-		switch p.role {
-		case RoleAssistant:
-			same := fr.started && !fr.sawOther && p.hasResp && fr.lastHasResp && p.resp == fr.lastResp
-			if !same {
-				if err := fr.close(false); err != nil {
-					return err
-				}
-				fr.started = true
-			}
-			fr.lastResp, fr.lastHasResp, fr.sawOther = p.resp, p.hasResp, false
-		case RoleUser, RoleSystem:
-			fr.sawOther = true
+		if err := fr.addItem(fitem{p: p, line: idx, off: off, end: end, part: k}); err != nil {
+			return err
 		}
-		fr.cur = append(fr.cur, it)
 	}
+	return nil
+}
+
+func (fr *frameReader) addItem(it fitem) error {
+	p := &it.p
+	switch p.role {
+	case RoleAssistant:
+		same := fr.started && !fr.sawOther && p.hasResp && fr.lastHasResp && p.resp == fr.lastResp
+		if !same {
+			if err := fr.close(false); err != nil {
+				return err
+			}
+			fr.started = true
+		}
+		fr.lastResp, fr.lastHasResp, fr.sawOther = p.resp, p.hasResp, false
+	case RoleUser, RoleSystem:
+		fr.sawOther = true
+	}
+	fr.cur = append(fr.cur, it)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // The check of the path as the scan reads it. The path is only known once
@@ -80,6 +81,22 @@ func (s *streamRepair) specLine(idx int, off, end int64, parts []lightPart) {
 			}
 		}
 	}
+	if p == farParent && main {
+		// A parent that is not among the recent ids: one a dropped line
+		// names (its id and parent salvaged) is where link relinks it.
+		if t, ok := s.specSalvaged(idx); ok {
+			p = t
+		}
+	}
+	if main && p >= s.specFrom && p != s.specLast && len(s.specPend) == 0 && t.marks(p)&mSpec != 0 &&
+		!(s.format == FormatClaude && fl&fResult != 0 && t.marks(p)&mSpecResCh == 0) {
+		// The chain goes on from an earlier line of the path: what was
+		// read after that line is off the path.
+		if !s.specBack(p) {
+			s.spec = nil
+			return
+		}
+	}
 	switch {
 	case main && !conv &&
 		(p == s.specLast && len(pend) == 0 || len(pend) > 0 && p == pend[len(pend)-1].idx):
@@ -103,6 +120,62 @@ func (s *streamRepair) specLine(idx int, off, end int64, parts []lightPart) {
 	}
 	// Lines still held are leaves off the path.
 	s.specPend = s.specPend[:0]
+}
+
+// specSalvaged returns the line link relinks line idx to when its parent
+// is gone with a dropped line whose id and parent were salvaged.
+func (s *streamRepair) specSalvaged(idx int) (int, bool) {
+	n := len(s.far)
+	if n == 0 || s.far[n-1].line != int32(idx) {
+		return 0, false
+	}
+	h := s.far[n-1].ph
+	for hops := 0; hops <= len(s.lost); hops++ {
+		sv, ok := s.lost[h]
+		if !ok || sv.parentNull || sv.parentIdx == farParent {
+			return 0, false
+		}
+		if sv.parentIdx >= 0 {
+			return int(sv.parentIdx), true
+		}
+		h = sv.parent
+	}
+	return 0, false
+}
+
+// specBack takes the path read during the scan back to line to, which
+// is on it: the lines read after it leave it. It reports false when they
+// are not all in the open frame (their frames were checked already).
+func (s *streamRepair) specBack(to int) bool {
+	fr, t := s.spec, s.lt
+	at := -1
+	for i, it := range fr.cur {
+		if it.line == to {
+			at = i
+		}
+	}
+	if at < 0 {
+		return false
+	}
+	for i, it := range fr.cur {
+		if i <= at && it.line > to || i > at && it.line <= to {
+			return false // a result attached out of line order
+		}
+	}
+	for _, it := range fr.cur[at+1:] {
+		t.unmark(it.line, mSpec|mSpecBr|mSpecResCh)
+	}
+	t.unmark(to, mSpecResCh)
+	keep := slices.Clone(fr.cur[:at+1])
+	fr.cur = fr.cur[:0]
+	fr.started, fr.sawOther, fr.lastResp, fr.lastHasResp = false, false, 0, false
+	for _, it := range keep {
+		if err := fr.addItem(it); err != nil {
+			return false
+		}
+	}
+	s.specLast = to
+	return true
 }
 
 // specOn puts line idx on the path read during the scan.
