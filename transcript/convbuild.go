@@ -29,10 +29,10 @@ type convBuilder struct {
 type runState struct {
 	prompt    *Message // the prompt, until the run starts
 	start     int      // index of the run's first message after the prompt
-	asst      int  // index of the open assistant message, -1 if none
-	lastAsst  int  // index of the run's last assistant message, -1 if none
-	turnEnded bool // the turn end was journaled
-	ended     bool // the run's terminal run.updated was journaled
+	asst      int      // index of the open assistant message, -1 if none
+	lastAsst  int      // index of the run's last assistant message, -1 if none
+	turnEnded bool     // the turn end was journaled
+	ended     bool     // the run's terminal run.updated was journaled
 	model     string
 	blockFrom uint64 // seq of the first delta of the open text or thinking block
 }
