@@ -36,8 +36,8 @@ type tableBlock struct {
 
 // Vars for tests, which make small files spill.
 var (
-	tableShift    = 14 // 16,384 lines a block (224 KiB)
-	tableResident = 8  // blocks in memory at most
+	tableShift    = 13 // 8,192 lines a block (112 KiB)
+	tableResident = 6  // blocks in memory at most
 )
 
 // Line marks.

@@ -2,6 +2,7 @@ package transcript
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -182,7 +183,7 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 				want, known = p, true
 			} else if p, ok := relink[idx]; ok {
 				want, known = resolve(p), true
-			} else if len(s.droppedParent) > 0 {
+			} else if len(s.droppedParent) > 0 && s.namesDropped(line) {
 				if p, ok := getString(line, s.parK); ok {
 					if q := resolve(p); q != p {
 						want, known = q, true
@@ -210,6 +211,21 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 		return nil, err
 	}
 	return changes, s.lt.err
+}
+
+// namesDropped reports whether the line's parent may be a dropped path
+// entry, without allocating: only then is its parent decoded.
+func (s *streamRepair) namesDropped(line []byte) bool {
+	v, ok := getField(line, s.parK)
+	if !ok || len(v) < 2 || v[0] != '"' {
+		return false
+	}
+	inner := v[1 : len(v)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		return true // escaped: decoded and looked up as it is
+	}
+	_, hit := s.droppedParent[string(inner)]
+	return hit
 }
 
 // spanWriter writes bytes and spans of the source file in order; adjacent
