@@ -12,17 +12,20 @@ import (
 
 // This file is the default repair of pi (v2+) and Claude Code sessions,
 // line and message level, in memory that does not grow with the lines'
-// sizes or the file's: a few bytes per line (a parent link and flags) and
-// what is damaged. It reads the file three times, each a sequential
-// stream:
+// sizes or the file's: the per-line state (a parent link, an offset,
+// flags) is a lineTable that spills to a file. It reads the file as
+// sequential streams:
 //
 //  1. scan: validate every line, find each entry's parent (through a
 //     window of recent ids; parents further back are looked up in one more
-//     pass when there are any), drop invalid and repeated lines;
-//  2. walk the tree from the leaf, relink broken parent links, then read
-//     the path again, turn by turn (a turn frame at a time), and check
-//     each frame with message-level repair on a light reading of its
-//     messages; frames that need a change are remembered by byte span;
+//     pass when there are any), drop invalid and repeated lines, and read
+//     the path as the chain the lines make in file order, checking its
+//     turn frames on the way (stream_spec.go);
+//  2. walk the tree from the leaf, relink broken parent links, and compare
+//     the path with the one the scan read; only if they differ read the
+//     path again, turn by turn (a turn frame at a time), and check each
+//     frame with message-level repair on a light reading of its messages;
+//     frames that need a change are remembered by byte span;
 //  3. repair the damaged frames together (RepairMessages on a document
 //     made of their lines, so that a displaced result can still go back to
 //     its call in an earlier frame) and write the file anew: unchanged
