@@ -218,7 +218,12 @@ func writeJournal(evs []journal.Event) ([]byte, error) {
 
 // FromJournal builds a session's conversation from its journal events:
 //
-//   - run.created: its data.input.prompt is a user message;
+//   - run.created: its data.input.prompt is a user message, placed where
+//     the run starts (its first event after run.created other than a cancel
+//     request or a queued phase: a lease, a phase change, its first delta,
+//     its end), so that a follow-up queued while another run streamed
+//     comes after that run's answer; prompts of runs that never started
+//     end the conversation, in the order they were queued;
 //   - run.text and run.thinking deltas are concatenated into the assistant
 //     message of the run;
 //   - run.tool_call adds a tool_call block (a call journaled without input
@@ -241,6 +246,7 @@ func FromJournal(events []journal.Event) ([]Message, error) {
 			return nil, err
 		}
 	}
+	b.finish()
 	return b.msgs, nil
 }
 

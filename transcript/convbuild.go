@@ -15,6 +15,9 @@ type convBuilder struct {
 	msgs []Message
 	runs map[string]*runState
 	open int // runs in runs that have not ended
+	// waiting are the runs created whose prompt is not placed yet (they
+	// have not started), in the order they were created.
+	waiting []*runState
 	// text, when set, takes a text or thinking delta instead of the
 	// builder decoding it into blk: the block is new (extend false) or
 	// the run's current one. A streaming export keeps long text in the
@@ -24,11 +27,12 @@ type convBuilder struct {
 
 // runState is what the builder knows of one run.
 type runState struct {
-	start     int  // index of the run's first message after the prompt
-	asst      int  // index of the open assistant message, -1 if none
-	lastAsst  int  // index of the run's last assistant message, -1 if none
-	turnEnded bool // the turn end was journaled
-	ended     bool // the run's terminal run.updated was journaled
+	prompt    *Message // the prompt, until the run starts
+	start     int      // index of the run's first message after the prompt
+	asst      int      // index of the open assistant message, -1 if none
+	lastAsst  int      // index of the run's last assistant message, -1 if none
+	turnEnded bool     // the turn end was journaled
+	ended     bool     // the run's terminal run.updated was journaled
 	model     string
 	blockFrom uint64 // seq of the first delta of the open text or thinking block
 }
@@ -47,6 +51,8 @@ func (b *convBuilder) newRun(id, model string) *runState {
 	}
 	if old := b.runs[id]; old == nil || old.ended {
 		b.open++
+	} else if old.prompt != nil {
+		b.place(old) // created twice: the first prompt stays where it was
 	}
 	rs := &runState{start: len(b.msgs), asst: -1, lastAsst: -1, model: model}
 	b.runs[id] = rs
@@ -72,10 +78,55 @@ func (b *convBuilder) reset() {
 	b.msgs = b.msgs[:0]
 	clear(b.runs)
 	b.open = 0
+	b.waiting = b.waiting[:0]
+}
+
+// place puts the prompt of a run that starts (or ends without starting)
+// after every message before it: a follow-up queued while another run
+// streamed comes after that run's answer, not where it was queued.
+func (b *convBuilder) place(rs *runState) {
+	if rs.prompt == nil {
+		return
+	}
+	b.msgs = append(b.msgs, *rs.prompt)
+	rs.prompt, rs.start = nil, len(b.msgs)
+	for i, w := range b.waiting {
+		if w == rs {
+			b.waiting = append(b.waiting[:i], b.waiting[i+1:]...)
+			break
+		}
+	}
+}
+
+// finish places the prompts of the runs that have not started: the end of
+// the conversation, in the order they were queued.
+func (b *convBuilder) finish() {
+	for len(b.waiting) > 0 {
+		b.place(b.waiting[0])
+	}
+}
+
+// starts reports whether an event of a run that exists shows it started
+// (or ended): anything but its creation, a cancel request, or a phase
+// change that leaves it queued.
+func starts(e journal.Event) bool {
+	switch e.Type {
+	case belay.EventRunCreated, belay.EventRunCancelRequested:
+		return false
+	case belay.EventRunUpdated:
+		var p struct {
+			Phase string `json:"phase"`
+		}
+		return json.Unmarshal(e.Data, &p) != nil || p.Phase != string(belay.PhaseQueued)
+	}
+	return true
 }
 
 func (b *convBuilder) add(e journal.Event) error {
 	bad := func(err error) error { return fmt.Errorf("transcript: event %d (%s): %w", e.Seq, e.Type, err) }
+	if rs := b.runs[e.Run]; rs != nil && rs.prompt != nil && starts(e) {
+		b.place(rs)
+	}
 	switch e.Type {
 	case belay.EventRunCreated:
 		var p struct {
@@ -87,8 +138,9 @@ func (b *convBuilder) add(e journal.Event) error {
 		if err := json.Unmarshal(e.Data, &p); err != nil {
 			return bad(err)
 		}
-		b.msgs = append(b.msgs, Message{Role: RoleUser, Blocks: []Block{{Type: BlockText, Text: p.Input.Prompt}}, Meta: Meta{ID: e.Run, Time: e.TS}})
-		b.newRun(e.Run, p.Model)
+		rs := b.newRun(e.Run, p.Model)
+		rs.prompt = &Message{Role: RoleUser, Blocks: []Block{{Type: BlockText, Text: p.Input.Prompt}}, Meta: Meta{ID: e.Run, Time: e.TS}}
+		b.waiting = append(b.waiting, rs)
 	case belay.EventRunText, belay.EventRunThinking:
 		t := BlockText
 		if e.Type == belay.EventRunThinking {

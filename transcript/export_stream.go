@@ -237,6 +237,7 @@ func (x *streamExport) run() error {
 		}
 		break
 	}
+	x.b.finish()
 	if err := x.flush(); err != nil {
 		return err
 	}

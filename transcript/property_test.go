@@ -195,6 +195,7 @@ func streamRepaired(t *testing.T, path string, f Format) []byte {
 	require.NoError(t, err)
 	s, _, err := analyzeStream(in, fi.Size(), f)
 	require.NoError(t, err)
+	defer s.lt.close()
 	var out bytes.Buffer
 	_, err = s.write(&out)
 	require.NoError(t, err)

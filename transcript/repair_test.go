@@ -2,6 +2,7 @@ package transcript
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
@@ -228,5 +229,53 @@ func TestEncodeRoundTrip(t *testing.T) {
 		if f != FormatBelay {
 			require.Equal(t, buf.String(), buf2.String())
 		}
+	}
+}
+
+// TestFromJournalQueuedFollowUp: a follow-up queued while a run streams
+// comes after that run's answer (where it started), in the conversation,
+// the exports and the history replayed to a provider.
+func TestFromJournalQueuedFollowUp(t *testing.T) {
+	t.Parallel()
+	ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var evs []journal.Event
+	ev := func(typ, run, data string) {
+		ts = ts.Add(time.Second)
+		evs = append(evs, journal.Event{Seq: uint64(len(evs) + 1), TS: ts, Type: typ, Run: run, Data: json.RawMessage(data)})
+	}
+	ev("session.created", "", `{"id":"ses_1","provider":"fake"}`)
+	ev("run.created", "run_a", `{"input":{"prompt":"first"}}`)
+	ev("run.leased", "run_a", `{}`)
+	ev("run.updated", "run_a", `{"phase":"awaiting_response","data":{"attempt":1}}`)
+	ev("run.created", "run_b", `{"input":{"prompt":"follow-up"}}`) // queued while run_a streams
+	ev("run.updated", "run_b", `{"phase":"queued"}`)
+	ev("run.text", "run_a", `{"text":"answer a"}`)
+	ev("run.updated", "run_a", `{"phase":"finishing","data":{"stopReason":"end_turn"}}`)
+	ev("run.updated", "run_a", `{"phase":"complete"}`)
+	ev("run.created", "run_c", `{"input":{"prompt":"never ran"}}`)
+	ev("run.leased", "run_b", `{}`)
+	ev("run.text", "run_b", `{"text":"answer b"}`)
+	ev("run.updated", "run_b", `{"phase":"complete","data":{"stopReason":"end_turn"}}`)
+	msgs, err := FromJournal(evs)
+	require.NoError(t, err)
+	var got []string
+	for _, m := range msgs {
+		got = append(got, string(m.Role)+": "+m.Text())
+	}
+	want := []string{"user: first", "assistant: answer a", "user: follow-up", "assistant: answer b", "user: never ran"}
+	require.Equal(t, want, got)
+	for _, f := range []Format{FormatOpenAI, FormatClaude} {
+		var buf, stream bytes.Buffer
+		require.NoError(t, Export(&buf, evs, f))
+		_, err := ExportStream(context.Background(), &stream, sliceScan(evs), f)
+		require.NoError(t, err)
+		require.Equal(t, buf.String(), stream.String(), "the streaming export writes the same")
+		d, err := Parse(buf.Bytes(), f)
+		require.NoError(t, err)
+		got = got[:0]
+		for _, m := range d.Messages() {
+			got = append(got, string(m.Role)+": "+m.Text())
+		}
+		require.Equal(t, want, got, f)
 	}
 }

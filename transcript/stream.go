@@ -12,17 +12,20 @@ import (
 
 // This file is the default repair of pi (v2+) and Claude Code sessions,
 // line and message level, in memory that does not grow with the lines'
-// sizes or the file's: a few bytes per line (a parent link and flags) and
-// what is damaged. It reads the file three times, each a sequential
-// stream:
+// sizes or the file's: the per-line state (a parent link, an offset,
+// flags) is a lineTable that spills to a file. It reads the file as
+// sequential streams:
 //
 //  1. scan: validate every line, find each entry's parent (through a
 //     window of recent ids; parents further back are looked up in one more
-//     pass when there are any), drop invalid and repeated lines;
-//  2. walk the tree from the leaf, relink broken parent links, then read
-//     the path again, turn by turn (a turn frame at a time), and check
-//     each frame with message-level repair on a light reading of its
-//     messages; frames that need a change are remembered by byte span;
+//     pass when there are any), drop invalid and repeated lines, and read
+//     the path as the chain the lines make in file order, checking its
+//     turn frames on the way (stream_spec.go);
+//  2. walk the tree from the leaf, relink broken parent links, and compare
+//     the path with the one the scan read; only if they differ read the
+//     path again, turn by turn (a turn frame at a time), and check each
+//     frame with message-level repair on a light reading of its messages;
+//     frames that need a change are remembered by byte span;
 //  3. repair the damaged frames together (RepairMessages on a document
 //     made of their lines, so that a displaced result can still go back to
 //     its call in an earlier frame) and write the file anew: unchanged
@@ -57,11 +60,6 @@ const (
 	farParent     = -3 // not among the recent ids: looked up in another pass
 )
 
-type bitset []uint64
-
-func (b bitset) get(i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
-func (b bitset) set(i int)      { b[i>>6] |= 1 << (i & 63) }
-
 type salvage struct {
 	parent     uint64
 	parentNull bool
@@ -90,11 +88,8 @@ type streamRepair struct {
 	parK   string
 	seed   maphash.Seed
 
-	n      int
-	parent []int32
-	flags  []uint8
-	path   bitset
-	resCh  bitset // claude: a path line whose path child is a result line
+	n  int
+	lt *lineTable // each line's parent, flags and marks
 
 	header  []byte
 	anyMain bool
@@ -105,7 +100,7 @@ type streamRepair struct {
 	win     []winSlot
 	winIdx  *idTable
 	winPos  int
-	bloom   []uint64 // every id, once the window has dropped some
+	bloom   []uint64 // every id (in files that can hold more than the window)
 
 	// broken links: line -> parent named; its rank on the path (-1 off it)
 	broken    map[int]string
@@ -113,10 +108,16 @@ type streamRepair struct {
 	rank      map[int]int
 	targets   map[int]string // lines whose id a relink reason names
 
-	regions []*region
-	items   int // items read so far (message index of reports)
-	opens   []*openCall
-	openBy  map[string][]*openCall
+	regions  []*region
+	items    int          // items read so far (message index of reports)
+	spec     *frameReader // the path read during the scan (nil: not, or given up)
+	specLast int          // the last line of that path (-1: none yet)
+	specPend []specPend   // claude: lines that may be on that path
+	specSide int          // claude: the side (fSide) of that path (-1: none yet)
+	specFrom int          // the line it starts from
+	reread   bool         // the check pass read the path again
+	opens    []*openCall
+	openBy   map[string][]*openCall
 
 	term          string            // terminator for new lines (the first line's)
 	droppedParent map[string]string // dropped path entries: id -> parent
@@ -153,10 +154,15 @@ func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 	s := &streamRepair{f: f, size: size, format: format, seed: maphash.MakeSeed(),
 		openBy: map[string][]*openCall{},
 		term:   "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
-		lost: map[uint64]*salvage{},
-		win:  make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
+		lost: map[uint64]*salvage{}, lt: newLineTable(),
+		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
 	for i := range s.win {
 		s.win[i].line = -1
+	}
+	if len(s.win) == windowSize {
+		// The file may hold more ids than the window: the filter of every
+		// id, of a fixed size, from the start.
+		s.bloom = make([]uint64, bloomBits/64)
 	}
 	s.winIdx = newIDTable(len(s.win))
 	s.idKey, s.parK = "id", "parentId"
@@ -246,6 +252,7 @@ func (s *streamRepair) extract(line []byte, r *scanLine) {
 // scan is the first pass.
 func (s *streamRepair) scan() error {
 	first := true
+	s.specStart()
 	err := s.eachChunk(func(c *lineChunk) {
 		c.scan = c.scan[:0]
 		for i := range c.recs {
@@ -254,6 +261,7 @@ func (s *streamRepair) scan() error {
 				s.extract(c.line(i), &c.scan[i])
 			}
 		}
+		s.lightWork(c, func(i, _ int) bool { return c.scan[i].fl&fEntry != 0 })
 	}, func(c *lineChunk) error {
 		for i, rec := range c.recs {
 			idx := c.first + i
@@ -261,8 +269,7 @@ func (s *streamRepair) scan() error {
 			if idx == 0 && !rec.tooLong && rec.fend-rec.off-int64(len(line)) == 2 {
 				s.term = "\r\n"
 			}
-			s.flags = append(s.flags, 0)
-			s.parent = append(s.parent, noParent)
+			s.lt.add(rec.off)
 			if rec.tooLong {
 				if first && s.format == FormatPi {
 					return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, idx+1, MaxLineSize)
@@ -273,7 +280,7 @@ func (s *streamRepair) scan() error {
 			}
 			r := &c.scan[i]
 			if r.fl == fBlank {
-				s.flags[idx] = fBlank
+				s.lt.setFlags(idx, fBlank)
 				continue
 			}
 			if first && s.format == FormatPi {
@@ -284,7 +291,7 @@ func (s *streamRepair) scan() error {
 				if v, _ := getField(line, "version"); string(v) != "2" && string(v) != "3" {
 					return errNoStream // v1 (no tree), or a version read otherwise
 				}
-				s.flags[idx] = fHeader
+				s.lt.setFlags(idx, fHeader)
 				s.header = append([]byte(nil), line...)
 				continue
 			}
@@ -294,25 +301,26 @@ func (s *streamRepair) scan() error {
 				continue
 			}
 			s.entry(idx, line, r)
+			s.specLine(idx, rec.off, rec.fend, c.parts[c.partAt[i][0]:c.partAt[i][1]])
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	s.n = len(s.flags)
+	s.n = s.lt.n
 	if s.format == FormatPi && s.header == nil && s.n > 0 {
-		for _, fl := range s.flags {
-			if fl&fBlank == 0 {
+		for i := 0; i < s.n; i++ {
+			if s.lt.flags(i)&fBlank == 0 {
 				return fmt.Errorf("%w: no header line; the file was not changed", ErrInvalidHeader)
 			}
 		}
 	}
-	return nil
+	return s.lt.err
 }
 
 func (s *streamRepair) drop(idx int, why string, line []byte) {
-	s.flags[idx] |= fBad
+	s.lt.setFlags(idx, s.lt.flags(idx)|fBad)
 	s.dropped = append(s.dropped, Change{Kind: ChangeDropLine, Line: idx + 1, Reason: why})
 	if line == nil {
 		return
@@ -369,9 +377,9 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 	if fl&fID != 0 && fl&fConv != 0 && fl&fSide == 0 {
 		s.anyMain = true
 	}
-	s.flags[idx] = fl
+	s.lt.setFlags(idx, fl)
 	if r.hasPar && (fl&fID == 0 || r.ph != r.h) {
-		s.parent[idx] = s.lookup(r.ph, idx, line[r.parAt[0]:r.parAt[1]])
+		s.lt.setParent(idx, s.lookup(r.ph, idx, line[r.parAt[0]:r.parAt[1]]))
 	}
 	if fl&fID == 0 {
 		return
@@ -379,8 +387,8 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 	h := r.h
 	if slot, ok := s.winIdx.get(h); ok {
 		if s.win[slot].sum == r.sum {
-			s.flags[idx] |= fBad
-			s.parent[idx] = noParent
+			s.lt.setFlags(idx, fl|fBad)
+			s.lt.setParent(idx, noParent)
 			if n := len(s.far); n > 0 && s.far[n-1].line == int32(idx) {
 				s.far = s.far[:n-1]
 			}
@@ -391,6 +399,8 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 	}
 	old := s.win[s.winPos]
 	if old.line >= 0 && s.bloom == nil {
+		// A small file's window is full after all (it is sized by the
+		// file): the filter from here.
 		s.bloom = make([]uint64, bloomBits/64)
 		for _, w := range s.win {
 			s.bloomAdd(w.id)
@@ -470,8 +480,8 @@ func (s *streamRepair) resolveFar() error {
 	}
 	for _, r := range s.far {
 		at := want[r.ph]
-		if r.line >= 0 && s.flags[r.line]&fBad == 0 {
-			s.parent[r.line] = at
+		if r.line >= 0 && s.lt.flags(int(r.line))&fBad == 0 {
+			s.lt.setParent(int(r.line), at)
 			if at == missingParent {
 				s.broken[int(r.line)] = r.parent
 			}
@@ -482,7 +492,7 @@ func (s *streamRepair) resolveFar() error {
 			sv.parentIdx = want[sv.parent]
 		}
 	}
-	return nil
+	return s.lt.err
 }
 
 // searchIDs finds, in one more pass, the first line of each id wanted
@@ -497,7 +507,7 @@ func (s *streamRepair) searchIDs(want map[uint64]int32) error {
 		if err != nil {
 			return fmt.Errorf("transcript: %w", err)
 		}
-		if tooLong || s.flags[idx]&(fID|fBad) != fID {
+		if tooLong || s.lt.flags(idx)&(fID|fBad) != fID {
 			continue
 		}
 		v, ok := getField(line, s.idKey)
@@ -519,20 +529,26 @@ func (s *streamRepair) searchIDs(want map[uint64]int32) error {
 
 // link relinks the broken links and walks the path from the leaf.
 func (s *streamRepair) link() error {
-	var kids []uint8 // children per line, up to 2
+	t := s.lt
 	if len(s.broken) > 0 && s.format == FormatClaude {
-		kids = make([]uint8, s.n)
+		// Children per line, up to 2.
 		for i := 0; i < s.n; i++ {
-			if p := s.parent[i]; p >= 0 && s.flags[i]&fBad == 0 && kids[p] < 2 {
-				kids[p]++
+			if p := t.parent(i); p >= 0 && t.flags(i)&fBad == 0 {
+				if m := t.marks(int(p)); m&mKid1 == 0 {
+					t.mark(int(p), mKid1)
+				} else {
+					t.mark(int(p), mKid2)
+				}
 			}
 		}
 	}
-	for i := 0; i < s.n; i++ {
-		p, ok := s.broken[i]
-		if !ok {
-			continue
-		}
+	broken := make([]int, 0, len(s.broken))
+	for i := range s.broken {
+		broken = append(broken, i)
+	}
+	sort.Ints(broken)
+	for _, i := range broken {
+		p := s.broken[i]
 		target := int32(missingParent)
 		h := maphash.String(s.seed, p)
 		via := 0
@@ -557,20 +573,25 @@ func (s *streamRepair) link() error {
 		if target == missingParent {
 			via = 0
 			target = noParent
+			side := t.flags(i) & fSide
 			for j := i - 1; j >= 0; j-- {
-				fl := s.flags[j]
+				fl := t.flags(j)
 				if fl&(fID|fBad) != fID {
 					continue
 				}
-				if s.format == FormatClaude && (fl&fConv == 0 || fl&fSide != s.flags[i]&fSide ||
-					fl&fResult != 0 && s.parent[j] >= 0 && s.broken[j] == "" && kids[s.parent[j]] > 1) {
+				if s.format == FormatClaude && fl&(fConv|fSide) != fConv|side {
 					continue
+				}
+				if s.format == FormatClaude && fl&fResult != 0 {
+					if pj := t.parent(j); pj >= 0 && s.broken[j] == "" && t.marks(int(pj))&mKid2 != 0 {
+						continue
+					}
 				}
 				target = int32(j)
 				break
 			}
 		}
-		s.parent[i] = target
+		t.setParent(i, target)
 		if via > 0 {
 			s.brokenVia[i] = via
 		}
@@ -580,7 +601,7 @@ func (s *streamRepair) link() error {
 	}
 	leaf := -1
 	for i := s.n - 1; i >= 0; i-- {
-		fl := s.flags[i]
+		fl := t.flags(i)
 		if fl&(fEntry|fBad) != fEntry {
 			continue
 		}
@@ -590,13 +611,12 @@ func (s *streamRepair) link() error {
 		leaf = i
 		break
 	}
-	s.path = make(bitset, (s.n+63)/64)
-	s.resCh = make(bitset, (s.n+63)/64)
-	var walk []int32
-	for cur := leaf; cur >= 0 && !s.path.get(cur); {
-		s.path.set(cur)
-		walk = append(walk, int32(cur))
-		p := int(s.parent[cur])
+	for cur := leaf; cur >= 0 && !t.onPath(cur); {
+		t.mark(cur, mPath)
+		p := int(t.parent(cur))
+		if p >= 0 && t.flags(cur)&fResult != 0 {
+			t.mark(p, mResCh)
+		}
 		if p < 0 {
 			break
 		}
@@ -605,21 +625,25 @@ func (s *streamRepair) link() error {
 		}
 		cur = p
 	}
-	for k, line := range walk {
-		if _, ok := s.broken[int(line)]; ok {
-			s.rank[int(line)] = len(walk) - 1 - k
-		}
-		if s.flags[line]&fResult != 0 && s.parent[line] >= 0 {
-			s.resCh.set(int(s.parent[line]))
+	if len(s.broken) > 0 {
+		// A broken link's rank: the path entries before it.
+		rank := 0
+		for i := 0; i < s.n; i++ {
+			if t.onPath(i) {
+				if _, ok := s.broken[i]; ok {
+					s.rank[i] = rank
+				}
+				rank++
+			}
 		}
 	}
-	return nil
+	return t.err
 }
 
 // anyEntry reports whether any line is a valid entry.
 func (s *streamRepair) anyEntry() bool {
-	for _, fl := range s.flags {
-		if fl&(fEntry|fBad) == fEntry {
+	for i := 0; i < s.n; i++ {
+		if s.lt.flags(i)&(fEntry|fBad) == fEntry {
 			return true
 		}
 	}
@@ -641,7 +665,7 @@ func (s *streamRepair) relinkChanges() []Change {
 			why = fmt.Sprintf("parent %q is gone with the dropped line %d", p, v)
 		}
 		target := "made a root: no earlier entry can be its ancestor"
-		if t := s.parent[l]; t >= 0 {
+		if t := s.lt.parent(l); t >= 0 {
 			target = fmt.Sprintf("relinked to %q, its nearest surviving ancestor", s.targets[int(t)])
 		}
 		lostWhat := "a reader walking parents from here stops at it"

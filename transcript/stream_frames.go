@@ -33,33 +33,21 @@ type frameReader struct {
 	held        []fitem // the last frame, not checked yet
 	heldStarted bool
 	pending     *region // the region being grown
+	pathMark    uint8   // the mark of the path it reads: mPath, or mSpec
 }
 
 // check is the second pass.
 func (s *streamRepair) check() error {
-	fr := &frameReader{s: s}
-	branch := func(idx int) bool {
-		if s.format != FormatClaude || s.flags[idx]&(fResult|fBad) != fResult || s.path.get(idx) {
-			return false
-		}
-		p := int(s.parent[idx])
-		return p >= 0 && s.path.get(p) && !s.resCh.get(p) && s.flags[p]&fSide == s.flags[idx]&fSide
-	}
+	fr := &frameReader{s: s, pathMark: mPath}
+	branch := s.branch
 	err := s.eachChunk(func(c *lineChunk) {
-		c.parts, c.partAt = c.parts[:0], c.partAt[:0]
-		for i, rec := range c.recs {
-			idx := c.first + i
-			from := len(c.parts)
-			if !rec.tooLong && s.flags[idx]&fBad == 0 && (s.path.get(idx) || branch(idx)) {
-				c.light.read(s.format, c.line(i))
-				c.parts = c.light.parts(s.format, s.seed, c.parts)
-			}
-			c.partAt = append(c.partAt, [2]int32{int32(from), int32(len(c.parts))})
-		}
+		s.lightWork(c, func(i, idx int) bool {
+			return s.lt.flags(idx)&fBad == 0 && (s.lt.onPath(idx) || branch(idx))
+		})
 	}, func(c *lineChunk) error {
 		for i, rec := range c.recs {
 			idx := c.first + i
-			if rec.tooLong || s.flags[idx]&fBad != 0 {
+			if rec.tooLong || s.lt.flags(idx)&fBad != 0 {
 				continue
 			}
 			if _, ok := s.targets[idx]; ok {
@@ -67,10 +55,10 @@ func (s *streamRepair) check() error {
 				s.targets[idx] = v
 			}
 			parts := c.parts[c.partAt[i][0]:c.partAt[i][1]]
-			if s.path.get(idx) {
+			if s.lt.onPath(idx) {
 				fr.add(idx, rec.off, rec.fend, parts)
 			} else if branch(idx) {
-				if err := fr.attach(idx, int(s.parent[idx]), rec.off, rec.fend, parts); err != nil {
+				if err := fr.attach(idx, int(s.lt.parent(idx)), rec.off, rec.fend, parts); err != nil {
 					return err
 				}
 			}
@@ -80,27 +68,64 @@ func (s *streamRepair) check() error {
 	if err != nil {
 		return err
 	}
-	return fr.close(true)
+	if err := fr.close(true); err != nil {
+		return err
+	}
+	return s.lt.err
+}
+
+// branch reports whether line idx is a Claude Code result line off the
+// path that hangs on its call's line, which is on the path and whose
+// child on the path is not a result line: the check reads it right after
+// that line.
+func (s *streamRepair) branch(idx int) bool {
+	t := s.lt
+	if s.format != FormatClaude || t.flags(idx)&(fResult|fBad) != fResult || t.onPath(idx) {
+		return false
+	}
+	p := int(t.parent(idx))
+	return p >= 0 && t.marks(p)&(mPath|mResCh) == mPath && t.flags(p)&fSide == t.flags(idx)&fSide
+}
+
+// lightWork reads the light parts of the chunk's lines that want says
+// are needed, into c.parts (c.partAt: each line's).
+func (s *streamRepair) lightWork(c *lineChunk, want func(i, idx int) bool) {
+	c.parts, c.partAt = c.parts[:0], c.partAt[:0]
+	for i, rec := range c.recs {
+		from := len(c.parts)
+		if !rec.tooLong && want(i, c.first+i) {
+			c.light.read(s.format, c.line(i))
+			c.parts = c.light.parts(s.format, s.seed, c.parts)
+		}
+		c.partAt = append(c.partAt, [2]int32{int32(from), int32(len(c.parts))})
+	}
 }
 
 func (fr *frameReader) add(idx int, off, end int64, parts []lightPart) error {
 	for k, p := range parts {
-		it := fitem{p: p, line: idx, off: off, end: end, part: k}
-		switch p.role {
-		case RoleAssistant:
-			same := fr.started && !fr.sawOther && p.hasResp && fr.lastHasResp && p.resp == fr.lastResp
-			if !same {
-				if err := fr.close(false); err != nil {
-					return err
-				}
-				fr.started = true
-			}
-			fr.lastResp, fr.lastHasResp, fr.sawOther = p.resp, p.hasResp, false
-		case RoleUser, RoleSystem:
-			fr.sawOther = true
+		if err := fr.addItem(fitem{p: p, line: idx, off: off, end: end, part: k}); err != nil {
+			return err
 		}
-		fr.cur = append(fr.cur, it)
 	}
+	return nil
+}
+
+func (fr *frameReader) addItem(it fitem) error {
+	p := &it.p
+	switch p.role {
+	case RoleAssistant:
+		same := fr.started && !fr.sawOther && p.hasResp && fr.lastHasResp && p.resp == fr.lastResp
+		if !same {
+			if err := fr.close(false); err != nil {
+				return err
+			}
+			fr.started = true
+		}
+		fr.lastResp, fr.lastHasResp, fr.sawOther = p.resp, p.hasResp, false
+	case RoleUser, RoleSystem:
+		fr.sawOther = true
+	}
+	fr.cur = append(fr.cur, it)
 	return nil
 }
 
@@ -131,7 +156,7 @@ func (fr *frameReader) attach(idx, p int, off, end int64, parts []lightPart) err
 	}
 	// After the call's line and the lines attached to it already.
 	at++
-	for at < len(fr.cur) && fr.s.flags[fr.cur[at].line]&fResult != 0 && !fr.s.path.get(fr.cur[at].line) {
+	for at < len(fr.cur) && fr.s.lt.flags(fr.cur[at].line)&fResult != 0 && fr.s.lt.marks(fr.cur[at].line)&fr.pathMark == 0 {
 		at++
 	}
 	ins := make([]fitem, len(parts))

@@ -28,6 +28,9 @@ func sameRepair(t *testing.T, data []byte, f Format) bool {
 	if errors.Is(sErr, errNoStream) {
 		return false
 	}
+	if sErr == nil {
+		defer s.lt.close()
+	}
 	d, mErr := Parse(data, f)
 	require.Equal(t, mErr != nil, sErr != nil, "stream: %v\nmemory: %v\n%s", sErr, mErr, data)
 	if mErr != nil {
@@ -48,6 +51,7 @@ func sameRepair(t *testing.T, data []byte, f Format) bool {
 	require.NoError(t, err)
 	s2, _, err := analyzeStream(in, int64(len(data)), f)
 	require.NoError(t, err)
+	defer s2.lt.close()
 	var sOut bytes.Buffer
 	written, err := s2.write(&sOut)
 	require.NoError(t, err)
@@ -276,11 +280,13 @@ func FuzzStream(f *testing.F) {
 
 // TestStreamSmallWindow runs the differential test with a window of 4
 // ids, so that parents are found through the filter of all ids and the
-// extra pass, as in files larger than the window. (Not parallel: it sets
-// the window.)
+// extra pass, as in files larger than the window, and a line table of two
+// blocks of 4 lines in memory, so that it spills to its file as in files
+// of many lines. (Not parallel: it sets the window and the table.)
 func TestStreamSmallWindow(t *testing.T) {
-	defer func(n int) { windowSize = n }(windowSize)
+	defer func(n, shift, resident int) { windowSize, tableShift, tableResident = n, shift, resident }(windowSize, tableShift, tableResident)
 	windowSize = 4
+	tableShift, tableResident = 2, 2 // 4 lines a block, 2 in memory: the line table spills
 	r := rand.New(rand.NewPCG(9, 10))
 	for i := 0; i < 200; i++ {
 		f := []Format{FormatPi, FormatClaude}[i%2]
@@ -367,4 +373,42 @@ func FuzzLightParts(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkLightParts(t, data)
 	})
+}
+
+// TestStreamReadsPathOnce: on every tree fixture the scan reads the path
+// (the check pass is not needed), and where the path is not the chain in
+// file order (the leaf on a branch that left it) the check pass reads it
+// again; both give what the in-memory repair gives.
+func TestStreamReadsPathOnce(t *testing.T) {
+	t.Parallel()
+	analyze := func(data []byte, f Format) *streamRepair {
+		path := filepath.Join(t.TempDir(), "s.jsonl")
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		in, err := os.Open(path)
+		require.NoError(t, err)
+		defer in.Close()
+		s, _, err := analyzeStream(in, int64(len(data)), f)
+		require.NoError(t, err)
+		s.lt.close()
+		return s
+	}
+	files, err := filepath.Glob("testdata/*.jsonl")
+	require.NoError(t, err)
+	for _, path := range files {
+		name := filepath.Base(path)
+		if !strings.HasPrefix(name, "pi_") && !strings.HasPrefix(name, "claude_") || name == "pi_v1.jsonl" || name == "pi_badheader.jsonl" {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.False(t, analyze(data, Format(strings.SplitN(name, "_", 2)[0])).reread, name)
+	}
+	branch := `{"type":"session","version":3,"id":"s","timestamp":"2026-03-01T10:00:00.000Z","cwd":"/x"}
+{"type":"message","id":"a","parentId":null,"timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"user","content":"hi","timestamp":1}}
+{"type":"message","id":"b","parentId":"a","timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"read","arguments":{}}],"stopReason":"toolUse","timestamp":2}}
+{"type":"message","id":"c","parentId":"a","timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"assistant","content":[{"type":"toolCall","id":"c2","name":"read","arguments":{}}],"stopReason":"toolUse","timestamp":2}}
+{"type":"message","id":"d","parentId":"c","timestamp":"2026-03-01T10:00:01.000Z","message":{"role":"toolResult","toolCallId":"c1","toolName":"read","content":[],"isError":false,"timestamp":3}}
+`
+	require.True(t, analyze([]byte(branch), FormatPi).reread)
+	require.True(t, sameRepair(t, []byte(branch), FormatPi))
 }

@@ -2,6 +2,7 @@ package transcript
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -38,13 +39,13 @@ func (s *streamRepair) repairRegion(r *region) ([]Change, []byte, error) {
 		local = append(local, g)
 		l := len(local)
 		switch {
-		case s.flags[g]&fBad != 0:
+		case s.lt.flags(g)&fBad != 0:
 			opts.skip[l] = true
-		case s.path.get(g):
+		case s.lt.onPath(g):
 			opts.path[l] = true
 		}
 		if _, ok := s.broken[g]; ok {
-			if t := s.parent[g]; t >= 0 {
+			if t := s.lt.parent(g); t >= 0 {
 				opts.relink[l] = s.targets[int(t)]
 			} else {
 				opts.relink[l] = ""
@@ -105,7 +106,7 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 	relink := map[int]string{}
 	for l := range s.broken {
 		p := ""
-		if t := s.parent[l]; t >= 0 {
+		if t := s.lt.parent(l); t >= 0 {
 			p = s.targets[int(t)]
 		}
 		relink[l] = p
@@ -166,7 +167,7 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 			}
 			continue
 		}
-		if tooLong || s.flags[idx]&fBad != 0 {
+		if tooLong || s.lt.flags(idx)&fBad != 0 {
 			continue
 		}
 		term := "\n"
@@ -176,13 +177,13 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 		case 2:
 			term = "\r\n"
 		}
-		if s.flags[idx]&(fBlank|fHeader) == 0 {
+		if s.lt.flags(idx)&(fBlank|fHeader) == 0 {
 			want, known := "", false
 			if p, ok := s.nextParent[idx]; ok {
 				want, known = p, true
 			} else if p, ok := relink[idx]; ok {
 				want, known = resolve(p), true
-			} else if len(s.droppedParent) > 0 {
+			} else if len(s.droppedParent) > 0 && s.namesDropped(line) {
 				if p, ok := getString(line, s.parK); ok {
 					if q := resolve(p); q != p {
 						want, known = q, true
@@ -206,7 +207,25 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 		out.copy(off, end)
 		pendingTerm, started = term, true
 	}
-	return changes, out.flush()
+	if err := out.flush(); err != nil {
+		return nil, err
+	}
+	return changes, s.lt.err
+}
+
+// namesDropped reports whether the line's parent may be a dropped path
+// entry, without allocating: only then is its parent decoded.
+func (s *streamRepair) namesDropped(line []byte) bool {
+	v, ok := getField(line, s.parK)
+	if !ok || len(v) < 2 || v[0] != '"' {
+		return false
+	}
+	inner := v[1 : len(v)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		return true // escaped: decoded and looked up as it is
+	}
+	_, hit := s.droppedParent[string(inner)]
+	return hit
 }
 
 // spanWriter writes bytes and spans of the source file in order; adjacent
@@ -272,6 +291,9 @@ func repairStream(path string, fi os.FileInfo, f Format, rep *FileReport, opts F
 	}
 	defer in.Close()
 	s, changes, err := analyzeStream(in, fi.Size(), f)
+	if s != nil {
+		defer s.lt.close()
+	}
 	if err != nil {
 		if errors.Is(err, ErrInvalidHeader) {
 			return refuse(rep, err.Error())
@@ -314,6 +336,12 @@ func repairStream(path string, fi os.FileInfo, f Format, rep *FileReport, opts F
 // regions to repair.
 func analyzeStream(in *os.File, size int64, f Format) (*streamRepair, []Change, error) {
 	s := newStreamRepair(in, size, f)
+	ok := false
+	defer func() {
+		if !ok {
+			s.lt.close()
+		}
+	}()
 	if err := s.scan(); err != nil {
 		return nil, nil, err
 	}
@@ -323,13 +351,22 @@ func analyzeStream(in *os.File, size int64, f Format) (*streamRepair, []Change, 
 	if err := s.link(); err != nil {
 		return nil, nil, err
 	}
-	if err := s.check(); err != nil {
+	done, err := s.specDone()
+	if err != nil {
 		return nil, nil, err
+	}
+	if !done {
+		s.reread = true
+		s.specReset()
+		if err := s.check(); err != nil {
+			return nil, nil, err
+		}
 	}
 	s.settleExt()
 	var all []Change
 	all = append(all, s.dropped...)
 	all = append(all, s.dups...)
 	all = append(all, s.relinkChanges()...)
+	ok = true
 	return s, all, nil
 }

@@ -294,19 +294,32 @@ func TestHistoryIsReplayedRepaired(t *testing.T) {
 	second, err := c.CreateRun(ctx, apitype.CreateRunRequest{Session: first.Session, Prompt: "And why?"}, "")
 	require.NoError(t, err)
 	require.Equal(t, belay.RunQueued, second.Status)
+	third, err := c.CreateRun(ctx, apitype.CreateRunRequest{Session: first.Session, Prompt: "And then?"}, "")
+	require.NoError(t, err)
 	r, err := c.WaitRun(ctx, first.ID, 20*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
-	r, err = c.WaitRun(ctx, second.ID, 20*time.Second)
-	require.NoError(t, err)
-	require.Equal(t, belay.RunComplete, r.Status, r.Reason)
+	for _, id := range []string{second.ID, third.ID} {
+		r, err = c.WaitRun(ctx, id, 20*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, belay.RunComplete, r.Status, r.Reason)
+	}
 	reqs := srv.Requests()
-	require.Len(t, reqs, 2)
+	require.Len(t, reqs, 3)
 	body := string(reqs[1].Body)
 	require.Contains(t, body, "What is the answer?")
 	require.Contains(t, body, "The answer is 42.")
 	require.Contains(t, body, "And why?")
 	require.Less(t, strings.Index(body, "What is the answer?"), strings.Index(body, "And why?"))
+	// The third run's history: each follow-up, queued while the first run
+	// streamed, after the answer before it (where its run started).
+	body = string(reqs[2].Body)
+	q1, a1 := strings.Index(body, "What is the answer?"), strings.Index(body, "The answer is 42.")
+	q2, q3 := strings.Index(body, "And why?"), strings.Index(body, "And then?")
+	require.True(t, q1 >= 0 && q1 < a1 && a1 < q2 && q2 < q3, "history out of order:\n%s", body)
+	require.Equal(t, 2, strings.Count(body, "The answer is 42."))
+	require.Less(t, strings.LastIndex(body, "The answer is 42."), q3)
+	require.Less(t, q2, strings.LastIndex(body, "The answer is 42."))
 }
 
 // TestProvidersThroughTheDaemon runs a real run through each configured
