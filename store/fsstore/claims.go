@@ -136,7 +136,9 @@ func (s *Store) afterCommit(ss *session, evs []belay.Event) {
 			_ = json.Unmarshal(e.Data, &p) // the event was just written from such a struct
 			ch.Delivery = p.ID
 		}
-		changes = append(changes, ch)
+		if store.InFeed(ch) {
+			changes = append(changes, ch)
+		}
 	}
 	s.claims.mu.Unlock()
 	s.feed.push(changes)

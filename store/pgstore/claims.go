@@ -51,9 +51,9 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	}
 	id := ids.New(ids.Run)
 	var existing string
-	err := s.withSession(ctx, in.Session, belay.Sync, func(t *tx) error {
+	err := s.shared(ctx, in.Session, belay.Sync, s.lockOpen(in.Session), func(t *tx) error {
 		if in.IdempotencyKey != "" {
-			err := t.QueryRow(ctx, `SELECT id FROM belay_runs WHERE session = $1 AND idem_key = $2`, in.Session, in.IdempotencyKey).Scan(&existing)
+			err := t.QueryRow(t.ctx, `SELECT id FROM belay_runs WHERE session = $1 AND idem_key = $2`, in.Session, in.IdempotencyKey).Scan(&existing)
 			if err == nil {
 				return nil
 			}
@@ -63,7 +63,7 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 		}
 		front := false
 		if p := in.Policy; p == belay.PolicyReject || p == belay.PolicyReplace || p == belay.PolicyInterrupt {
-			rows, err := t.Query(ctx, `SELECT id, status, cancel_reason IS NOT NULL FROM belay_runs
+			rows, err := t.Query(t.ctx, `SELECT id, status, cancel_reason IS NOT NULL FROM belay_runs
 				WHERE session = $1 AND status IN ('queued', 'running') ORDER BY status = 'running' DESC, `+queuedOrder, in.Session)
 			if err != nil {
 				return err
@@ -264,6 +264,11 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 	if max <= 0 {
 		max = defaultClaimMax
 	}
+	// Claims take turns on the advisory lock anyway; this node's take
+	// turns here first, so that a claim waiting for its turn holds no
+	// pooled connection the node's writers need.
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, s.wrap(err)

@@ -111,11 +111,17 @@ type Store struct {
 	notifyKick chan struct{}
 	stopNotify context.CancelFunc
 	notifyDone chan struct{}
-	// seqMu makes this node's sequencer passes take turns.
-	seqMu sync.Mutex
+	// seqMu makes this node's sequencer passes take turns, claimMu its
+	// claims.
+	seqMu, claimMu sync.Mutex
 	// sequenceDue asks the notifier to number committed changes, trimDue
 	// to trim the change feed.
 	sequenceDue, trimDue atomic.Bool
+
+	// shareMu guards sharers, the writes waiting to share a transaction
+	// (combine.go): Sync ones, then Buffered ones.
+	shareMu sync.Mutex
+	sharers [2]sharer
 
 	// fenced, once set, refuses every write: this node lost its writer
 	// lock and must not change the database any more.
@@ -175,6 +181,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: the database schema is at version %d, this belay needs %d; run: belay migrate --store %s", st.Current, st.Latest, Redact(url))
 	}
+	s.sharers[0].d, s.sharers[1].d = belay.Sync, belay.Buffered
 	nctx, cancel := context.WithCancel(context.Background())
 	s.stopNotify = cancel
 	go s.notifier(nctx)
@@ -378,7 +385,9 @@ func (t *tx) emit(e belay.Event) (uint64, error) {
 	e.Seq, e.TS = t.lastSeq, t.now
 	if belay.StoreEventType(e.Type) {
 		t.changed = true
-		t.changes = append(t.changes, changeOf(t.session, &e))
+		if c := changeOf(t.session, &e); store.InFeed(c) {
+			t.changes = append(t.changes, c)
+		}
 	}
 	t.evs = append(t.evs, e)
 	return e.Seq, nil
@@ -387,7 +396,8 @@ func (t *tx) emit(e belay.Event) (uint64, error) {
 const lockSession = `SELECT last_seq, provider, model, coalesce($2::timestamptz, now()) FROM belay_sessions WHERE id = $1 FOR UPDATE`
 
 // withSession runs fn in a transaction holding the session's row lock and
-// commits fn's events with it. A Buffered durability commits without
+// commits fn's events with it (alone: see shared for writes that may
+// share their transaction). A Buffered durability commits without
 // waiting for the WAL flush (synchronous_commit off): a database crash may
 // lose it, never reorder it.
 //
@@ -397,7 +407,12 @@ const lockSession = `SELECT last_seq, provider, model, coalesce($2::timestamptz,
 // the error wraps ErrUnreachable and a retry with the same idempotency
 // key is safe.
 func (s *Store) withSession(ctx context.Context, session string, d belay.Durability, fn func(t *tx) error) error {
-	return s.write(ctx, session, d, func(b *pgx.Batch, t *tx) {
+	return s.write(ctx, session, d, s.lockOpen(session), fn)
+}
+
+// lockOpen is the opening of a write to session: its row lock.
+func (s *Store) lockOpen(session string) func(b *pgx.Batch, t *tx) {
+	return func(b *pgx.Batch, t *tx) {
 		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
 			var lastSeq int64
 			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)
@@ -407,7 +422,7 @@ func (s *Store) withSession(ctx context.Context, session string, d belay.Durabil
 			t.lastSeq = uint64(lastSeq)
 			return err
 		})
-	}, fn)
+	}
 }
 
 // write runs one transaction: open queues what starts it (after BEGIN),

@@ -290,7 +290,7 @@ func (s *Store) withRun(ctx context.Context, id string, fn func(t *tx, r *locked
 	}
 	var out belay.Run
 	var r lockedRun
-	err := s.write(ctx, session, belay.Sync, func(b *pgx.Batch, t *tx) {
+	err := s.shared(ctx, session, belay.Sync, func(b *pgx.Batch, t *tx) {
 		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
 			var lastSeq int64
 			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)

@@ -245,7 +245,7 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 		}
 	}
 	var seqs []uint64
-	err := s.withSession(ctx, id, d, func(t *tx) error {
+	err := s.shared(ctx, id, d, s.lockOpen(id), func(t *tx) error {
 		if fenced {
 			for i := range evs {
 				if err := s.checkFence(t, &evs[i]); err != nil {
