@@ -81,6 +81,14 @@ type Store interface {
 	// already used in the session returns the original run and
 	// Created=false, whatever the policy (the caller compares inputs).
 	Submit(ctx context.Context, in SubmitInput) (SubmitResult, error)
+	// SubmitBatch makes many submissions at once (POST /v1/runs:batch),
+	// each exactly as Submit would and with its own outcome: errs[i] is
+	// nil or why submission i was refused (results[i] is then zero).
+	// Submissions to one session are made in the order given. Stores
+	// write a batch in as few durable writes as they can (PostgreSQL: one
+	// transaction for up to 256 sessions); every submission that has a
+	// result is durable when SubmitBatch returns (G1).
+	SubmitBatch(ctx context.Context, ins []SubmitInput) (results []SubmitResult, errs []error)
 	// ClaimRuns leases up to c.Max runs to c.Owner, judged by the store's
 	// clock, in one atomic step per run: first runs to rescue (running
 	// runs whose lease expired or whose owner is not live, never a live

@@ -240,7 +240,7 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 		var sessions []string
 		for i, t := range ts {
 			if errs[i] == nil {
-				n += len(t.changes)
+				n += len(t.changes) + t.executed
 				sessions = append(sessions, t.session)
 			}
 		}

@@ -363,6 +363,8 @@ type tx struct {
 	changes []store.Change
 	// changed says a store event was emitted (updated_at moves).
 	changed bool
+	// executed counts the changes already sent by execute.
+	executed int
 	// final holds the queued statements sent with the commit.
 	final pgx.Batch
 	// tail holds statements sent after the events are written (reads of
@@ -469,8 +471,44 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		}
 		return s.wrap(err)
 	}
-	s.committed(len(t.changes), session)
+	s.committed(len(t.changes)+t.executed, session)
 	return nil
+}
+
+// execute sends what t queued so far (its events, writes, tail reads and
+// changes) inside the transaction, so that what fn reads next sees it.
+func (s *Store) execute(t *tx) error {
+	s.flush(t)
+	for _, f := range t.tail {
+		f(&t.final)
+	}
+	queueChanges(&t.final, t.changes)
+	t.executed += len(t.changes)
+	b := t.final
+	t.final, t.tail, t.evs, t.changes = pgx.Batch{}, nil, nil, nil
+	if len(b.QueuedQueries) == 0 {
+		return nil
+	}
+	return t.SendBatch(t.ctx, &b).Close()
+}
+
+// txMark is what t had queued at a point, to drop what came after.
+type txMark struct {
+	queued, tail, evs, changes int
+	lastSeq                    uint64
+	changed                    bool
+}
+
+func (t *tx) mark() txMark {
+	return txMark{len(t.final.QueuedQueries), len(t.tail), len(t.evs), len(t.changes), t.lastSeq, t.changed}
+}
+
+// reset drops what t queued after m (nothing of it was sent).
+func (t *tx) reset(m txMark) {
+	clear(t.final.QueuedQueries[m.queued:])
+	t.final.QueuedQueries = t.final.QueuedQueries[:m.queued]
+	t.tail, t.evs, t.changes = t.tail[:m.tail], t.evs[:m.evs], t.changes[:m.changes]
+	t.lastSeq, t.changed = m.lastSeq, m.changed
 }
 
 // flush queues t's events and the session's counter for the commit.
