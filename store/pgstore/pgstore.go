@@ -202,6 +202,10 @@ func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, erro
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "belay"
 	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	// belay's statements are short; JIT compiling one costs far more than
+	// it saves (measured: a change-feed read whose estimate crossed
+	// jit_above_cost took a second, all of it compiling).
+	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, wrapConn(err)
