@@ -344,7 +344,9 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 		}
 	}
 	r.claimSoon()
-	return r.store.Run(ctx, run.ID)
+	// The run as the write returned it (queued): a claim may start it
+	// any moment, so a reread would be no truer, only a round trip more.
+	return run, nil
 }
 
 // checkSubmit refuses a request that cannot be submitted whatever the

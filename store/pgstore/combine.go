@@ -191,6 +191,7 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 			return err
 		}
 		final := &pgx.Batch{}
+		var ok []*tx
 		for i, op := range ops {
 			t := ts[i]
 			t.now = t.now.UTC()
@@ -204,12 +205,18 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 				errs[i] = ferr // its queued statements are dropped
 				continue
 			}
-			s.flush(t)
-			for _, f := range t.tail {
-				f(&t.final)
-			}
-			queueChanges(&t.final, t.changes)
+			ok = append(ok, t)
 			final.QueuedQueries = append(final.QueuedQueries, t.final.QueuedQueries...)
+		}
+		// Every write's events, counters and changes in three statements;
+		// then the reads of the final state.
+		flushMany(final, ok)
+		for _, t := range ok {
+			tail := &pgx.Batch{}
+			for _, f := range t.tail {
+				f(tail)
+			}
+			final.QueuedQueries = append(final.QueuedQueries, tail.QueuedQueries...)
 		}
 		if len(final.QueuedQueries) == 0 {
 			_, err := conn.Exec(ctx, `ROLLBACK`)
@@ -240,7 +247,7 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 		var sessions []string
 		for i, t := range ts {
 			if errs[i] == nil {
-				n += len(t.changes) + t.executed
+				n += t.executed
 				sessions = append(sessions, t.session)
 			}
 		}

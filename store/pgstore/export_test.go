@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/belayhq/belay"
 )
 
@@ -21,11 +23,16 @@ type SharedAppend struct {
 func ShareNow(s *Store, d belay.Durability, ws []SharedAppend) []error {
 	ops := make([]*sharedOp, len(ws))
 	for i, w := range ws {
-		ops[i] = &sharedOp{ctx: context.Background(), session: w.Session, open: s.lockOpen(w.Session), done: make(chan error, 1),
+		var fence map[string]fenceRow
+		open := func(b *pgx.Batch, t *tx) {
+			s.lockOpen(w.Session)(b, t)
+			fence = queueFenceRead(b, w.Session, []belay.Event{w.Event})
+		}
+		ops[i] = &sharedOp{ctx: context.Background(), session: w.Session, open: open, done: make(chan error, 1),
 			fn: func(t *tx) error {
 				e := w.Event
 				if e.Run != "" {
-					if err := s.checkFence(t, &e); err != nil {
+					if err := checkFence(t.session, &e, fence); err != nil {
 						return err
 					}
 				}

@@ -369,6 +369,9 @@ type tx struct {
 	changed bool
 	// executed counts the changes already sent by execute.
 	executed int
+	// deliveryKeys are the items (type, key) of the session read with
+	// the lock (queueDeliveryKey): their ids, "" for none.
+	deliveryKeys map[[2]string]string
 	// final holds the queued statements sent with the commit.
 	final pgx.Batch
 	// tail holds statements sent after the events are written (reads of
@@ -536,6 +539,50 @@ func (s *Store) flush(t *tx) {
 		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3, updated_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
 	} else {
 		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
+	}
+}
+
+// flushMany queues, for a shared transaction, the events and session
+// counters of every tx of ts in two statements (flush's, for many
+// sessions at once), and their changes in one.
+func flushMany(b *pgx.Batch, ts []*tx) {
+	var sessions []string
+	var seqs, epochs []int64
+	var stamps []time.Time
+	var types, idems, runs, data []string
+	var counters []int64
+	var counted []string
+	var changedAt []bool
+	var nows []time.Time
+	var changes []store.Change
+	for _, t := range ts {
+		changes = append(changes, t.changes...)
+		if len(t.evs) == 0 {
+			continue
+		}
+		for _, e := range t.evs {
+			sessions, seqs, stamps, types = append(sessions, t.session), append(seqs, int64(e.Seq)), append(stamps, e.TS), append(types, e.Type)
+			idems, runs, epochs, data = append(idems, e.ID), append(runs, e.Run), append(epochs, int64(e.Epoch)), append(data, string(e.Data))
+		}
+		counted, counters = append(counted, t.session), append(counters, int64(t.lastSeq))
+		changedAt, nows = append(changedAt, t.changed), append(nows, t.now)
+		t.evs = nil
+	}
+	if len(sessions) > 0 {
+		b.Queue(`INSERT INTO belay_events (session, seq, ts, type, idem, run, epoch, data)
+			SELECT session, seq, ts, type, NULLIF(idem, ''), NULLIF(run, ''), epoch, data::json
+			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
+				AS e(session, seq, ts, type, idem, run, epoch, data)`,
+			sessions, seqs, stamps, types, idems, runs, epochs, data)
+		b.Queue(`UPDATE belay_sessions s SET last_seq = c.seq, last_event_at = c.ts,
+				updated_at = CASE WHEN c.changed THEN c.ts ELSE s.updated_at END
+			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::bool[]) AS c(id, seq, ts, changed) WHERE s.id = c.id`,
+			counted, counters, nows, changedAt)
+	}
+	queueChanges(b, changes)
+	for _, t := range ts {
+		t.executed += len(t.changes)
+		t.changes = nil
 	}
 }
 
