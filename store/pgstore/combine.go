@@ -70,6 +70,9 @@ func (s *Store) shared(ctx context.Context, session string, d belay.Durability, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s.writeAlone {
+		return s.write(ctx, session, d, open, fn)
+	}
 	op := &sharedOp{ctx: ctx, session: session, open: open, fn: fn, done: make(chan error, 1)}
 	sh := &s.sharers[0]
 	if d == belay.Buffered {

@@ -87,6 +87,10 @@ type Options struct {
 	// (DefaultKeepChanges if 0): a follower further behind gets
 	// store.ErrCursorExpired and rereads the state it follows.
 	KeepChanges int
+	// WriteAlone gives every write its own transaction instead of
+	// letting concurrent writes share one (combine.go): benchmarks
+	// compare the two; production leaves it false.
+	WriteAlone bool
 }
 
 // Store is the PostgreSQL store.
@@ -118,6 +122,8 @@ type Store struct {
 	// to trim the change feed.
 	sequenceDue, trimDue atomic.Bool
 
+	// writeAlone turns shared transactions off (Options.WriteAlone).
+	writeAlone bool
 	// shareMu guards sharers, the writes waiting to share a transaction
 	// (combine.go): Sync ones, then Buffered ones.
 	shareMu sync.Mutex
@@ -182,6 +188,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: the database schema is at version %d, this belay needs %d; run: belay migrate --store %s", st.Current, st.Latest, Redact(url))
 	}
 	s.sharers[0].d, s.sharers[1].d = belay.Sync, belay.Buffered
+	s.writeAlone = opts.WriteAlone
 	nctx, cancel := context.WithCancel(context.Background())
 	s.stopNotify = cancel
 	go s.notifier(nctx)
