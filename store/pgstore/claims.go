@@ -42,7 +42,7 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	}
 	var res store.SubmitResult
 	var existing string
-	err := s.shared(ctx, in.Session, belay.Sync, s.lockOpen(in.Session), func(t *tx) error {
+	err := s.shared(ctx, in.Session, belay.Sync, fmt.Errorf("%w: session %s", belay.ErrNotFound, in.Session), nil, func(t *tx) error {
 		return s.submit(t, in, ids.New(ids.Run), &res, &existing)
 	})
 	if err != nil {
@@ -601,7 +601,7 @@ func (s *Store) SubmitBatch(ctx context.Context, ins []store.SubmitInput) ([]sto
 	ops := make([]*sharedOp, len(order))
 	for k, session := range order {
 		idx := bySession[session]
-		ops[k] = &sharedOp{ctx: ctx, session: session, open: s.lockOpen(session), done: make(chan error, 1), fn: func(t *tx) error {
+		ops[k] = &sharedOp{ctx: ctx, session: session, missing: fmt.Errorf("%w: session %s", belay.ErrNotFound, session), done: make(chan error, 1), fn: func(t *tx) error {
 			for n, i := range idx {
 				if n > 0 {
 					// The next submission reads what this one wrote.

@@ -46,9 +46,17 @@ const (
 type sharedOp struct {
 	ctx     context.Context
 	session string
-	open    func(b *pgx.Batch, t *tx)
+	// missing is the error when the session is not there; after queues
+	// the write's reads, run once the session is locked (nil: none).
+	missing error
+	after   func(b *pgx.Batch, t *tx)
 	fn      func(t *tx) error
 	done    chan error
+}
+
+// alone makes op's write in its own transaction.
+func (s *Store) alone(op *sharedOp, d belay.Durability) error {
+	return s.write(op.ctx, op.session, d, s.lockThen(op.session, op.missing, op.after), op.fn)
 }
 
 // sharer queues the writes of one durability.
@@ -58,22 +66,23 @@ type sharer struct {
 	running int
 }
 
-// shared runs a write like write (open starts it, fn decides), sharing
-// its transaction with other writes in flight (see above). fn must only
-// read on t's connection and queue its writes (t.queue, t.emit, t.tail):
-// what it executes itself would be committed with the others even if it
-// then failed.
-func (s *Store) shared(ctx context.Context, session string, d belay.Durability, open func(b *pgx.Batch, t *tx), fn func(t *tx) error) error {
+// shared runs a write to session like write (the session locked, then
+// after's reads, then fn decides), sharing its transaction with other
+// writes in flight (see above); missing is its error when the session is
+// not there. fn must only read on t's connection and queue its writes
+// (t.queue, t.emit, t.tail): what it executes itself would be committed
+// with the others even if it then failed.
+func (s *Store) shared(ctx context.Context, session string, d belay.Durability, missing error, after func(b *pgx.Batch, t *tx), fn func(t *tx) error) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	op := &sharedOp{ctx: ctx, session: session, missing: missing, after: after, fn: fn, done: make(chan error, 1)}
 	if s.writeAlone {
-		return s.write(ctx, session, d, open, fn)
+		return s.alone(op, d)
 	}
-	op := &sharedOp{ctx: ctx, session: session, open: open, fn: fn, done: make(chan error, 1)}
 	sh := &s.sharers[0]
 	if d == belay.Buffered {
 		sh = &s.sharers[1]
@@ -135,15 +144,14 @@ func (s *Store) runShared(d belay.Durability, ops []*sharedOp) {
 		return
 	}
 	if len(ops) == 1 {
-		op := ops[0]
-		op.done <- s.write(op.ctx, op.session, d, op.open, op.fn)
+		ops[0].done <- s.alone(ops[0], d)
 		return
 	}
 	slices.SortFunc(ops, func(a, b *sharedOp) int { return strings.Compare(a.session, b.session) })
 	errs, retry, err := s.commitShared(d, ops)
 	if retry {
 		for _, op := range ops {
-			op.done <- s.write(op.ctx, op.session, d, op.open, op.fn)
+			op.done <- s.alone(op, d)
 		}
 		return
 	}
@@ -183,13 +191,39 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 		if d == belay.Buffered {
 			b.Queue(`SET LOCAL synchronous_commit = off`)
 		}
+		// Every session locked by one statement, in id order (ops are
+		// sorted), then each write's reads.
+		ids := make([]string, len(ops))
+		byID := map[string]*tx{}
 		for i, op := range ops {
 			ts[i] = &tx{Conn: conn, ctx: ctx, session: op.session}
-			op.open(b, ts[i])
+			ids[i], byID[op.session] = op.session, ts[i]
+		}
+		found := map[string]bool{}
+		b.Queue(`SELECT id, last_seq, provider, model, coalesce($2::timestamptz, now()) FROM belay_sessions
+			WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids, s.nowArg()).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id string
+				var lastSeq int64
+				var provider, model string
+				var now time.Time
+				if err := rows.Scan(&id, &lastSeq, &provider, &model, &now); err != nil {
+					return err
+				}
+				t := byID[id]
+				t.lastSeq, t.provider, t.model, t.now = uint64(lastSeq), provider, model, now
+				found[id] = true
+			}
+			return rows.Err()
+		})
+		for i, op := range ops {
+			if op.after != nil {
+				op.after(b, ts[i])
+			}
 		}
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
-			// One write's opening failed (its session or run is gone),
-			// and the batch stopped reading the others': each alone.
+			// A write's read failed (its run is gone), and the batch
+			// stopped reading the others': each alone.
 			retry = true
 			return err
 		}
@@ -197,6 +231,10 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 		var ok []*tx
 		for i, op := range ops {
 			t := ts[i]
+			if !found[op.session] {
+				errs[i] = op.missing
+				continue
+			}
 			t.now = t.now.UTC()
 			if ferr := op.fn(t); ferr != nil {
 				if conn.IsClosed() || conn.PgConn().TxStatus() != 'T' {

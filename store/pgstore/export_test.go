@@ -24,11 +24,8 @@ func ShareNow(s *Store, d belay.Durability, ws []SharedAppend) []error {
 	ops := make([]*sharedOp, len(ws))
 	for i, w := range ws {
 		var fence map[string]fenceRow
-		open := func(b *pgx.Batch, t *tx) {
-			s.lockOpen(w.Session)(b, t)
-			fence = queueFenceRead(b, w.Session, []belay.Event{w.Event})
-		}
-		ops[i] = &sharedOp{ctx: context.Background(), session: w.Session, open: open, done: make(chan error, 1),
+		after := func(b *pgx.Batch, t *tx) { fence = queueFenceRead(b, w.Session, []belay.Event{w.Event}) }
+		ops[i] = &sharedOp{ctx: context.Background(), session: w.Session, missing: belay.ErrNotFound, after: after, done: make(chan error, 1),
 			fn: func(t *tx) error {
 				e := w.Event
 				if e.Run != "" {

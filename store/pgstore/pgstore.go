@@ -428,16 +428,25 @@ func (s *Store) withSession(ctx context.Context, session string, d belay.Durabil
 
 // lockOpen is the opening of a write to session: its row lock.
 func (s *Store) lockOpen(session string) func(b *pgx.Batch, t *tx) {
+	return s.lockThen(session, fmt.Errorf("%w: session %s", belay.ErrNotFound, session), nil)
+}
+
+// lockThen is the opening of a write to session: its row lock (missing
+// is the error when the session is not there), then after's reads.
+func (s *Store) lockThen(session string, missing error, after func(b *pgx.Batch, t *tx)) func(b *pgx.Batch, t *tx) {
 	return func(b *pgx.Batch, t *tx) {
 		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
 			var lastSeq int64
 			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("%w: session %s", belay.ErrNotFound, session)
+				return missing
 			}
 			t.lastSeq = uint64(lastSeq)
 			return err
 		})
+		if after != nil {
+			after(b, t)
+		}
 	}
 }
 

@@ -296,16 +296,7 @@ func (s *Store) withRunOpen(ctx context.Context, id string, extra func(b *pgx.Ba
 	}
 	var out belay.Run
 	var r lockedRun
-	err := s.shared(ctx, session, belay.Sync, func(b *pgx.Batch, t *tx) {
-		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
-			var lastSeq int64
-			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
-			}
-			t.lastSeq = uint64(lastSeq)
-			return err
-		})
+	err := s.shared(ctx, session, belay.Sync, fmt.Errorf("%w: run %s", belay.ErrNotFound, id), func(b *pgx.Batch, t *tx) {
 		// Read after the lock is granted (statements of a pipeline run in
 		// order), so the run is as the last writer left it.
 		b.Queue(`SELECT status, phase, epoch, lease_owner, lease_expires_at, cancel_reason IS NOT NULL FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {

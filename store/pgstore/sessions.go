@@ -246,16 +246,13 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 		}
 	}
 	var seqs []uint64
-	open := s.lockOpen(id)
+	var after func(b *pgx.Batch, t *tx)
 	var fence map[string]fenceRow
 	if fenced {
 		// The runs the events name are read in the lock's round trip.
-		open = func(b *pgx.Batch, t *tx) {
-			s.lockOpen(id)(b, t)
-			fence = queueFenceRead(b, id, evs)
-		}
+		after = func(b *pgx.Batch, t *tx) { fence = queueFenceRead(b, id, evs) }
 	}
-	err := s.shared(ctx, id, d, open, func(t *tx) error {
+	err := s.shared(ctx, id, d, fmt.Errorf("%w: session %s", belay.ErrNotFound, id), after, func(t *tx) error {
 		if fenced {
 			for i := range evs {
 				if err := checkFence(t.session, &evs[i], fence); err != nil {
