@@ -1,11 +1,9 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -21,10 +19,6 @@ const (
 	// MaxBatchBody caps its body: a batch of the largest runs is sent in
 	// several requests.
 	MaxBatchBody = 32 << 20
-	// batchWorkers is how many submissions of a batch are written at
-	// once: a store with many connections (PostgreSQL) commits them in
-	// parallel; one session's submissions stay in their order.
-	batchWorkers = 16
 )
 
 // createRuns is POST /v1/runs:batch: each submission is what POST
@@ -33,8 +27,9 @@ const (
 // for the limits is refused whole (413 for the body, 400 for the count),
 // naming the limit; otherwise the answer is 200 and every submission has
 // its own status. Submissions to the same session are made in the order
-// given (so they queue in that order), others in parallel. A retry of the
-// whole batch with the same keys returns the same runs.
+// given (so they queue in that order); those to existing sessions are
+// written together (runtime.SubmitBatch). A retry of the whole batch with
+// the same keys returns the same runs.
 func (s *Server) createRuns(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > MaxBatchBody {
 		// Said before reading it; a body without a length is cut at the
@@ -57,64 +52,38 @@ func (s *Server) createRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	results := make([]apitype.BatchResult, len(req.Runs))
-	// Lanes: the submissions to one session, in order; each new-session
-	// submission is a lane of its own.
-	var lanes [][]int
-	bySession := map[string]int{}
-	for i, b := range req.Runs {
-		if b.Session == "" {
-			lanes = append(lanes, []int{i})
-			continue
-		}
-		l, ok := bySession[b.Session]
-		if !ok {
-			l = len(lanes)
-			bySession[b.Session] = l
-			lanes = append(lanes, nil)
-		}
-		lanes[l] = append(lanes[l], i)
-	}
-	work := make(chan []int)
-	var wg sync.WaitGroup
-	for range min(batchWorkers, len(lanes)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for lane := range work {
-				for _, i := range lane {
-					results[i] = s.submitOne(r.Context(), req.Runs[i])
-				}
-			}
-		}()
-	}
-	for _, lane := range lanes {
-		work <- lane
-	}
-	close(work)
-	wg.Wait()
-	writeJSON(w, http.StatusOK, apitype.BatchResponse{Results: results})
-}
-
-// submitOne makes one submission of a batch.
-func (s *Server) submitOne(ctx context.Context, b apitype.BatchRun) apitype.BatchResult {
 	fail := func(err error) apitype.BatchResult {
 		status, body := errorBody(err)
 		return apitype.BatchResult{Status: status, Error: &body}
 	}
-	if err := checkBatchRun(b); err != nil {
-		return fail(err)
+	// The submissions that pass the checks of POST /v1/runs go to the
+	// runtime together: one store write for many runs where the store
+	// can (runtime.SubmitBatch).
+	var reqs []runtime.SubmitRequest
+	var at []int
+	for i, b := range req.Runs {
+		if err := checkBatchRun(b); err != nil {
+			results[i] = fail(err)
+			continue
+		}
+		reqs = append(reqs, runtime.SubmitRequest{
+			Session: b.Session, Provider: b.Provider, Model: b.Model, Prompt: b.Prompt,
+			Script: b.Script, Options: b.Options, Policy: b.Policy, Priority: b.Priority,
+			Deadline: time.Duration(b.Deadline), IdempotencyKey: b.IdempotencyKey, Labels: b.Labels,
+			Tags: b.Tags, Meta: b.Meta,
+		})
+		at = append(at, i)
 	}
-	run, err := s.rt.Submit(ctx, runtime.SubmitRequest{
-		Session: b.Session, Provider: b.Provider, Model: b.Model, Prompt: b.Prompt,
-		Script: b.Script, Options: b.Options, Policy: b.Policy, Priority: b.Priority,
-		Deadline: time.Duration(b.Deadline), IdempotencyKey: b.IdempotencyKey, Labels: b.Labels,
-		Tags: b.Tags, Meta: b.Meta,
-	})
-	if err != nil {
-		return fail(err)
+	runs, errs := s.rt.SubmitBatch(r.Context(), reqs)
+	for k, i := range at {
+		if errs[k] != nil {
+			results[i] = fail(errs[k])
+			continue
+		}
+		out := s.withActivity(runs[k])
+		results[i] = apitype.BatchResult{Status: http.StatusCreated, Run: &out}
 	}
-	out := s.withActivity(run)
-	return apitype.BatchResult{Status: http.StatusCreated, Run: &out}
+	writeJSON(w, http.StatusOK, apitype.BatchResponse{Results: results})
 }
 
 // checkBatchRun applies to a submission the checks POST /v1/runs makes

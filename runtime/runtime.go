@@ -277,20 +277,8 @@ const maxNameLen = 256
 // Submit creates a run and queues it under its policy (G3, G4). An input
 // larger than MaxInput is refused before anything is created.
 func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, error) {
-	if !req.Policy.Valid() {
-		return belay.Run{}, fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, req.Policy)
-	}
-	if err := belay.CheckTags(req.Tags, req.Meta); err != nil {
-		return belay.Run{}, err
-	}
-	if len(req.Provider) > maxNameLen || len(req.Model) > maxNameLen {
-		return belay.Run{}, fmt.Errorf("%w: provider and model names are at most %d bytes", belay.ErrInvalid, maxNameLen)
-	}
-	input, err := CheckInput(belay.InputData{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
+	input, err := r.checkSubmit(req)
 	if err != nil {
-		return belay.Run{}, err
-	}
-	if err := r.admitting(); err != nil {
 		return belay.Run{}, err
 	}
 	sessionID := req.Session
@@ -366,7 +354,144 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 		}
 	}
 	r.claimSoon()
-	return r.store.Run(ctx, run.ID)
+	// The run as the write returned it (queued): a claim may start it
+	// any moment, so a reread would be no truer, only a round trip more.
+	return run, nil
+}
+
+// checkSubmit refuses a request that cannot be submitted whatever the
+// store holds, and returns its input's JSON.
+func (r *Runtime) checkSubmit(req SubmitRequest) ([]byte, error) {
+	if !req.Policy.Valid() {
+		return nil, fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, req.Policy)
+	}
+	if err := belay.CheckTags(req.Tags, req.Meta); err != nil {
+		return nil, err
+	}
+	if len(req.Provider) > maxNameLen || len(req.Model) > maxNameLen {
+		return nil, fmt.Errorf("%w: provider and model names are at most %d bytes", belay.ErrInvalid, maxNameLen)
+	}
+	input, err := CheckInput(belay.InputData{Prompt: req.Prompt, Script: req.Script, Options: req.Options})
+	if err != nil {
+		return nil, err
+	}
+	return input, r.admitting()
+}
+
+// batchWorkers bounds the session reads and new-session submissions of a
+// SubmitBatch in flight at once.
+const batchWorkers = 16
+
+// SubmitBatch submits many runs at once (POST /v1/runs:batch): each
+// request is what Submit would do, with its own outcome (runs[i] or
+// errs[i]). Requests to existing sessions are written with one
+// store.SubmitBatch (on PostgreSQL a few transactions for the whole
+// batch), in the order given within a session; a request without a
+// session creates its session and run in one write, as Submit does.
+func (r *Runtime) SubmitBatch(ctx context.Context, reqs []SubmitRequest) ([]belay.Run, []error) {
+	runs, errs := make([]belay.Run, len(reqs)), make([]error, len(reqs))
+	inputs := make([][]byte, len(reqs))
+	var fresh []int // requests that create their session
+	sessions := map[string]*belay.Session{}
+	for i, req := range reqs {
+		if inputs[i], errs[i] = r.checkSubmit(req); errs[i] != nil {
+			continue
+		}
+		if req.Session == "" {
+			fresh = append(fresh, i)
+		} else {
+			sessions[req.Session] = nil
+		}
+	}
+	// The sessions (provider, model and options), and the requests that
+	// create theirs, a few at a time.
+	var mu sync.Mutex
+	sessErr := map[string]error{}
+	jobs := make(chan func())
+	var wg sync.WaitGroup
+	for range batchWorkers {
+		wg.Go(func() {
+			for job := range jobs {
+				job()
+			}
+		})
+	}
+	ids := make([]string, 0, len(sessions))
+	for id := range sessions {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		jobs <- func() {
+			sess, err := r.store.Session(ctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				sessErr[id] = err
+				return
+			}
+			sessions[id] = &sess
+		}
+	}
+	for _, i := range fresh {
+		jobs <- func() { runs[i], errs[i] = r.Submit(ctx, reqs[i]) }
+	}
+	close(jobs)
+	wg.Wait()
+
+	var ins []store.SubmitInput
+	var at []int // the request of each of ins
+	models := make([]string, len(reqs))
+	for i, req := range reqs {
+		if errs[i] != nil || req.Session == "" {
+			continue
+		}
+		if err := sessErr[req.Session]; err != nil {
+			errs[i] = err
+			continue
+		}
+		sess := sessions[req.Session]
+		prov, model := req.Provider, req.Model
+		if prov == "" {
+			prov = sess.Provider
+		}
+		if model == "" && prov == sess.Provider {
+			model = sess.Model
+		}
+		if err := r.validate(prov, provider.Request{Session: sess.ID, Model: model, Prompt: req.Prompt, Input: inputs[i], Options: sess.Options}); err != nil {
+			errs[i] = err
+			continue
+		}
+		models[i] = model
+		ins = append(ins, store.SubmitInput{Policy: req.Policy, RunInput: belay.RunInput{
+			Session: sess.ID, IdempotencyKey: req.IdempotencyKey, Priority: req.Priority,
+			Provider: prov, Model: model, Deadline: r.clk.Now().Add(r.deadlineOf(req.Deadline, prov, model)), Input: inputs[i],
+			Tags: req.Tags, Meta: req.Meta,
+		}})
+		at = append(at, i)
+	}
+	if len(ins) > 0 {
+		res, serrs := r.store.SubmitBatch(ctx, ins)
+		for k, i := range at {
+			switch {
+			case serrs[k] != nil:
+				errs[i] = serrs[k]
+			case !res[k].Created:
+				// An idempotent repeat: the same request, or refused.
+				if err := r.sameSubmit(ctx, res[k].Run, reqs[i].IdempotencyKey, ins[k].Provider, models[i], inputs[i]); err != nil {
+					errs[i] = err
+					continue
+				}
+				runs[i] = res[k].Run
+			default:
+				runs[i] = res[k].Run
+				if res[k].Interrupted != "" {
+					r.cancelLocal(res[k].Interrupted) // the change feed tells its owner too
+				}
+			}
+		}
+	}
+	r.claimSoon()
+	return runs, errs
 }
 
 // validate looks the provider up and lets it check the request, so that a

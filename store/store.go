@@ -81,6 +81,14 @@ type Store interface {
 	// already used in the session returns the original run and
 	// Created=false, whatever the policy (the caller compares inputs).
 	Submit(ctx context.Context, in SubmitInput) (SubmitResult, error)
+	// SubmitBatch makes many submissions at once (POST /v1/runs:batch),
+	// each exactly as Submit would and with its own outcome: errs[i] is
+	// nil or why submission i was refused (results[i] is then zero).
+	// Submissions to one session are made in the order given. Stores
+	// write a batch in as few durable writes as they can (PostgreSQL: one
+	// transaction for up to 256 sessions); every submission that has a
+	// result is durable when SubmitBatch returns (G1).
+	SubmitBatch(ctx context.Context, ins []SubmitInput) (results []SubmitResult, errs []error)
 	// ClaimRuns leases up to c.Max runs to c.Owner, judged by the store's
 	// clock, in one atomic step per run: first runs to rescue (running
 	// runs whose lease expired or whose owner is not live, never a live
@@ -113,8 +121,9 @@ type Store interface {
 	// changes). Within a session, changes come in seq order; the feed has
 	// no gaps. A cursor older than what the store keeps fails with
 	// ErrCursorExpired: the caller rereads the state it follows and goes
-	// on from ChangeHead. Only state changes (the event types below) are
-	// in the feed; a session's other events are read with Events.
+	// on from ChangeHead. Only the state changes a follower acts on are in
+	// the feed (InFeed); a session's other events, a running run's phase
+	// changes and lease renewals among them, are read with Events.
 	Changes(ctx context.Context, after uint64, max int) (changes []Change, next uint64, err error)
 	// ChangeHead is the cursor of the last committed change.
 	ChangeHead(ctx context.Context) (uint64, error)
@@ -222,6 +231,23 @@ type Change struct {
 	Delivery string `json:"delivery,omitempty"`
 	// Ended says a run.updated change ended the run.
 	Ended bool `json:"ended,omitempty"`
+}
+
+// InFeed reports whether a store event's change is in the change feed:
+// what a follower acts on (a new session or run, a lease granted or
+// released, a cancel request, a run's end, an inbox change). A running
+// run's phase changes, lease renewals and notification claims are not:
+// they concern only the run's owner or the notifier, which read them
+// from the session, and leaving them out spares every store a feed
+// record per step of every run.
+func InFeed(c Change) bool {
+	switch c.Type {
+	case belay.EventRunUpdated:
+		return c.Ended
+	case belay.EventRunRenewed, belay.EventNotifyClaimed, belay.EventNotifySettled:
+		return false
+	}
+	return belay.StoreEventType(c.Type)
 }
 
 // Default retention ages (G12).

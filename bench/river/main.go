@@ -8,8 +8,11 @@
 // transaction per job) and a no-op worker. belay: `belay bench runs`
 // (runtime.Submit of a no-op run through the fake provider, every state
 // change durable) on the embedded file store and on the PostgreSQL store.
-// Then River's InsertMany path (batches of 500) beside belay's batch path,
-// which does not exist yet.
+// belay on PostgreSQL runs with 1 node and with -nodes N (default 3)
+// runtimes, each with its own connection pool, over the one database.
+// Then River's InsertMany path (batches of 500) beside belay's batch path
+// (runtime.SubmitBatch, the path of POST /v1/runs:batch and `belay send
+// --batch`, in batches of the same size) on PostgreSQL.
 //
 // It lives in its own Go module so that belay's go.mod never depends on
 // River. Run it from the repository:
@@ -50,6 +53,7 @@ type config struct {
 	Submitters int
 	Batch      int
 	Workers    int
+	Nodes      int
 	Dir        string
 	JSON       bool
 	Skip       map[string]bool
@@ -84,8 +88,9 @@ func main() {
 	flag.IntVar(&cfg.Submitters, "submitters", 16, "concurrent submitters, one job per transaction each")
 	flag.IntVar(&cfg.Batch, "batch", 500, "River InsertMany batch size")
 	flag.IntVar(&cfg.Workers, "workers", 100, "River MaxWorkers of the default queue")
+	flag.IntVar(&cfg.Nodes, "nodes", 3, "belay nodes (runtimes with their own pools) of the multi-node PostgreSQL path")
 	flag.StringVar(&cfg.Dir, "dir", "", "scratch directory for belay's file store (default: the system temp dir)")
-	flag.StringVar(&skip, "skip", "", "comma-separated paths to skip: river, river-batch, belay-file, belay-pg")
+	flag.StringVar(&skip, "skip", "", "comma-separated paths to skip: river, river-batch, belay-file, belay-pg, belay-pg-nodes, belay-batch")
 	flag.BoolVar(&cfg.JSON, "json", false, "print JSON")
 	flag.Parse()
 	cfg.Skip = map[string]bool{}
@@ -141,18 +146,31 @@ func run(ctx context.Context, cfg config) error {
 		add(Result{Name: "belay-file", Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
 			Note: fmt.Sprintf("%.1f durable events per run", res.SyncsPerRun)})
 	}
-	if !cfg.Skip["belay-pg"] {
-		progress("belay on PostgreSQL (pgstore)")
+	// belay on PostgreSQL, each path on a fresh database of the cluster.
+	belayPG := func(name string, nodes, batch int, note string) error {
+		if cfg.Skip[name] {
+			return nil
+		}
+		progress("%s: belay on PostgreSQL, %d node(s)", name, nodes)
 		db, err := pg.CreateDatabase(ctx)
 		if err != nil {
 			return err
 		}
-		res, err := bench.Runs(ctx, bench.RunsConfig{Dir: cfg.Dir, Store: pg.URL(db), Runs: cfg.Jobs, Sessions: cfg.Sessions, Submitters: cfg.Submitters})
+		res, err := bench.Runs(ctx, bench.RunsConfig{Dir: cfg.Dir, Store: pg.URL(db), Runs: cfg.Jobs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Nodes: nodes, Batch: batch})
 		if err != nil {
-			return fmt.Errorf("belay pgstore: %w", err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		add(Result{Name: "belay-pg", Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
-			Note: fmt.Sprintf("%.1f durable events per run, 1 node", res.SyncsPerRun)})
+		add(Result{Name: name, Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
+			Note: fmt.Sprintf("%.1f durable events per run, %d node(s)%s", res.SyncsPerRun, nodes, note)})
+		return nil
+	}
+	if err := belayPG("belay-pg", 1, 0, ""); err != nil {
+		return err
+	}
+	if cfg.Nodes > 1 {
+		if err := belayPG("belay-pg-nodes", cfg.Nodes, 0, ""); err != nil {
+			return err
+		}
 	}
 	if !cfg.Skip["river-batch"] {
 		r, _, err := benchRiver(ctx, pg, cfg, true)
@@ -160,7 +178,9 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("river InsertMany: %w", err)
 		}
 		add(r)
-		add(Result{Name: "belay-batch", Unmeasured: true, Note: "belay has no batch submit yet (POST /v1/runs:batch is issue 16)"})
+	}
+	if err := belayPG("belay-batch", 1, cfg.Batch, fmt.Sprintf(", SubmitBatch in batches of %d", cfg.Batch)); err != nil {
+		return err
 	}
 	ratio := func(key, a, b string) {
 		ra, oka := byName[a]
@@ -171,6 +191,8 @@ func run(ctx context.Context, cfg config) error {
 	}
 	ratio("belay-file / river", "belay-file", "river")
 	ratio("belay-pg / river", "belay-pg", "river")
+	ratio(fmt.Sprintf("belay-pg-nodes (%d) / river", cfg.Nodes), "belay-pg-nodes", "river")
+	ratio("belay-batch / river-batch", "belay-batch", "river-batch")
 	return print(rep, cfg.JSON)
 }
 

@@ -41,7 +41,15 @@ type RunsConfig struct {
 	// Store is "" or "file:" (the embedded store in a scratch directory)
 	// or a postgres:// URL (pgstore; migrated if needed, its sessions
 	// left in the database).
-	Store    string
+	Store string
+	// Nodes runs that many runtimes, each with its own store (its own
+	// connection pool), over one PostgreSQL database (postgres:// only);
+	// the submitters are spread over them.
+	Nodes int
+	// Batch > 0 submits the runs in batches of that many per call
+	// (runtime.SubmitBatch, the path of POST /v1/runs:batch) instead of
+	// one per call.
+	Batch    int
 	Progress func(string)
 }
 
@@ -53,6 +61,7 @@ type RunsResult struct {
 	Sync        string  `json:"sync"`
 	Store       string  `json:"store"`
 	Nodes       int     `json:"nodes"`
+	Batch       int     `json:"batch,omitempty"`
 	RunsPerSec  float64 `json:"runs_per_sec"`
 	P50Millis   float64 `json:"submit_to_complete_p50_ms"`
 	P99Millis   float64 `json:"submit_to_complete_p99_ms"`
@@ -96,10 +105,16 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 	if cfg.Sync == "" {
 		cfg.Sync = fsstore.SyncFile
 	}
-	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Sync: cfg.Sync, Store: "file", Nodes: 1}
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 1
+	}
+	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Sync: cfg.Sync, Store: "file", Nodes: cfg.Nodes, Batch: cfg.Batch}
 	kind, err := daemon.StoreKind(cfg.Store)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Nodes > 1 && kind != "postgres" {
+		return nil, fmt.Errorf("%w: bench: --nodes above 1 needs --store postgres://... (the file store has one node)", belay.ErrInvalid)
 	}
 	if kind == "postgres" {
 		res.Store, res.Sync = pgstore.Redact(cfg.Store), ""
@@ -148,11 +163,6 @@ func openRunsStore(ctx context.Context, cfg RunsConfig, dir string) (store.Store
 }
 
 func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult) error {
-	st, err := openRunsStore(ctx, cfg, dir)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	var (
 		mu       sync.Mutex
 		submitAt = map[string]time.Time{}
@@ -173,17 +183,29 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 			close(allDone)
 		}
 	}
-	rt, err := brt.New(brt.Options{
-		Store: st, Providers: provider.Registry{"fake": fake.New(fake.Options{})},
-		PruneEvery: -1, OnRunEnd: onEnd,
-	})
-	if err != nil {
-		return err
+	// One store and runtime per node, over one database.
+	stores := make([]store.Store, cfg.Nodes)
+	rts := make([]*brt.Runtime, cfg.Nodes)
+	for n := range cfg.Nodes {
+		st, err := openRunsStore(ctx, cfg, dir)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		rt, err := brt.New(brt.Options{
+			Store: st, Providers: provider.Registry{"fake": fake.New(fake.Options{})},
+			PruneEvery: -1, OnRunEnd: onEnd,
+		})
+		if err != nil {
+			return err
+		}
+		if err := rt.Start(ctx); err != nil {
+			return err
+		}
+		defer rt.Stop(context.WithoutCancel(ctx))
+		stores[n], rts[n] = st, rt
 	}
-	if err := rt.Start(ctx); err != nil {
-		return err
-	}
-	defer rt.Stop(context.WithoutCancel(ctx))
+	st := stores[0]
 
 	cfg.Progress(fmt.Sprintf("creating %d sessions", cfg.Sessions))
 	sessions := make([]string, cfg.Sessions)
@@ -196,28 +218,54 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	}
 	beforeSeq := totalSeq(ctx, st, sessions)
 
-	cfg.Progress(fmt.Sprintf("submitting %d runs from %d submitters", cfg.Runs, cfg.Submitters))
+	how := "one run per call"
+	if cfg.Batch > 0 {
+		how = fmt.Sprintf("batches of %d", cfg.Batch)
+	}
+	cfg.Progress(fmt.Sprintf("submitting %d runs from %d submitters (%s) to %d node(s)", cfg.Runs, cfg.Submitters, how, cfg.Nodes))
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, cfg.Submitters)
+	per := max(cfg.Batch, 1)
 	for w := 0; w < cfg.Submitters; w++ {
+		rt := rts[w%cfg.Nodes]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				i := next.Add(1) - 1
-				if i >= int64(cfg.Runs) {
+				from := next.Add(int64(per)) - int64(per)
+				if from >= int64(cfg.Runs) {
 					return
+				}
+				n := min(int64(per), int64(cfg.Runs)-from)
+				reqs := make([]brt.SubmitRequest, n)
+				for k := range reqs {
+					reqs[k] = brt.SubmitRequest{Session: sessions[(from+int64(k))%int64(cfg.Sessions)], Prompt: "ok"}
 				}
 				t := time.Now()
-				run, err := rt.Submit(ctx, brt.SubmitRequest{Session: sessions[i%int64(cfg.Sessions)], Prompt: "ok"})
-				if err != nil {
-					errc <- err
-					return
+				var runs []belay.Run
+				if cfg.Batch > 0 {
+					var errs []error
+					runs, errs = rt.SubmitBatch(ctx, reqs)
+					for _, err := range errs {
+						if err != nil {
+							errc <- err
+							return
+						}
+					}
+				} else {
+					run, err := rt.Submit(ctx, reqs[0])
+					if err != nil {
+						errc <- err
+						return
+					}
+					runs = []belay.Run{run}
 				}
 				mu.Lock()
-				submitAt[run.ID] = t
+				for _, run := range runs {
+					submitAt[run.ID] = t
+				}
 				mu.Unlock()
 			}
 		}()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/testpg"
 )
 
@@ -22,4 +23,21 @@ func TestRunsBenchOnPostgres(t *testing.T) {
 	require.Zero(t, res.IdleSessions, "the idle-memory part measures the file store only")
 	require.Equal(t, 1, res.Nodes)
 	require.Contains(t, res.Store, "postgres://")
+}
+
+// TestRunsBenchNodesAndBatch: --nodes runs several runtimes over one
+// database and --batch submits through SubmitBatch; every run completes
+// either way, once.
+func TestRunsBenchNodesAndBatch(t *testing.T) {
+	pg := testpg.Start(t, testpg.Options{})
+	for _, c := range []struct{ nodes, batch int }{{2, 0}, {1, 25}, {3, 40}} {
+		res, err := Runs(context.Background(), RunsConfig{Dir: t.TempDir(), Store: pg.Database(t), Runs: 200, Sessions: 40, Submitters: 4, Nodes: c.nodes, Batch: c.batch})
+		require.NoError(t, err)
+		require.Equal(t, c.nodes, res.Nodes)
+		require.Equal(t, c.batch, res.Batch)
+		require.Positive(t, res.RunsPerSec)
+		require.Greater(t, res.SyncsPerRun, 3.0)
+	}
+	_, err := Runs(context.Background(), RunsConfig{Dir: t.TempDir(), Runs: 10, Nodes: 2})
+	require.ErrorIs(t, err, belay.ErrInvalid, "several nodes need PostgreSQL")
 }

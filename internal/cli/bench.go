@@ -12,6 +12,7 @@ import (
 
 	"github.com/belayhq/belay/internal/bench"
 	"github.com/belayhq/belay/internal/datadir"
+	"github.com/belayhq/belay/store/pgstore"
 )
 
 func newBenchCmd(stdio Stdio) *cobra.Command {
@@ -31,6 +32,8 @@ type benchRunsOptions struct {
 	Idle       int
 	Sync       string
 	Store      string
+	Nodes      int
+	Batch      int
 	Dir        string
 	Data       string
 	JSON       bool
@@ -51,7 +54,12 @@ into a fresh store and reports the resident memory they take.
 With --store postgres://USER@HOST/DB the runs go through the PostgreSQL
 store instead (its schema is migrated if needed; the bench's sessions stay
 in the database; the idle-memory part is skipped, it measures the file
-store). Use a scratch database.`,
+store). Use a scratch database. --nodes N runs N runtimes, each with its
+own connection pool, over that one database (the submitters spread over
+them), as N daemons would.
+
+--batch N submits the runs N at a time (runtime.SubmitBatch, the path of
+POST /v1/runs:batch and belay send --batch) instead of one per call.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchRuns(cmd, stdio, opts) },
 	}
@@ -62,6 +70,8 @@ store). Use a scratch database.`,
 	f.IntVar(&opts.Idle, "idle", 100000, "idle sessions for the memory measurement (0 to skip)")
 	f.StringVar(&opts.Sync, "sync", "file", "store sync mode: file (fdatasync per journal) or filesystem (shared syncfs)")
 	f.StringVar(&opts.Store, "store", "", "store to bench: file: (default) or postgres://USER@HOST/DB (a scratch database)")
+	f.IntVar(&opts.Nodes, "nodes", 1, "runtimes over the one database, each with its own pool (postgres:// only)")
+	f.IntVar(&opts.Batch, "batch", 0, "submit the runs in batches of this many (0: one per call)")
 	f.StringVar(&opts.Dir, "dir", "", "scratch directory (default: inside the data directory)")
 	f.StringVar(&opts.Data, "data", "", "data directory (default $BELAY_HOME, $XDG_STATE_HOME/belay, ~/.local/state/belay)")
 	f.BoolVar(&opts.JSON, "json", false, "print JSON")
@@ -69,8 +79,11 @@ store). Use a scratch database.`,
 }
 
 func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error {
-	if opts.Runs < 1 || opts.Sessions < 1 || opts.Submitters < 1 || opts.Idle < 0 {
-		return usagef("belay bench runs --runs 20000 --sessions 1000", "--runs, --sessions and --submitters must be at least 1, --idle at least 0")
+	if opts.Runs < 1 || opts.Sessions < 1 || opts.Submitters < 1 || opts.Idle < 0 || opts.Nodes < 1 || opts.Batch < 0 {
+		return usagef("belay bench runs --runs 20000 --sessions 1000", "--runs, --sessions, --submitters and --nodes must be at least 1, --idle and --batch at least 0")
+	}
+	if opts.Nodes > 1 && !pgstore.IsURL(opts.Store) {
+		return usagef("belay bench runs --store postgres://USER@HOST/DB --nodes 3", "--nodes above 1 needs --store postgres://... (the file store has one node)")
 	}
 	dir, err := benchDir(stdio, opts.Dir, opts.Data)
 	if err != nil {
@@ -78,6 +91,7 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	}
 	res, err := bench.Runs(cmd.Context(), bench.RunsConfig{
 		Dir: dir, Runs: opts.Runs, Sessions: opts.Sessions, Submitters: opts.Submitters, IdleSessions: opts.Idle, Sync: opts.Sync, Store: opts.Store,
+		Nodes: opts.Nodes, Batch: opts.Batch,
 		Progress: func(s string) { fmt.Fprintf(stdio.Err, "… %s\n", s) },
 	})
 	if err != nil {
@@ -87,7 +101,11 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 		return writeJSON(stdio.Out, res)
 	}
 	w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters, store %s, %d node(s)\n\n", res.Runs, res.Sessions, res.Submitters, res.Store, res.Nodes)
+	how := "one run per submit"
+	if res.Batch > 0 {
+		how = fmt.Sprintf("batches of %d", res.Batch)
+	}
+	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters (%s), store %s, %d node(s)\n\n", res.Runs, res.Sessions, res.Submitters, how, res.Store, res.Nodes)
 	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run")
 	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun)
 	fmt.Fprintln(w, "\nbaseline (same filesystem, same run)\tfdatasync/s\truns/s ÷ fdatasync/s")

@@ -136,7 +136,9 @@ func (s *Store) afterCommit(ss *session, evs []belay.Event) {
 			_ = json.Unmarshal(e.Data, &p) // the event was just written from such a struct
 			ch.Delivery = p.ID
 		}
-		changes = append(changes, ch)
+		if store.InFeed(ch) {
+			changes = append(changes, ch)
+		}
 	}
 	s.claims.mu.Unlock()
 	s.feed.push(changes)
@@ -569,4 +571,43 @@ func (s *Store) WaitChanges(ctx context.Context, after uint64) error {
 			return belay.ErrStoreClosed
 		}
 	}
+}
+
+// batchLanes is how many sessions of a SubmitBatch are written at once.
+const batchLanes = 16
+
+// SubmitBatch makes many submissions (see store.Store). Each session's
+// journal takes its submissions in order, one durable append each (its
+// group commit joins those that wait together); up to batchLanes sessions
+// are written at once.
+func (s *Store) SubmitBatch(ctx context.Context, ins []store.SubmitInput) ([]store.SubmitResult, []error) {
+	res, errs := make([]store.SubmitResult, len(ins)), make([]error, len(ins))
+	lane := map[string]int{}
+	var lanes [][]int
+	for i, in := range ins {
+		l, ok := lane[in.Session]
+		if !ok {
+			l = len(lanes)
+			lane[in.Session] = l
+			lanes = append(lanes, nil)
+		}
+		lanes[l] = append(lanes[l], i)
+	}
+	work := make(chan []int)
+	var wg sync.WaitGroup
+	for range min(batchLanes, len(lanes)) {
+		wg.Go(func() {
+			for lane := range work {
+				for _, i := range lane {
+					res[i], errs[i] = s.Submit(ctx, ins[i])
+				}
+			}
+		})
+	}
+	for _, lane := range lanes {
+		work <- lane
+	}
+	close(work)
+	wg.Wait()
+	return res, errs
 }

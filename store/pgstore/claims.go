@@ -34,102 +34,16 @@ const defaultClaimMax = 64
 const queuedOrder = `front DESC, CASE WHEN front THEN -ord ELSE ord END`
 
 // Submit creates a run under a follow-up policy (see store.Store), in one
-// transaction under the session's lock.
+// transaction under the session's lock (shared with other writes in
+// flight, combine.go).
 func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitResult, error) {
+	if err := checkSubmit(in); err != nil {
+		return store.SubmitResult{}, err
+	}
 	var res store.SubmitResult
-	if !in.Policy.Valid() {
-		return res, fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, in.Policy)
-	}
-	if err := checkJSON("run input", in.Input); err != nil {
-		return res, err
-	}
-	if err := belay.CheckTags(in.Tags, in.Meta); err != nil {
-		return res, err
-	}
-	if err := checkSession(in.Session); err != nil {
-		return res, err
-	}
-	id := ids.New(ids.Run)
 	var existing string
-	err := s.withSession(ctx, in.Session, belay.Sync, func(t *tx) error {
-		if in.IdempotencyKey != "" {
-			err := t.QueryRow(ctx, `SELECT id FROM belay_runs WHERE session = $1 AND idem_key = $2`, in.Session, in.IdempotencyKey).Scan(&existing)
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-		}
-		front := false
-		if p := in.Policy; p == belay.PolicyReject || p == belay.PolicyReplace || p == belay.PolicyInterrupt {
-			rows, err := t.Query(ctx, `SELECT id, status, cancel_reason IS NOT NULL FROM belay_runs
-				WHERE session = $1 AND status IN ('queued', 'running') ORDER BY status = 'running' DESC, `+queuedOrder, in.Session)
-			if err != nil {
-				return err
-			}
-			var active string
-			var activeAsked bool
-			var queued []string
-			for rows.Next() {
-				var rid, status string
-				var asked bool
-				if err := rows.Scan(&rid, &status, &asked); err != nil {
-					rows.Close()
-					return err
-				}
-				if belay.RunStatus(status) == belay.RunRunning {
-					if active == "" {
-						active, activeAsked = rid, asked
-					}
-				} else {
-					queued = append(queued, rid)
-				}
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			switch p {
-			case belay.PolicyReject:
-				if active != "" || len(queued) > 0 {
-					return store.ErrConversationBusy
-				}
-			case belay.PolicyReplace:
-				reason := "replaced by " + id
-				for _, q := range queued {
-					err := s.updateRun(t, q, 0, &lockedRun{status: belay.RunQueued, phase: belay.PhaseQueued}, belay.RunUpdate{
-						Phase: belay.PhaseCancelled, Reason: reason,
-						Error: &belay.RunError{Class: belay.ClassCancelled, Message: reason},
-					})
-					if err != nil {
-						return err
-					}
-				}
-				res.Cancelled = queued
-			case belay.PolicyInterrupt:
-				front = true
-				if active != "" {
-					res.Interrupted = active
-					if !activeAsked {
-						if err := s.requestCancel(t, active, "interrupted by run "+id, id); err != nil {
-							return err
-						}
-					}
-				}
-			}
-		}
-		if err := s.createRun(t, id, in.RunInput, t.provider, t.model, front); err != nil {
-			return err
-		}
-		t.tail = append(t.tail, func(b *pgx.Batch) {
-			b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
-				res.Run, err = scanRun(row)
-				return err
-			})
-		})
-		res.Created = true
-		return nil
+	err := s.shared(ctx, in.Session, belay.Sync, fmt.Errorf("%w: session %s", belay.ErrNotFound, in.Session), nil, func(t *tx) error {
+		return s.submit(t, in, ids.New(ids.Run), &res, &existing)
 	})
 	if err != nil {
 		return store.SubmitResult{}, err
@@ -139,6 +53,105 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 		return store.SubmitResult{Run: run}, err
 	}
 	return res, nil
+}
+
+// checkSubmit refuses a submission that cannot be made whatever the
+// session holds.
+func checkSubmit(in store.SubmitInput) error {
+	if !in.Policy.Valid() {
+		return fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, in.Policy)
+	}
+	if err := checkJSON("run input", in.Input); err != nil {
+		return err
+	}
+	if err := belay.CheckTags(in.Tags, in.Meta); err != nil {
+		return err
+	}
+	return checkSession(in.Session)
+}
+
+// submit makes one submission in t, under its session's lock: run id if
+// it creates one (res says what it did), or the run its idempotency key
+// already made (existing).
+func (s *Store) submit(t *tx, in store.SubmitInput, id string, res *store.SubmitResult, existing *string) error {
+	if in.IdempotencyKey != "" {
+		err := t.QueryRow(t.ctx, `SELECT id FROM belay_runs WHERE session = $1 AND idem_key = $2`, in.Session, in.IdempotencyKey).Scan(existing)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+	}
+	front := false
+	if p := in.Policy; p == belay.PolicyReject || p == belay.PolicyReplace || p == belay.PolicyInterrupt {
+		rows, err := t.Query(t.ctx, `SELECT id, status, cancel_reason IS NOT NULL FROM belay_runs
+			WHERE session = $1 AND status IN ('queued', 'running') ORDER BY status = 'running' DESC, `+queuedOrder, in.Session)
+		if err != nil {
+			return err
+		}
+		var active string
+		var activeAsked bool
+		var queued []string
+		for rows.Next() {
+			var rid, status string
+			var asked bool
+			if err := rows.Scan(&rid, &status, &asked); err != nil {
+				rows.Close()
+				return err
+			}
+			if belay.RunStatus(status) == belay.RunRunning {
+				if active == "" {
+					active, activeAsked = rid, asked
+				}
+			} else {
+				queued = append(queued, rid)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		switch p {
+		case belay.PolicyReject:
+			if active != "" || len(queued) > 0 {
+				return store.ErrConversationBusy
+			}
+		case belay.PolicyReplace:
+			reason := "replaced by " + id
+			for _, q := range queued {
+				err := s.updateRun(t, q, 0, &lockedRun{status: belay.RunQueued, phase: belay.PhaseQueued}, belay.RunUpdate{
+					Phase: belay.PhaseCancelled, Reason: reason,
+					Error: &belay.RunError{Class: belay.ClassCancelled, Message: reason},
+				})
+				if err != nil {
+					return err
+				}
+			}
+			res.Cancelled = queued
+		case belay.PolicyInterrupt:
+			front = true
+			if active != "" {
+				res.Interrupted = active
+				if !activeAsked {
+					if err := s.requestCancel(t, active, "interrupted by run "+id, id); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	if err := s.createRun(t, id, in.RunInput, t.provider, t.model, front); err != nil {
+		return err
+	}
+	t.tail = append(t.tail, func(b *pgx.Batch) {
+		b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
+			res.Run, err = scanRun(row)
+			return err
+		})
+	})
+	res.Created = true
+	return nil
 }
 
 // requestCancel journals run.cancel_requested on a running run in t.
@@ -264,6 +277,11 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 	if max <= 0 {
 		max = defaultClaimMax
 	}
+	// Claims take turns on the advisory lock anyway; this node's take
+	// turns here first, so that a claim waiting for its turn holds no
+	// pooled connection the node's writers need.
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, s.wrap(err)
@@ -545,4 +563,81 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 		out = append(out, store.Claimed{Run: r, Rescued: g.rescued})
 	}
 	return out, sessions, changes, nil
+}
+
+// maxBatchSessions bounds the sessions of one SubmitBatch transaction.
+const maxBatchSessions = 256
+
+// SubmitBatch makes many submissions (see store.Store): the submissions to
+// one session in order under its lock, the sessions together in one
+// shared transaction per maxBatchSessions (combine.go), so a batch costs
+// a few commits, not one per run. A submission refused under the lock
+// (reject on a busy session) drops only what it queued; a transaction the
+// server refuses is made again one session at a time.
+func (s *Store) SubmitBatch(ctx context.Context, ins []store.SubmitInput) ([]store.SubmitResult, []error) {
+	res, errs := make([]store.SubmitResult, len(ins)), make([]error, len(ins))
+	existing := make([]string, len(ins))
+	runIDs := make([]string, len(ins))
+	bySession := map[string][]int{}
+	var order []string
+	for i, in := range ins {
+		if errs[i] = checkSubmit(in); errs[i] != nil {
+			continue
+		}
+		runIDs[i] = ids.New(ids.Run)
+		if _, ok := bySession[in.Session]; !ok {
+			order = append(order, in.Session)
+		}
+		bySession[in.Session] = append(bySession[in.Session], i)
+	}
+	if err := s.writable(); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return res, errs
+	}
+	ops := make([]*sharedOp, len(order))
+	for k, session := range order {
+		idx := bySession[session]
+		ops[k] = &sharedOp{ctx: ctx, session: session, missing: fmt.Errorf("%w: session %s", belay.ErrNotFound, session), done: make(chan error, 1), fn: func(t *tx) error {
+			for n, i := range idx {
+				if n > 0 {
+					// The next submission reads what this one wrote.
+					if err := s.execute(t); err != nil {
+						return err
+					}
+				}
+				res[i], existing[i], errs[i] = store.SubmitResult{}, "", nil
+				m := t.mark()
+				if err := s.submit(t, ins[i], runIDs[i], &res[i], &existing[i]); err != nil {
+					if t.PgConn().TxStatus() != 'T' {
+						return err // the server refused: the transaction is gone
+					}
+					t.reset(m)
+					res[i], errs[i] = store.SubmitResult{}, err
+				}
+			}
+			return nil
+		}}
+	}
+	for from := 0; from < len(ops); from += maxBatchSessions {
+		chunk := ops[from:min(from+maxBatchSessions, len(ops))]
+		s.runShared(belay.Sync, slices.Clone(chunk))
+		for k, op := range chunk {
+			if err := <-op.done; err != nil {
+				for _, i := range bySession[order[from+k]] {
+					res[i], existing[i], errs[i] = store.SubmitResult{}, "", err
+				}
+			}
+		}
+	}
+	for i, id := range existing {
+		if id != "" && errs[i] == nil {
+			run, err := s.Run(ctx, id)
+			res[i], errs[i] = store.SubmitResult{Run: run}, err
+		}
+	}
+	return res, errs
 }

@@ -100,10 +100,30 @@ func (s *Store) PostDelivery(ctx context.Context, in belay.DeliveryInput) (belay
 	return d, created, err
 }
 
+// queueDeliveryKey queues, after the session's lock, the read of the item
+// (Type, Key) posted in t's session, for postDelivery.
+func queueDeliveryKey(b *pgx.Batch, t *tx, typ, key string) {
+	b.Queue(`SELECT coalesce((SELECT id FROM belay_deliveries WHERE session = $1 AND type = $2 AND key = $3), '')`, t.session, typ, key).QueryRow(func(row pgx.Row) error {
+		var id string
+		if err := row.Scan(&id); err != nil {
+			return err
+		}
+		if t.deliveryKeys == nil {
+			t.deliveryKeys = map[[2]string]string{}
+		}
+		t.deliveryKeys[[2]string{typ, key}] = id
+		return nil
+	})
+}
+
 // postDelivery journals delivery.posted and inserts the item, or returns
 // the item its (Key, Type) already posted.
 func (s *Store) postDelivery(t *tx, in belay.DeliveryInput) (string, bool, error) {
-	if in.Key != "" {
+	if id, ok := t.deliveryKeys[[2]string{in.Type, in.Key}]; ok && in.Key != "" {
+		if id != "" {
+			return id, false, nil
+		}
+	} else if in.Key != "" {
 		var id string
 		err := t.QueryRow(t.ctx, `SELECT id FROM belay_deliveries WHERE session = $1 AND type = $2 AND key = $3`, t.session, in.Type, in.Key).Scan(&id)
 		if err == nil {
@@ -135,6 +155,9 @@ func (s *Store) postDelivery(t *tx, in belay.DeliveryInput) (string, bool, error
 		VALUES ($1, $2, $3, $4, $5, $6::json, 'pending', $7, $8, $9, $10)`,
 		p.ID, t.session, in.Type, nullString(in.Key), in.Priority, nullString(string(in.Data)), int64(seq), t.now, nullString(in.To), nullString(in.AfterRun))
 	s.remember(s.deliverySessions, p.ID, t.session)
+	if t.deliveryKeys != nil && in.Key != "" {
+		t.deliveryKeys[[2]string{in.Type, in.Key}] = p.ID // posted now
+	}
 	return p.ID, true, nil
 }
 

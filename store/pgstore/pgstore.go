@@ -87,6 +87,10 @@ type Options struct {
 	// (DefaultKeepChanges if 0): a follower further behind gets
 	// store.ErrCursorExpired and rereads the state it follows.
 	KeepChanges int
+	// WriteAlone gives every write its own transaction instead of
+	// letting concurrent writes share one (combine.go): benchmarks
+	// compare the two; production leaves it false.
+	WriteAlone bool
 }
 
 // Store is the PostgreSQL store.
@@ -111,11 +115,19 @@ type Store struct {
 	notifyKick chan struct{}
 	stopNotify context.CancelFunc
 	notifyDone chan struct{}
-	// seqMu makes this node's sequencer passes take turns.
-	seqMu sync.Mutex
+	// seqMu makes this node's sequencer passes take turns, claimMu its
+	// claims.
+	seqMu, claimMu sync.Mutex
 	// sequenceDue asks the notifier to number committed changes, trimDue
 	// to trim the change feed.
 	sequenceDue, trimDue atomic.Bool
+
+	// writeAlone turns shared transactions off (Options.WriteAlone).
+	writeAlone bool
+	// shareMu guards sharers, the writes waiting to share a transaction
+	// (combine.go): Sync ones, then Buffered ones.
+	shareMu sync.Mutex
+	sharers [2]sharer
 
 	// fenced, once set, refuses every write: this node lost its writer
 	// lock and must not change the database any more.
@@ -175,6 +187,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: the database schema is at version %d, this belay needs %d; run: belay migrate --store %s", st.Current, st.Latest, Redact(url))
 	}
+	s.sharers[0].d, s.sharers[1].d = belay.Sync, belay.Buffered
+	s.writeAlone = opts.WriteAlone
 	nctx, cancel := context.WithCancel(context.Background())
 	s.stopNotify = cancel
 	go s.notifier(nctx)
@@ -195,6 +209,10 @@ func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, erro
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "belay"
 	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	// belay's statements are short; JIT compiling one costs far more than
+	// it saves (measured: a change-feed read whose estimate crossed
+	// jit_above_cost took a second, all of it compiling).
+	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, wrapConn(err)
@@ -356,6 +374,11 @@ type tx struct {
 	changes []store.Change
 	// changed says a store event was emitted (updated_at moves).
 	changed bool
+	// executed counts the changes already sent by execute.
+	executed int
+	// deliveryKeys are the items (type, key) of the session read with
+	// the lock (queueDeliveryKey): their ids, "" for none.
+	deliveryKeys map[[2]string]string
 	// final holds the queued statements sent with the commit.
 	final pgx.Batch
 	// tail holds statements sent after the events are written (reads of
@@ -378,7 +401,9 @@ func (t *tx) emit(e belay.Event) (uint64, error) {
 	e.Seq, e.TS = t.lastSeq, t.now
 	if belay.StoreEventType(e.Type) {
 		t.changed = true
-		t.changes = append(t.changes, changeOf(t.session, &e))
+		if c := changeOf(t.session, &e); store.InFeed(c) {
+			t.changes = append(t.changes, c)
+		}
 	}
 	t.evs = append(t.evs, e)
 	return e.Seq, nil
@@ -387,7 +412,8 @@ func (t *tx) emit(e belay.Event) (uint64, error) {
 const lockSession = `SELECT last_seq, provider, model, coalesce($2::timestamptz, now()) FROM belay_sessions WHERE id = $1 FOR UPDATE`
 
 // withSession runs fn in a transaction holding the session's row lock and
-// commits fn's events with it. A Buffered durability commits without
+// commits fn's events with it (alone: see shared for writes that may
+// share their transaction). A Buffered durability commits without
 // waiting for the WAL flush (synchronous_commit off): a database crash may
 // lose it, never reorder it.
 //
@@ -397,17 +423,31 @@ const lockSession = `SELECT last_seq, provider, model, coalesce($2::timestamptz,
 // the error wraps ErrUnreachable and a retry with the same idempotency
 // key is safe.
 func (s *Store) withSession(ctx context.Context, session string, d belay.Durability, fn func(t *tx) error) error {
-	return s.write(ctx, session, d, func(b *pgx.Batch, t *tx) {
+	return s.write(ctx, session, d, s.lockOpen(session), fn)
+}
+
+// lockOpen is the opening of a write to session: its row lock.
+func (s *Store) lockOpen(session string) func(b *pgx.Batch, t *tx) {
+	return s.lockThen(session, fmt.Errorf("%w: session %s", belay.ErrNotFound, session), nil)
+}
+
+// lockThen is the opening of a write to session: its row lock (missing
+// is the error when the session is not there), then after's reads.
+func (s *Store) lockThen(session string, missing error, after func(b *pgx.Batch, t *tx)) func(b *pgx.Batch, t *tx) {
+	return func(b *pgx.Batch, t *tx) {
 		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
 			var lastSeq int64
 			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("%w: session %s", belay.ErrNotFound, session)
+				return missing
 			}
 			t.lastSeq = uint64(lastSeq)
 			return err
 		})
-	}, fn)
+		if after != nil {
+			after(b, t)
+		}
+	}
 }
 
 // write runs one transaction: open queues what starts it (after BEGIN),
@@ -454,8 +494,44 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		}
 		return s.wrap(err)
 	}
-	s.committed(len(t.changes), session)
+	s.committed(len(t.changes)+t.executed, session)
 	return nil
+}
+
+// execute sends what t queued so far (its events, writes, tail reads and
+// changes) inside the transaction, so that what fn reads next sees it.
+func (s *Store) execute(t *tx) error {
+	s.flush(t)
+	for _, f := range t.tail {
+		f(&t.final)
+	}
+	queueChanges(&t.final, t.changes)
+	t.executed += len(t.changes)
+	b := t.final
+	t.final, t.tail, t.evs, t.changes = pgx.Batch{}, nil, nil, nil
+	if len(b.QueuedQueries) == 0 {
+		return nil
+	}
+	return t.SendBatch(t.ctx, &b).Close()
+}
+
+// txMark is what t had queued at a point, to drop what came after.
+type txMark struct {
+	queued, tail, evs, changes int
+	lastSeq                    uint64
+	changed                    bool
+}
+
+func (t *tx) mark() txMark {
+	return txMark{len(t.final.QueuedQueries), len(t.tail), len(t.evs), len(t.changes), t.lastSeq, t.changed}
+}
+
+// reset drops what t queued after m (nothing of it was sent).
+func (t *tx) reset(m txMark) {
+	clear(t.final.QueuedQueries[m.queued:])
+	t.final.QueuedQueries = t.final.QueuedQueries[:m.queued]
+	t.tail, t.evs, t.changes = t.tail[:m.tail], t.evs[:m.evs], t.changes[:m.changes]
+	t.lastSeq, t.changed = m.lastSeq, m.changed
 }
 
 // flush queues t's events and the session's counter for the commit.
@@ -479,6 +555,50 @@ func (s *Store) flush(t *tx) {
 		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3, updated_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
 	} else {
 		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
+	}
+}
+
+// flushMany queues, for a shared transaction, the events and session
+// counters of every tx of ts in two statements (flush's, for many
+// sessions at once), and their changes in one.
+func flushMany(b *pgx.Batch, ts []*tx) {
+	var sessions []string
+	var seqs, epochs []int64
+	var stamps []time.Time
+	var types, idems, runs, data []string
+	var counters []int64
+	var counted []string
+	var changedAt []bool
+	var nows []time.Time
+	var changes []store.Change
+	for _, t := range ts {
+		changes = append(changes, t.changes...)
+		if len(t.evs) == 0 {
+			continue
+		}
+		for _, e := range t.evs {
+			sessions, seqs, stamps, types = append(sessions, t.session), append(seqs, int64(e.Seq)), append(stamps, e.TS), append(types, e.Type)
+			idems, runs, epochs, data = append(idems, e.ID), append(runs, e.Run), append(epochs, int64(e.Epoch)), append(data, string(e.Data))
+		}
+		counted, counters = append(counted, t.session), append(counters, int64(t.lastSeq))
+		changedAt, nows = append(changedAt, t.changed), append(nows, t.now)
+		t.evs = nil
+	}
+	if len(sessions) > 0 {
+		b.Queue(`INSERT INTO belay_events (session, seq, ts, type, idem, run, epoch, data)
+			SELECT session, seq, ts, type, NULLIF(idem, ''), NULLIF(run, ''), epoch, data::json
+			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
+				AS e(session, seq, ts, type, idem, run, epoch, data)`,
+			sessions, seqs, stamps, types, idems, runs, epochs, data)
+		b.Queue(`UPDATE belay_sessions s SET last_seq = c.seq, last_event_at = c.ts,
+				updated_at = CASE WHEN c.changed THEN c.ts ELSE s.updated_at END
+			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::bool[]) AS c(id, seq, ts, changed) WHERE s.id = c.id`,
+			counted, counters, nows, changedAt)
+	}
+	queueChanges(b, changes)
+	for _, t := range ts {
+		t.executed += len(t.changes)
+		t.changes = nil
 	}
 }
 

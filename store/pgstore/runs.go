@@ -274,6 +274,12 @@ type lockedRun struct {
 // withRun runs fn under the lock of the session that holds run id, with
 // the run as it is under that lock, and returns the run as fn left it.
 func (s *Store) withRun(ctx context.Context, id string, fn func(t *tx, r *lockedRun) error) (belay.Run, error) {
+	return s.withRunOpen(ctx, id, nil, fn)
+}
+
+// withRunOpen is withRun with more reads (extra) queued in the lock's
+// round trip, after the lock.
+func (s *Store) withRunOpen(ctx context.Context, id string, extra func(b *pgx.Batch, t *tx), fn func(t *tx, r *lockedRun) error) (belay.Run, error) {
 	if err := checkRun(id); err != nil {
 		return belay.Run{}, err
 	}
@@ -290,16 +296,7 @@ func (s *Store) withRun(ctx context.Context, id string, fn func(t *tx, r *locked
 	}
 	var out belay.Run
 	var r lockedRun
-	err := s.write(ctx, session, belay.Sync, func(b *pgx.Batch, t *tx) {
-		b.Queue(lockSession, session, s.nowArg()).QueryRow(func(row pgx.Row) error {
-			var lastSeq int64
-			err := row.Scan(&lastSeq, &t.provider, &t.model, &t.now)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
-			}
-			t.lastSeq = uint64(lastSeq)
-			return err
-		})
+	err := s.shared(ctx, session, belay.Sync, fmt.Errorf("%w: run %s", belay.ErrNotFound, id), func(b *pgx.Batch, t *tx) {
 		// Read after the lock is granted (statements of a pipeline run in
 		// order), so the run is as the last writer left it.
 		b.Queue(`SELECT status, phase, epoch, lease_owner, lease_expires_at, cancel_reason IS NOT NULL FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
@@ -311,6 +308,9 @@ func (s *Store) withRun(ctx context.Context, id string, fn func(t *tx, r *locked
 			r.epoch = uint64(epoch)
 			return err
 		})
+		if extra != nil {
+			extra(b, t)
+		}
 	}, func(t *tx) error {
 		if err := fn(t, &r); err != nil {
 			return err
@@ -436,7 +436,13 @@ func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.
 			return belay.Run{}, err
 		}
 	}
-	return s.withRun(ctx, id, func(t *tx, r *lockedRun) error {
+	var extra func(b *pgx.Batch, t *tx)
+	if d := u.Deliver; d != nil && d.Key != "" {
+		// Whether its (Key, Type) was posted is read in the lock's round
+		// trip.
+		extra = func(b *pgx.Batch, t *tx) { queueDeliveryKey(b, t, d.Type, d.Key) }
+	}
+	return s.withRunOpen(ctx, id, extra, func(t *tx, r *lockedRun) error {
 		if err := leased(id, r, epoch); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -245,10 +246,16 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 		}
 	}
 	var seqs []uint64
-	err := s.withSession(ctx, id, d, func(t *tx) error {
+	var after func(b *pgx.Batch, t *tx)
+	var fence map[string]fenceRow
+	if fenced {
+		// The runs the events name are read in the lock's round trip.
+		after = func(b *pgx.Batch, t *tx) { fence = queueFenceRead(b, id, evs) }
+	}
+	err := s.shared(ctx, id, d, fmt.Errorf("%w: session %s", belay.ErrNotFound, id), after, func(t *tx) error {
 		if fenced {
 			for i := range evs {
-				if err := s.checkFence(t, &evs[i]); err != nil {
+				if err := checkFence(t.session, &evs[i], fence); err != nil {
 					return err
 				}
 			}
@@ -314,30 +321,58 @@ func (s *Store) appendUnique(t *tx, evs []belay.Event) ([]uint64, error) {
 	return seqs, nil
 }
 
-// checkFence checks an event that names a run (and maybe an epoch) under
-// the session lock.
-func (s *Store) checkFence(t *tx, e *belay.Event) error {
+// fenceRow is a run as an event's fence check reads it, under the
+// session's lock.
+type fenceRow struct {
+	status belay.RunStatus
+	epoch  uint64
+	leased bool
+}
+
+// queueFenceRead queues, after the session's lock, the read of the runs
+// evs name; the map it returns is filled when the batch is read.
+func queueFenceRead(b *pgx.Batch, session string, evs []belay.Event) map[string]fenceRow {
+	rows := map[string]fenceRow{}
+	var runs []string
+	for _, e := range evs {
+		if e.Run != "" && !slices.Contains(runs, e.Run) {
+			runs = append(runs, e.Run)
+		}
+	}
+	b.Queue(`SELECT id, status, epoch, lease_owner IS NOT NULL FROM belay_runs WHERE id = ANY($1) AND session = $2`, runs, session).Query(func(r pgx.Rows) error {
+		for r.Next() {
+			var id string
+			var f fenceRow
+			var epoch int64
+			if err := r.Scan(&id, &f.status, &epoch, &f.leased); err != nil {
+				return err
+			}
+			f.epoch = uint64(epoch)
+			rows[id] = f
+		}
+		return r.Err()
+	})
+	return rows
+}
+
+// checkFence checks an event that names a run (and maybe an epoch)
+// against the run as read under the session lock (queueFenceRead).
+func checkFence(session string, e *belay.Event, runs map[string]fenceRow) error {
 	if e.Run == "" {
 		return fmt.Errorf("%w: an event with an epoch must name its run", belay.ErrInvalid)
 	}
-	var status string
-	var epoch int64
-	var leased bool
-	err := t.QueryRow(t.ctx, `SELECT status, epoch, lease_owner IS NOT NULL FROM belay_runs WHERE id = $1 AND session = $2`, e.Run, t.session).Scan(&status, &epoch, &leased)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: run %s in session %s", belay.ErrNotFound, e.Run, t.session)
-	}
-	if err != nil {
-		return err
+	r, ok := runs[e.Run]
+	if !ok {
+		return fmt.Errorf("%w: run %s in session %s", belay.ErrNotFound, e.Run, session)
 	}
 	if e.Epoch == 0 {
 		return nil
 	}
-	if belay.RunStatus(status).Terminal() {
-		return fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, e.Run, status)
+	if r.status.Terminal() {
+		return fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, e.Run, r.status)
 	}
-	if !leased || uint64(epoch) != e.Epoch {
-		return &belay.StaleEpochError{Kind: "run", ID: e.Run, Got: e.Epoch, Current: uint64(epoch)}
+	if !r.leased || r.epoch != e.Epoch {
+		return &belay.StaleEpochError{Kind: "run", ID: e.Run, Got: e.Epoch, Current: r.epoch}
 	}
 	return nil
 }

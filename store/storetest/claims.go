@@ -358,3 +358,95 @@ func testClaimRace(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, store.Counts{}, n)
 }
+
+func testSubmitBatch(t *testing.T, h Harness) {
+	b := setup(t, h)
+	s1, s2, s3 := b.session(), b.session(), b.session()
+	in := func(session string, p belay.Policy, key string) store.SubmitInput {
+		return store.SubmitInput{Policy: p, RunInput: belay.RunInput{Session: session, IdempotencyKey: key, Input: json.RawMessage(`{"prompt":"` + key + `"}`)}}
+	}
+	ins := []store.SubmitInput{
+		in(s1.ID, belay.PolicyEnqueue, "a"),
+		in(s2.ID, belay.PolicyEnqueue, ""),
+		in(s1.ID, belay.PolicyEnqueue, "b"),
+		in(s3.ID, belay.PolicyReject, "c"),
+		in(s3.ID, belay.PolicyReject, "d"), // s3 has c queued now: busy
+		{Policy: "sometimes", RunInput: belay.RunInput{Session: s2.ID}},
+		in(s1.ID, belay.PolicyEnqueue, "a"), // the key of the first: the same run
+		in(s2.ID, belay.PolicyEnqueue, "a"), // the same key in another session: a new run
+		in("ses_missing", belay.PolicyEnqueue, ""),
+	}
+	res, errs := b.s.SubmitBatch(b.ctx, ins)
+	require.Len(t, res, len(ins))
+	require.Len(t, errs, len(ins))
+	for _, i := range []int{0, 1, 2, 3, 7} {
+		require.NoError(t, errs[i], "submission %d", i)
+		require.True(t, res[i].Created, "submission %d", i)
+		require.Equal(t, ins[i].Session, res[i].Run.Session)
+		require.Equal(t, belay.RunQueued, res[i].Run.Status)
+	}
+	require.ErrorIs(t, errs[4], store.ErrConversationBusy)
+	require.Zero(t, res[4])
+	require.ErrorIs(t, errs[5], belay.ErrInvalid)
+	require.NoError(t, errs[6])
+	require.False(t, res[6].Created)
+	require.Equal(t, res[0].Run.ID, res[6].Run.ID)
+	require.NotEqual(t, res[0].Run.ID, res[7].Run.ID)
+	require.Error(t, errs[8])
+
+	// Durable, each once, a session's runs in the order given.
+	b.reopen()
+	runs, err := b.s.Runs(b.ctx, belay.RunFilter{Session: s1.ID})
+	require.NoError(t, err)
+	require.Equal(t, []string{res[0].Run.ID, res[2].Run.ID}, []string{runs[0].ID, runs[1].ID})
+	require.Len(t, runs, 2)
+	runs, err = b.s.Runs(b.ctx, belay.RunFilter{Session: s3.ID})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	input, err := b.s.RunInput(b.ctx, res[3].Run.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"prompt":"c"}`, string(input))
+	// A retry of the whole batch returns the same runs for the keyed ones.
+	res2, errs2 := b.s.SubmitBatch(b.ctx, ins[:4])
+	for i := range 4 {
+		require.NoError(t, errs2[i])
+	}
+	require.False(t, res2[0].Created)
+	require.Equal(t, res[0].Run.ID, res2[0].Run.ID)
+	require.Equal(t, res[2].Run.ID, res2[2].Run.ID)
+	require.Equal(t, res[3].Run.ID, res2[3].Run.ID)
+	require.True(t, res2[1].Created, "no key: a new run")
+	// The scheduler knows the batch's runs: a claim takes the sessions'
+	// first runs.
+	cs := b.claim("w1", 0, store.Limits{})
+	got := []string{}
+	for _, c := range cs {
+		got = append(got, c.Run.ID)
+	}
+	require.ElementsMatch(t, []string{res[0].Run.ID, res[1].Run.ID, res[3].Run.ID}, got)
+}
+
+// testFeedLeavesOutSteps: a running run's steps (phase changes, lease
+// renewals) are not in the change feed; its end is (store.InFeed).
+func testFeedLeavesOutSteps(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	q := b.submit(sess.ID, belay.PolicyEnqueue, "")
+	cs := b.claim("w1", 0, store.Limits{})
+	require.Len(t, cs, 1)
+	head, err := b.s.ChangeHead(b.ctx)
+	require.NoError(t, err)
+	ep := cs[0].Run.Epoch
+	_, err = b.s.UpdateRun(b.ctx, q.Run.ID, ep, belay.RunUpdate{Phase: belay.PhaseStreaming})
+	require.NoError(t, err)
+	_, err = b.s.RenewRunLease(b.ctx, q.Run.ID, ep, time.Minute, nil)
+	require.NoError(t, err)
+	_, err = b.s.UpdateRun(b.ctx, q.Run.ID, ep, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	require.NoError(t, b.s.WaitChanges(b.ctx, head))
+	chs, _, err := b.s.Changes(b.ctx, head, 0)
+	require.NoError(t, err)
+	require.Len(t, chs, 1)
+	require.Equal(t, belay.EventRunUpdated, chs[0].Type)
+	require.True(t, chs[0].Ended)
+}

@@ -75,6 +75,8 @@ func Run(t *testing.T, h Harness) {
 	tests := map[string]func(t *testing.T, h Harness){
 		"Sessions":             testSessions,
 		"SubmitPolicies":       testSubmitPolicies,
+		"SubmitBatch":          testSubmitBatch,
+		"FeedLeavesOutSteps":   testFeedLeavesOutSteps,
 		"ClaimOrderAndCaps":    testClaimOrderAndCaps,
 		"ClaimRescue":          testClaimRescue,
 		"ClaimRace":            testClaimRace,

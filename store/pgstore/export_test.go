@@ -1,0 +1,51 @@
+package pgstore
+
+import (
+	"context"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/belayhq/belay"
+)
+
+// SharedAppend is one write of ShareNow: an event appended to Session
+// (checked against its run's lease when it names one), and SQL queued
+// with it when not empty.
+type SharedAppend struct {
+	Session string
+	Event   belay.Event
+	SQL     string
+}
+
+// ShareNow makes the writes in ONE shared transaction (combine.go), as if
+// they had all waited for it, and returns each one's error.
+func ShareNow(s *Store, d belay.Durability, ws []SharedAppend) []error {
+	ops := make([]*sharedOp, len(ws))
+	for i, w := range ws {
+		var fence map[string]fenceRow
+		after := func(b *pgx.Batch, t *tx) { fence = queueFenceRead(b, w.Session, []belay.Event{w.Event}) }
+		ops[i] = &sharedOp{ctx: context.Background(), session: w.Session, missing: belay.ErrNotFound, after: after, done: make(chan error, 1),
+			fn: func(t *tx) error {
+				e := w.Event
+				if e.Run != "" {
+					if err := checkFence(t.session, &e, fence); err != nil {
+						return err
+					}
+				}
+				if _, err := t.emit(e); err != nil {
+					return err
+				}
+				if w.SQL != "" {
+					t.queue(w.SQL)
+				}
+				return nil
+			}}
+	}
+	s.runShared(d, slices.Clone(ops))
+	errs := make([]error, len(ops))
+	for i, op := range ops {
+		errs[i] = <-op.done
+	}
+	return errs
+}
