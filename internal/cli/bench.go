@@ -88,8 +88,12 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	}
 	w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters, store %s, %d node(s)\n\n", res.Runs, res.Sessions, res.Submitters, res.Store, res.Nodes)
-	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run")
-	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun)
+	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run\tsynced commits/run")
+	commits := "-" // not counted for PostgreSQL
+	if res.CommitsPerRun > 0 {
+		commits = fmt.Sprintf("%.2f", res.CommitsPerRun)
+	}
+	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\t%s\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun, commits)
 	fmt.Fprintln(w, "\nbaseline (same filesystem, same run)\tfdatasync/s\truns/s ÷ fdatasync/s")
 	fmt.Fprintf(w, "1 file, 4 KiB appends\t%.0f\t%.2f\n", res.FsyncPerSec, res.RunsPerFsync)
 	fmt.Fprintf(w, "%d files at once\t%.0f\t%.2f\n", res.Submitters, res.ParallelFsyncPerSec, res.RunsPerSec/max(res.ParallelFsyncPerSec, 1))
