@@ -44,8 +44,9 @@ func newBenchRunsCmd(stdio Stdio) *cobra.Command {
 		Long: `Runs durable no-op runs end to end (the fake provider with zero latency)
 through the runtime and the embedded store on the data directory's
 filesystem: every run is created, leased, started, completed and announced
-in its session's inbox, each state change fsynced. Reports runs per second
-and submit-to-complete latency p50/p99. Then it loads --idle idle sessions
+in its session's inbox, each point a crash must not take back fsynced.
+Reports runs per second, submit-to-complete latency p50/p99, and the journal
+events and synced commits (fdatasyncs) per run. Then it loads --idle idle sessions
 into a fresh store and reports the resident memory they take.
 
 With --store postgres://USER@HOST/DB the runs go through the PostgreSQL
