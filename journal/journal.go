@@ -318,6 +318,19 @@ func (j *Journal) LastSeq() uint64 {
 	return j.durable.lastSeq
 }
 
+// Durable reports whether the event of seq is synced and, when it is not,
+// whether it never will be by this Journal: a commit failed (the journal
+// is read-only), or Close finished without it. A seq still queued is
+// neither.
+func (j *Journal) Durable(seq uint64) (synced, never bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if seq <= j.durable.lastSeq {
+		return true, false
+	}
+	return false, j.err != nil || j.drained
+}
+
 // Size returns the byte size of the synced journal.
 func (j *Journal) Size() int64 {
 	j.mu.Lock()

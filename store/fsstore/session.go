@@ -302,14 +302,14 @@ func (ss *session) foldPendingLocked() {
 	n := 0
 	var done []belay.Event
 	for _, p := range ss.pending {
-		if p.e.Seq > p.j.LastSeq() {
-			if p.j.Err() == nil {
-				break // still to be committed
+		if synced, never := p.j.Durable(p.e.Seq); !synced {
+			if never {
+				// Failed or closed without it: nothing after it was
+				// written either (a failed commit fails everything queued
+				// behind it).
+				n = len(ss.pending)
 			}
-			// Failed or closed without it: nothing after it was written
-			// either (a failed commit fails everything queued behind it).
-			n = len(ss.pending)
-			break
+			break // else still to be committed
 		}
 		n++
 		e := p.e
