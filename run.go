@@ -178,6 +178,28 @@ type RunUpdate struct {
 	// update (idempotent by its Key and Type), so that a run never ends
 	// without the inbox item that announces it.
 	Deliver *DeliveryInput
+	// Buffered lets the store make the update durable with the next synced
+	// write of the session (or within its buffered delay) instead of before
+	// it returns: a crash may take it back, never reorder it. Only a phase
+	// change within a running run may be buffered (no attempt, error,
+	// reason, ref, delivery or terminal phase); see "What a crash may take
+	// back" in docs/journal-format.md. Readers of the run see it once it is
+	// durable. A store may make it durable at once.
+	Buffered bool
+}
+
+// CheckBuffered reports why u may not be buffered, or nil.
+func (u RunUpdate) CheckBuffered() error {
+	if !u.Buffered {
+		return nil
+	}
+	switch {
+	case u.Phase == "" || u.Phase.Status() != RunRunning:
+		return fmt.Errorf("%w: only a phase change within a running run may be buffered, not phase %q", ErrInvalid, u.Phase)
+	case u.Attempt != 0 || u.Error != nil || u.Reason != "" || u.Ref != nil || u.Deliver != nil:
+		return fmt.Errorf("%w: a buffered run update carries only a phase and data (an attempt, error, reason, ref or delivery is synced)", ErrInvalid)
+	}
+	return nil
 }
 
 // RunFilter selects runs. Zero values match everything.

@@ -258,6 +258,9 @@ func (j *Journal) commitNext(force bool, timer *time.Timer) bool {
 	j.mu.Lock()
 	j.settle(b, err)
 	j.mu.Unlock()
+	if err == nil && j.onCommit != nil {
+		j.onCommit()
+	}
 	return true
 }
 

@@ -47,6 +47,11 @@ type Options struct {
 	// sessions it knows with it, so that a deleted journal is reported as
 	// missing rather than silently replaced by an empty one.
 	MustExist bool
+	// OnCommit, if set, is called by the committer after each commit that
+	// made appends durable, outside the journal's lock. It must not block:
+	// a store uses it to fold buffered state changes once they are
+	// durable.
+	OnCommit func()
 	// ReadOnly opens without changing anything on disk: a torn tail is left
 	// in place (and not read), appends fail with ErrReadOnly, and a missing
 	// journal is an error. Doctor and offline readers use it.
@@ -80,6 +85,7 @@ type Journal struct {
 	observe  func(time.Duration)
 	syncer   Syncer
 	fence    func() error
+	onCommit func()
 	// snapIndexMax bounds the index entries a snapshot keeps (tests lower it).
 	snapIndexMax int
 
@@ -128,6 +134,7 @@ func Open(dir string, opts Options) (*Journal, error) {
 		observe:  opts.ObserveSync,
 		syncer:   opts.Syncer,
 		fence:    opts.Fence,
+		onCommit: opts.OnCommit,
 		changed:  make(chan struct{}),
 		recovery: Recovery{TornAt: -1},
 
@@ -309,6 +316,19 @@ func (j *Journal) LastSeq() uint64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.durable.lastSeq
+}
+
+// Durable reports whether the event of seq is synced and, when it is not,
+// whether it never will be by this Journal: a commit failed (the journal
+// is read-only), or Close finished without it. A seq still queued is
+// neither.
+func (j *Journal) Durable(seq uint64) (synced, never bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if seq <= j.durable.lastSeq {
+		return true, false
+	}
+	return false, j.err != nil || j.drained
 }
 
 // Size returns the byte size of the synced journal.

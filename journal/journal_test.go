@@ -717,3 +717,46 @@ func TestOpenErrors(t *testing.T) {
 	require.True(t, errors.Is(err, os.ErrNotExist))
 	require.False(t, Exists(vfs.OS, t.TempDir()))
 }
+
+// TestDurableAndOnCommit checks what a store folding buffered events
+// relies on: Durable says queued, synced or never, and OnCommit is called
+// after a commit made appends durable.
+func TestDurableAndOnCommit(t *testing.T) {
+	t.Parallel()
+	ffs := vfstest.New(nil)
+	commits := make(chan struct{}, 16)
+	opts := Options{FS: ffs, BufferedDelay: time.Hour, OnCommit: func() { commits <- struct{}{} }}
+	b := setup(t, opts)
+	ctx := context.Background()
+	seqs, err := b.j.Append(ctx, Buffered, ev("buffered", `1`))
+	require.NoError(t, err)
+	synced, never := b.j.Durable(seqs[0])
+	require.False(t, synced || never, "queued: neither")
+	_, err = b.j.Append(ctx, Sync, ev("sync", `1`))
+	require.NoError(t, err)
+	<-commits
+	synced, never = b.j.Durable(seqs[0])
+	require.True(t, synced)
+	require.False(t, never)
+
+	seqs, err = b.j.Append(ctx, Buffered, ev("lost", `1`))
+	require.NoError(t, err)
+	ffs.Set(vfstest.Faults{Sync: func(string) error { return syscall.EIO }})
+	_, err = b.j.Append(ctx, Sync, ev("doomed", `1`))
+	require.ErrorIs(t, err, ErrReadOnly)
+	synced, never = b.j.Durable(seqs[0])
+	require.False(t, synced)
+	require.True(t, never, "a failed commit takes it for good")
+	require.Empty(t, commits, "no call for a failed commit")
+
+	// Close commits what is queued: a buffered event is synced, not lost.
+	ffs.Set(vfstest.Faults{})
+	j2, err := reopen(t, b, opts)
+	require.NoError(t, err)
+	seqs, err = j2.Append(ctx, Buffered, ev("at-close", `1`))
+	require.NoError(t, err)
+	require.NoError(t, j2.Close())
+	synced, never = j2.Durable(seqs[0])
+	require.True(t, synced)
+	require.False(t, never)
+}

@@ -419,7 +419,9 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		if ev.Kind == provider.TextDelta || ev.Kind == provider.ThinkingDelta {
 			wd.progress(belay.TierStreaming)
 		}
-		if err := rn.update(belay.RunUpdate{Phase: belay.PhaseStreaming}); err != nil {
+		// Buffered: a crash that takes it back leaves the attempt's
+		// start, which is synced (docs/journal-format.md).
+		if err := rn.update(belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}); err != nil {
 			return err
 		}
 	}
@@ -460,7 +462,8 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 			return err
 		}
 		rn.effects.intent(ev.Call.ID, ev.Call.Name, ev.Call.SideEffect)
-		return rn.update(belay.RunUpdate{Phase: belay.PhaseToolRunning})
+		// The phase may ride on the next sync: the intent is durable.
+		return rn.update(belay.RunUpdate{Phase: belay.PhaseToolRunning, Buffered: true})
 	case provider.ToolResult:
 		if ev.Result == nil {
 			return provider.Errorf(belay.ClassInternal, "tool result event without a result")
@@ -473,7 +476,8 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 			return err
 		}
 		rn.effects.settle(ev.Result.CallID, ev.Result.NotExecuted())
-		if err := rn.update(belay.RunUpdate{Phase: belay.PhaseStreaming}); err != nil {
+		// The phase may ride on the next sync: the settlement is durable.
+		if err := rn.update(belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}); err != nil {
 			return err
 		}
 		if rn.window.record(ev.Result.IsError && recoverableToolFailure(ev.Result.Class)) {
@@ -503,7 +507,9 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		}
 	case provider.TurnEnd:
 		wd.progress(belay.TierAfterTurnEnd)
-		return rn.update(belay.RunUpdate{Phase: belay.PhaseFinishing, Data: jsonx.Must(belay.TurnEndData{StopReason: ev.StopReason})})
+		// Buffered: recovery does not read it (the answer's text and the
+		// terminal state decide), so a crash may take it back.
+		return rn.update(belay.RunUpdate{Phase: belay.PhaseFinishing, Buffered: true, Data: jsonx.Must(belay.TurnEndData{StopReason: ev.StopReason})})
 	}
 	return nil
 }

@@ -6,7 +6,10 @@
 //
 // Every state change a Store makes is a Sync event in the session's journal
 // (G1), applied to the session's state only after it is durable. Reads see
-// synced events only.
+// synced events only. The one exception a caller asks for is a buffered
+// run update (belay.RunUpdate.Buffered: a phase change within a running
+// run): a store may let it ride on the session's next synced write, and
+// still applies it only once it is durable.
 package store
 
 import (

@@ -66,6 +66,10 @@ type RunsResult struct {
 	P50Millis   float64 `json:"submit_to_complete_p50_ms"`
 	P99Millis   float64 `json:"submit_to_complete_p99_ms"`
 	SyncsPerRun float64 `json:"journal_events_per_run"`
+	// CommitsPerRun is how many synced journal commits (each one
+	// fdatasync of a session's journal, or one wait for a shared syncfs)
+	// the runs took, per run; file store only.
+	CommitsPerRun float64 `json:"synced_commits_per_run,omitempty"`
 	// The raw baseline, measured in the same run on the same filesystem:
 	// 4 KiB append + fdatasync loops on one file, and on Submitters files
 	// at once. RunsPerFsync is RunsPerSec over FsyncPerSec: the figure that
@@ -137,7 +141,6 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 	return res, nil
 }
 
-// openRunsStore opens the store the runs bench runs on.
 // fsyncBaseline measures the filesystem's fdatasync rate, serial on one
 // file and parallel on files files, for a second each.
 func fsyncBaseline(dir string, files int, res *RunsResult) error {
@@ -155,14 +158,18 @@ func fsyncBaseline(dir string, files int, res *RunsResult) error {
 	return os.RemoveAll(dir)
 }
 
-func openRunsStore(ctx context.Context, cfg RunsConfig, dir string) (store.Store, error) {
+// openRunsStore opens the store the runs bench runs on; commits counts
+// the file store's synced commits.
+func openRunsStore(ctx context.Context, cfg RunsConfig, dir string, commits *atomic.Int64) (store.Store, error) {
 	if pgstore.IsURL(cfg.Store) {
 		return pgstore.Open(ctx, cfg.Store, pgstore.Options{Migrate: true, MaxConns: 2 * cfg.Submitters})
 	}
-	return fsstore.Open(ctx, dir, fsstore.Options{MaxOpen: cfg.Sessions + 64, Sync: cfg.Sync})
+	return fsstore.Open(ctx, dir, fsstore.Options{MaxOpen: cfg.Sessions + 64, Sync: cfg.Sync,
+		ObserveSync: func(time.Duration) { commits.Add(1) }})
 }
 
 func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult) error {
+	var commits atomic.Int64
 	var (
 		mu       sync.Mutex
 		submitAt = map[string]time.Time{}
@@ -187,7 +194,7 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	stores := make([]store.Store, cfg.Nodes)
 	rts := make([]*brt.Runtime, cfg.Nodes)
 	for n := range cfg.Nodes {
-		st, err := openRunsStore(ctx, cfg, dir)
+		st, err := openRunsStore(ctx, cfg, dir, &commits)
 		if err != nil {
 			return err
 		}
@@ -217,6 +224,7 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 		sessions[i] = sess.ID
 	}
 	beforeSeq := totalSeq(ctx, st, sessions)
+	beforeCommits := commits.Load()
 
 	how := "one run per call"
 	if cfg.Batch > 0 {
@@ -289,6 +297,7 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	res.P99Millis = percentile(lat, 0.99)
 	mu.Unlock()
 	res.SyncsPerRun = float64(totalSeq(ctx, st, sessions)-beforeSeq) / float64(cfg.Runs)
+	res.CommitsPerRun = float64(commits.Load()-beforeCommits) / float64(cfg.Runs)
 	return nil
 }
 

@@ -47,8 +47,9 @@ func newBenchRunsCmd(stdio Stdio) *cobra.Command {
 		Long: `Runs durable no-op runs end to end (the fake provider with zero latency)
 through the runtime and the embedded store on the data directory's
 filesystem: every run is created, leased, started, completed and announced
-in its session's inbox, each state change fsynced. Reports runs per second
-and submit-to-complete latency p50/p99. Then it loads --idle idle sessions
+in its session's inbox, each point a crash must not take back fsynced.
+Reports runs per second, submit-to-complete latency p50/p99, and the journal
+events and synced commits (fdatasyncs) per run. Then it loads --idle idle sessions
 into a fresh store and reports the resident memory they take.
 
 With --store postgres://USER@HOST/DB the runs go through the PostgreSQL
@@ -106,8 +107,12 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 		how = fmt.Sprintf("batches of %d", res.Batch)
 	}
 	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters (%s), store %s, %d node(s)\n\n", res.Runs, res.Sessions, res.Submitters, how, res.Store, res.Nodes)
-	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run")
-	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun)
+	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run\tsynced commits/run")
+	commits := "-" // not counted for PostgreSQL
+	if res.CommitsPerRun > 0 {
+		commits = fmt.Sprintf("%.2f", res.CommitsPerRun)
+	}
+	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\t%s\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun, commits)
 	fmt.Fprintln(w, "\nbaseline (same filesystem, same run)\tfdatasync/s\truns/s ÷ fdatasync/s")
 	fmt.Fprintf(w, "1 file, 4 KiB appends\t%.0f\t%.2f\n", res.FsyncPerSec, res.RunsPerFsync)
 	fmt.Fprintf(w, "%d files at once\t%.0f\t%.2f\n", res.Submitters, res.ParallelFsyncPerSec, res.RunsPerSec/max(res.ParallelFsyncPerSec, 1))

@@ -7,8 +7,10 @@
 //	<dir>/sessions/<ses_id>/journal.jsonl  the session's events (canonical)
 //	<dir>/sessions/<ses_id>/snapshot.json  folded state cache (see package journal)
 //
-// Every state change is a Sync journal event applied to the session's
-// in-memory state only after it is durable; on open each session's state is
+// Every state change is a journal event applied to the session's in-memory
+// state only after it is durable: a Sync event, or, for a phase change a
+// crash may take back (belay.RunUpdate.Buffered), a Buffered one folded
+// once the next commit made it durable. On open each session's state is
 // rebuilt from its snapshot (when trusted) plus the journal after it. A
 // session whose journal is damaged before its tail is loaded read-only and
 // reported as quarantined; it is never read as empty or rewritten.

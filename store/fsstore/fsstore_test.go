@@ -19,6 +19,10 @@ func TestMain(m *testing.M) {
 		crashChild(dir)
 		return
 	}
+	if dir := os.Getenv(bufferedCrashChildEnv); dir != "" {
+		bufferedCrashChild(dir)
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

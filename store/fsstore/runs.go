@@ -262,6 +262,9 @@ func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.
 	if u.Error != nil && u.Error.Class == "" {
 		return belay.Run{}, fmt.Errorf("%w: a run error needs a class", belay.ErrInvalid)
 	}
+	if err := u.CheckBuffered(); err != nil {
+		return belay.Run{}, err
+	}
 	if d := u.Deliver; d != nil {
 		if err := checkDeliveryInput(*d); err != nil {
 			return belay.Run{}, err
@@ -278,6 +281,18 @@ func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, 
 		return belay.Run{}, err
 	}
 	evs := []belay.Event{{Type: belay.EventRunUpdated, Run: r.ID, Epoch: epoch, Data: data}}
+	if u.Buffered && r.Status == belay.RunRunning {
+		// A phase change a crash may take back: it rides on the next
+		// synced write (docs/journal-format.md, "What a crash may take
+		// back"). It is folded, and seen by readers, once durable; the
+		// caller gets the run as it will be then.
+		if err := ss.commitBuffered(ctx, evs...); err != nil {
+			return belay.Run{}, err
+		}
+		out := copyRun(r)
+		out.Phase = u.Phase
+		return out, nil
+	}
 	var posted string
 	if d := u.Deliver; d != nil {
 		if d.Session != "" && d.Session != ss.id {

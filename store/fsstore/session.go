@@ -34,9 +34,18 @@ type session struct {
 	// their pin counts; each is closed when its last pin is released.
 	retired map[*journal.Journal]int
 
-	mu        sync.Mutex // guards st and sinceSnap
+	mu        sync.Mutex // guards st, sinceSnap and pending
 	st        *state
 	sinceSnap int
+	// pending are buffered state changes (belay.RunUpdate.Buffered),
+	// appended but not yet folded: st is always the fold of the durable
+	// journal, so they are folded once their journal says they are
+	// synced, in seq order, and dropped if their commit failed.
+	pending []pendingChange
+	// npending mirrors len(pending) for the journal's commit hook, which
+	// runs without mu; folding is set while a fold of pending is queued.
+	npending atomic.Int32
+	folding  atomic.Bool
 
 	// problem, once set, makes the session read-only: a damaged journal or
 	// an event that does not fold. It is read without mu.
@@ -262,6 +271,100 @@ func (ss *session) wrap(err error) error {
 	return err
 }
 
+// pendingChange is a buffered state change and the journal it went to.
+type pendingChange struct {
+	j *journal.Journal
+	e belay.Event
+}
+
+// committed is the journal's commit hook: buffered state changes may have
+// become durable; fold them (without blocking the committer).
+func (ss *session) committed() {
+	if ss.npending.Load() == 0 || !ss.folding.CompareAndSwap(false, true) {
+		return
+	}
+	ss.store.folds.Add(1)
+	go func() {
+		defer ss.store.folds.Done()
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		ss.folding.Store(false)
+		ss.foldPendingLocked()
+	}()
+}
+
+// foldPendingLocked folds the buffered state changes that are durable, in
+// order, and drops those whose commit failed (their journal failed or
+// closed without them): the state stays the fold of what is on disk, and
+// the seqs they had are taken by the next appends to the healed journal.
+// ss.mu is held.
+func (ss *session) foldPendingLocked() {
+	n := 0
+	var done []belay.Event
+	for _, p := range ss.pending {
+		if synced, never := p.j.Durable(p.e.Seq); !synced {
+			if never {
+				// Failed or closed without it: nothing after it was
+				// written either (a failed commit fails everything queued
+				// behind it).
+				n = len(ss.pending)
+			}
+			break // else still to be committed
+		}
+		n++
+		e := p.e
+		if err := ss.st.apply(&e); err != nil {
+			// Durable but does not fold: stop writing, as commitAll does.
+			ss.setProblem(err)
+			n = len(ss.pending)
+			break
+		}
+		done = append(done, e)
+	}
+	if n == 0 {
+		return
+	}
+	clear(ss.pending[:n])
+	ss.pending = ss.pending[n:]
+	if len(ss.pending) == 0 {
+		ss.pending = nil
+	}
+	ss.npending.Store(int32(len(ss.pending)))
+	if len(done) > 0 {
+		ss.store.afterCommit(ss, done)
+		ss.sinceSnap += len(done)
+	}
+}
+
+// commitBuffered journals state changes as one Buffered append: they are
+// folded once durable (foldPendingLocked), by the next synced commit of
+// the session at the latest. The caller checked that a crash may take
+// them back (belay.RunUpdate.CheckBuffered). ss.mu is held.
+func (ss *session) commitBuffered(ctx context.Context, evs ...belay.Event) error {
+	now := ss.store.clock.Now().UTC()
+	for i := range evs {
+		evs[i].TS = now
+	}
+	j, err := ss.acquire()
+	if err != nil {
+		return ss.wrap(err)
+	}
+	defer ss.release(j)
+	// Drop what a failed journal lost before appending to its successor.
+	ss.foldPendingLocked()
+	seqs, err := j.AppendUnique(ctx, journal.Buffered, evs...)
+	if err != nil {
+		return ss.wrap(err)
+	}
+	ss.touch(now)
+	for i := range evs {
+		evs[i].Seq = seqs[i]
+		ss.pending = append(ss.pending, pendingChange{j: j, e: evs[i]})
+	}
+	ss.npending.Store(int32(len(ss.pending)))
+	return nil
+}
+
 // commit journals one state change as a Sync event and applies it once it
 // is durable. ss.mu is held.
 func (ss *session) commit(ctx context.Context, e belay.Event) (belay.Event, error) {
@@ -284,12 +387,17 @@ func (ss *session) commitAll(ctx context.Context, evs ...belay.Event) ([]belay.E
 		return evs, ss.wrap(err)
 	}
 	defer ss.release(j)
+	// Drop what a failed journal lost before appending to its successor.
+	ss.foldPendingLocked()
 	seqs, err := j.AppendUnique(ctx, journal.Sync, evs...)
 	if err != nil {
 		return evs, ss.wrap(err)
 	}
 	ss.noteWrite(nil)
 	ss.touch(now)
+	// The buffered changes before these are durable with them: fold them
+	// first, in seq order.
+	ss.foldPendingLocked()
 	for i := range evs {
 		evs[i].Seq = seqs[i]
 		if err := ss.st.apply(&evs[i]); err != nil {
@@ -311,6 +419,7 @@ func (ss *session) commitAll(ctx context.Context, evs ...belay.Event) ([]belay.E
 // failure is not an error: the journal is canonical and the next open
 // rebuilds. ss.mu is held.
 func (ss *session) snapshotLocked() {
+	ss.foldPendingLocked()
 	if ss.sinceSnap == 0 || ss.writable() != nil {
 		return
 	}
@@ -330,8 +439,13 @@ func (ss *session) snapshotLocked() {
 	}
 	// The state folds only the store's own events, so it is the fold of the
 	// journal through any seq up to the next state change: the current
-	// synced seq will do.
-	if j.WriteSnapshot(raw, j.LastSeq()) == nil {
+	// synced seq will do, unless a buffered change not folded yet is
+	// synced by now: then the seq just before it.
+	seq := j.LastSeq()
+	if len(ss.pending) > 0 && ss.pending[0].e.Seq <= seq {
+		seq = ss.pending[0].e.Seq - 1
+	}
+	if j.WriteSnapshot(raw, seq) == nil {
 		ss.sinceSnap = 0
 	}
 }

@@ -101,9 +101,10 @@ type Store struct {
 	syncer      journal.Syncer
 	closeSyncer func() error
 
-	claims  claims        // admission, owners, rescue (claims.go)
-	feed    feed          // the change feed (claims.go)
-	closing chan struct{} // closed by Close
+	claims  claims         // admission, owners, rescue (claims.go)
+	feed    feed           // the change feed (claims.go)
+	closing chan struct{}  // closed by Close
+	folds   sync.WaitGroup // folds of buffered state changes (session.committed)
 
 	idxMu       sync.RWMutex      // innermost: guards the id indexes
 	runs        map[string]string // run id -> session id
@@ -303,6 +304,7 @@ func (s *Store) Close() error {
 	for _, ss := range sessions {
 		errs = append(errs, ss.close())
 	}
+	s.folds.Wait()
 	if s.hb != nil {
 		errs = append(errs, s.hb.Stop(context.Background()))
 	}

@@ -416,6 +416,18 @@ func testRunLeases(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, "7", got.Ref.Cursor, "the run's conversation ref is the session's")
 
+	// A buffered phase change is fenced like any other, and is durable
+	// once a synced write of the session after it returned.
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l1.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing, Buffered: true})
+	require.ErrorAs(t, err, &stale)
+	_, err = b.s.UpdateRun(b.ctx, r.ID, l2.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing, Buffered: true})
+	require.NoError(t, err)
+	_, err = b.s.RenewRunLease(b.ctx, r.ID, l2.Epoch, time.Minute, nil)
+	require.NoError(t, err)
+	fin, err := b.s.Run(b.ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.PhaseFinishing, fin.Phase)
+
 	_, err = b.s.UpdateRun(b.ctx, r.ID, l2.Epoch, belay.RunUpdate{Phase: belay.PhaseQueued})
 	require.ErrorIs(t, err, belay.ErrInvalid)
 	_, err = b.s.UpdateRun(b.ctx, r.ID, l2.Epoch, belay.RunUpdate{Phase: "bogus"})
