@@ -189,6 +189,11 @@ const (
 	EventRunWatchdog   = "run.watchdog"    // an inactivity tier expired: WatchdogData
 	EventRunRecovery   = "run.recovery"    // what the runtime decided: RecoveryData
 	EventRunSuspended  = "run.suspended"   // the daemon stopped with the run in flight: SuspendedData
+	// EventRunAnswer is the run's final answer as the provider took it
+	// when the turn ended (a chat site's copy button): it supersedes the
+	// run.text deltas as the run's answer. It is Sync, journaled in parts
+	// of at most AnswerPart bytes: AnswerData.
+	EventRunAnswer = "run.answer"
 )
 
 // Delivery types the runtime posts to a session's inbox when a run ends,
@@ -224,6 +229,26 @@ type TurnEndData struct {
 type TextData struct {
 	Text string `json:"text"`
 }
+
+// AnswerData is the data of a run.answer event: one part of a final
+// answer of Size bytes whose sha256 is SHA256, the bytes at Offset. The
+// answer is whole once parts of the same SHA256 cover 0 to Size in order;
+// the last whole one after the attempt that last started from scratch
+// is the run's answer, in place of its run.text deltas.
+type AnswerData struct {
+	Text   string `json:"text"`
+	Offset int64  `json:"offset"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Source says where the provider took it ("copy": a copy button;
+	// "dom": the page's text), Note why not from the first choice.
+	Source string `json:"source,omitempty"`
+	Note   string `json:"note,omitempty"`
+}
+
+// AnswerPart bounds the text of one run.answer event, so that each fits
+// a journal record whatever its JSON escaping.
+const AnswerPart = 128 << 10
 
 // ErrorData is the data of run.error.
 type ErrorData struct {

@@ -88,13 +88,21 @@ const (
 	// TurnEnd says the model finished a turn (more may follow, e.g. after
 	// tool results).
 	TurnEnd EventKind = "turn_end"
+	// FinalAnswer carries the run's whole answer as the provider took it
+	// once the turn was complete (a chat site's copy button gives the
+	// answer's markdown where the streamed deltas were its rendered
+	// text). It is the run's answer from then on, in place of the
+	// TextDelta text; deltas still show the answer live. Source (and
+	// Note) say where it was taken. Emitting the same answer again (a
+	// resumed run) journals nothing new.
+	FinalAnswer EventKind = "final_answer"
 )
 
 // Progress reports whether events of this kind show the run advancing:
 // only they reset the watchdog's inactivity tiers (G8).
 func (k EventKind) Progress() bool {
 	switch k {
-	case TextDelta, ThinkingDelta, ToolCall, ToolResult, RefUpdate, TurnEnd:
+	case TextDelta, ThinkingDelta, ToolCall, ToolResult, RefUpdate, TurnEnd, FinalAnswer:
 		return true
 	}
 	return false
@@ -103,8 +111,12 @@ func (k EventKind) Progress() bool {
 // Event is one thing a provider reports about a run.
 type Event struct {
 	Kind EventKind `json:"kind"`
-	// Text for TextDelta and ThinkingDelta.
+	// Text for TextDelta, ThinkingDelta and FinalAnswer.
 	Text string `json:"text,omitempty"`
+	// Source and Note for FinalAnswer: where the answer was taken
+	// ("copy", "dom"), and why not from the first choice.
+	Source string `json:"source,omitempty"`
+	Note   string `json:"note,omitempty"`
 	// Call for ToolCall.
 	Call *Call `json:"call,omitempty"`
 	// Result for ToolResult.

@@ -148,18 +148,20 @@ func scanRunEffects(ctx context.Context, st store.Store, run belay.Run) (*sideEf
 }
 
 // scanRunText returns how many bytes of answer text the journal holds for
-// a run since its last fresh attempt, and how many of them it held when
-// the run's ref was last updated (what a resumed provider continues
-// from: see runner.replay).
-func scanRunText(ctx context.Context, st store.Store, run belay.Run) (n, atRef int, err error) {
+// a run since its last fresh attempt, how many of them it held when the
+// run's ref was last updated (what a resumed provider continues from: see
+// runner.replay), and that fresh attempt's number (1 if none started
+// again).
+func scanRunText(ctx context.Context, st store.Store, run belay.Run) (n, atRef, fresh int, err error) {
+	fresh = 1
 	after := run.InputSeq
 	for {
 		evs, err := st.Events(ctx, run.Session, after, 1024)
 		if err != nil {
-			return n, atRef, err
+			return n, atRef, fresh, err
 		}
 		if len(evs) == 0 {
-			return n, atRef, nil
+			return n, atRef, fresh, nil
 		}
 		for _, e := range evs {
 			after = e.Seq
@@ -181,7 +183,7 @@ func scanRunText(ctx context.Context, st store.Store, run belay.Run) (n, atRef i
 					continue
 				}
 				if d.Data != nil && d.Data.Attempt > 1 && !d.Data.Resume {
-					n, atRef = 0, 0
+					n, atRef, fresh = 0, 0, d.Data.Attempt
 				}
 				if d.Ref != nil {
 					atRef = n

@@ -2,11 +2,14 @@ package runtime
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
@@ -77,6 +80,7 @@ type runner struct {
 	textLen        int                   // bytes of answer text journaled since the last fresh attempt
 	textAtRef      int                   // textLen when the run's ref was last journaled
 	replay         int                   // bytes of a resumed attempt's first text already journaled: dropped
+	fresh          int                   // the attempt that last started from scratch
 }
 
 // canResume reports whether the provider can resume the run from the ref
@@ -222,7 +226,7 @@ func (rn *runner) execute() {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
 			return
 		}
-		if rn.textLen, rn.textAtRef, err = scanRunText(bgCtx, r.store, rn.run); rn.unreachable(err) {
+		if rn.textLen, rn.textAtRef, rn.fresh, err = scanRunText(bgCtx, r.store, rn.run); rn.unreachable(err) {
 			return
 		} else if err != nil {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
@@ -385,6 +389,7 @@ func (rn *runner) attemptOnce(in belay.InputData, resume bool) error {
 	rn.replay = 0
 	if !resume {
 		rn.textLen, rn.textAtRef = 0, 0 // a fresh attempt's text replaces what came before
+		rn.fresh = rn.attempt
 	}
 	req := provider.Request{
 		Session: rn.run.Session, Run: rn.id, Model: rn.run.Model, Prompt: in.Prompt,
@@ -505,6 +510,9 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		if ev.Tokens != nil {
 			return rn.append(belay.Buffered, belay.EventRunUsage, ev.Tokens)
 		}
+	case provider.FinalAnswer:
+		wd.progress(belay.TierStreaming)
+		return rn.appendAnswer(ev)
 	case provider.TurnEnd:
 		wd.progress(belay.TierAfterTurnEnd)
 		// Buffered: recovery does not read it (the answer's text and the
@@ -834,6 +842,38 @@ func (rn *runner) append(d belay.Durability, typ string, v any) error {
 			return errLeaseLost
 		}
 		return rn.storeErr(err)
+	}
+	return nil
+}
+
+// appendAnswer journals a final answer as run.answer events (Sync), in
+// parts of at most belay.AnswerPart bytes cut between characters. Each
+// part has an idempotency id made of the run, the attempt that last
+// started from scratch, the answer's hash and the part's offset, so a
+// resumed attempt that reports the same answer again journals nothing
+// new, and one cut short by a crash adds only the parts that are missing.
+func (rn *runner) appendAnswer(ev provider.Event) error {
+	sum := sha256.Sum256([]byte(ev.Text))
+	d := belay.AnswerData{Size: int64(len(ev.Text)), SHA256: hex.EncodeToString(sum[:]), Source: ev.Source, Note: ev.Note}
+	text := ev.Text
+	for off := 0; off < len(text) || off == 0; {
+		end := min(off+belay.AnswerPart, len(text))
+		for end < len(text) && end > off && !utf8.RuneStart(text[end]) {
+			end--
+		}
+		d.Offset, d.Text = int64(off), text[off:end]
+		id := fmt.Sprintf("answer/%s/%d/%s/%d", rn.id, max(rn.fresh, 1), d.SHA256[:16], off)
+		_, err := rn.r.store.Append(bgCtx, rn.run.Session, belay.Sync, belay.Event{Type: belay.EventRunAnswer, ID: id, Run: rn.id, Epoch: rn.epoch, Data: jsonx.Must(d)})
+		if err != nil {
+			if errors.Is(err, belay.ErrStaleEpoch) {
+				return errLeaseLost
+			}
+			return rn.storeErr(err)
+		}
+		if end == len(text) {
+			return nil
+		}
+		off = end
 	}
 	return nil
 }

@@ -230,6 +230,10 @@ func writeJournal(evs []journal.Event) ([]byte, error) {
 //     had an empty one: belay omits empty input); run.tool_result closes the
 //     assistant message and adds a tool message, and text after it starts a
 //     new assistant message;
+//   - a whole final answer (run.answer parts of one sha256 covering its
+//     size) replaces the text blocks of the run's last assistant message:
+//     the answer as the provider took it when the turn ended (a chat
+//     site's copy) supersedes the text it streamed;
 //   - run.usage and the turn end's stop reason (run.updated) go to the
 //     run's last assistant message; a run that failed, was stranded or was
 //     cancelled before its turn ended gets stop reason "error" or "aborted";

@@ -35,6 +35,11 @@ type runState struct {
 	ended     bool     // the run's terminal run.updated was journaled
 	model     string
 	blockFrom uint64 // seq of the first delta of the open text or thinking block
+	// The final answer (run.answer) being gathered: its hash, size and
+	// the parts so far.
+	ansSHA  string
+	ansSize int64
+	ans     []byte
 }
 
 func (b *convBuilder) get(e journal.Event) *runState {
@@ -171,6 +176,22 @@ func (b *convBuilder) add(e journal.Event) error {
 		} else {
 			m.Blocks = append(m.Blocks, Block{Type: t, Text: p.Text})
 		}
+	case belay.EventRunAnswer:
+		var p belay.AnswerData
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			return bad(err)
+		}
+		rs := b.get(e)
+		if p.Offset == 0 || p.SHA256 != rs.ansSHA || p.Size != rs.ansSize {
+			rs.ansSHA, rs.ansSize, rs.ans = p.SHA256, p.Size, rs.ans[:0]
+		}
+		if p.Offset == int64(len(rs.ans)) {
+			rs.ans = append(rs.ans, p.Text...)
+		}
+		if int64(len(rs.ans)) == rs.ansSize {
+			b.finalAnswer(rs, e, string(rs.ans))
+			rs.ansSHA, rs.ansSize, rs.ans = "", 0, nil
+		}
 	case belay.EventRunToolCall:
 		var p struct {
 			ID    string          `json:"id"`
@@ -258,12 +279,41 @@ func (b *convBuilder) add(e journal.Event) error {
 	return nil
 }
 
+// finalAnswer puts a run's final answer in place of the text blocks of
+// its last assistant message: the answer as the provider took it when the
+// turn ended supersedes the text it streamed.
+func (b *convBuilder) finalAnswer(rs *runState, e journal.Event, text string) {
+	i := rs.lastAsst
+	if i < 0 {
+		b.openAsst(rs, e)
+		i = rs.lastAsst
+	}
+	m := &b.msgs[i]
+	blocks := make([]Block, 0, len(m.Blocks)+1)
+	at := -1
+	for _, blk := range m.Blocks {
+		if blk.Type == BlockText {
+			if at < 0 {
+				at = len(blocks)
+				blocks = append(blocks, Block{Type: BlockText, Text: text})
+			}
+			continue
+		}
+		blocks = append(blocks, blk)
+	}
+	if at < 0 {
+		blocks = append(blocks, Block{Type: BlockText, Text: text})
+	}
+	m.Blocks = blocks
+}
+
 // truncate drops every message from rs's first one after its prompt on,
 // those of runs created while it was going included; the indexes such a
 // run keeps are cut back so that they never name another run's message.
 func (b *convBuilder) truncate(rs *runState) {
 	b.msgs = b.msgs[:rs.start]
 	rs.asst, rs.lastAsst, rs.turnEnded = -1, -1, false
+	rs.ansSHA, rs.ansSize, rs.ans = "", 0, nil
 	for _, o := range b.runs {
 		if o.start > len(b.msgs) {
 			o.start = len(b.msgs)

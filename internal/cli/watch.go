@@ -194,6 +194,15 @@ func (p *printer) event(ev belay.Event) {
 		}
 		p.status("tool result: " + res)
 		p.lastActivity = ev.TS
+	case belay.EventRunAnswer:
+		var d belay.AnswerData
+		_ = json.Unmarshal(ev.Data, &d)
+		if d.Offset == 0 {
+			// The deltas above were the answer as it streamed; the final
+			// answer replaces them as the run's answer.
+			p.status(fmt.Sprintf("final answer taken (%s, %d bytes): belay read %s prints it", d.Source, d.Size, ev.Run))
+		}
+		p.lastActivity = ev.TS
 	case belay.EventRunRecovery:
 		var d belay.RecoveryData
 		_ = json.Unmarshal(ev.Data, &d)

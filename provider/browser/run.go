@@ -713,6 +713,16 @@ func (r *runState) complete(ctx context.Context, text string, ts turnState) erro
 	if err := r.ref(); err != nil {
 		return err
 	}
+	// The final answer is the run's answer from here on: belay read, the
+	// API, exports and the session's history give it, not the rendered
+	// text streamed above.
+	note := why
+	if source == SourceCopy {
+		note = ""
+	}
+	if err := r.emit(provider.Event{Kind: provider.FinalAnswer, Text: final, Source: source, Note: note}); err != nil {
+		return err
+	}
 	m := &Manifest{Session: r.req.Session, Run: r.req.Run}
 	if err := r.writeAnswer(m, final, source, why, text); err != nil {
 		return err
