@@ -107,13 +107,35 @@ func sendLoopback(t *testing.T, bin, dir string, site *chatsite.Site, prompt str
 }
 
 // requireAnswer checks that the journal holds the site's whole answer to
-// prompt for run, and that the site received the prompt once.
+// prompt for run, streamed as the page's text, and as the run's answer
+// the site's copy of it (markdown), and that the site received the prompt
+// once.
 func requireAnswer(t *testing.T, c *client.Client, site *chatsite.Site, session, run, prompt string) {
 	t.Helper()
 	want, err := chatsite.AnswerText(prompt)
 	require.NoError(t, err)
 	require.Equal(t, want, runText(t, c, session, run))
+	require.Equal(t, answerMarkdown(t, prompt), runAnswer(t, c, run))
 	require.Equal(t, 1, site.Count(prompt), "the site received the prompt %d times", site.Count(prompt))
+}
+
+// answerMarkdown is the site's copy of its answer to prompt.
+func answerMarkdown(t *testing.T, prompt string) string {
+	t.Helper()
+	md, err := chatsite.AnswerMarkdown(prompt)
+	require.NoError(t, err)
+	text, err := chatsite.AnswerText(prompt)
+	require.NoError(t, err)
+	require.NotEqual(t, text, md, "the site's copy equals its text: the test proves nothing")
+	return md
+}
+
+// runAnswer is the run's answer as the API serves it (belay read).
+func runAnswer(t *testing.T, c *client.Client, run string) string {
+	t.Helper()
+	var b strings.Builder
+	require.NoError(t, c.Answer(context.Background(), run, &b))
+	return b.String()
 }
 
 // runText is the answer text the journal holds for a run.
@@ -149,11 +171,18 @@ func TestBrowserSendThroughTheCLI(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
 	require.Equal(t, "complete", res.Status, out)
-	want, err := chatsite.AnswerText(prompt)
-	require.NoError(t, err)
+	// The answer streamed as the page showed it (what watch printed);
+	// the run's answer is the site's copy of it (markdown), for belay
+	// read, belay read --json and the session's export.
+	c := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")})
+	requireAnswer(t, c, site, res.Session, res.Run, prompt)
+	md := answerMarkdown(t, prompt)
 	got := belayCmd(t, bin, dir, "read", res.Run)
-	require.Equal(t, want, strings.TrimRight(got, "\n"))
-	require.Equal(t, 1, site.Count(prompt))
+	require.Equal(t, md, strings.TrimRight(got, "\n"))
+	var rj struct{ Answer string }
+	out = belayCmd(t, bin, dir, "read", "--json", res.Run)
+	require.NoError(t, json.Unmarshal([]byte(out), &rj), out)
+	require.Equal(t, md, rj.Answer)
 
 	// The answer's file is in the run's artifact directory.
 	var arts struct {
@@ -164,9 +193,7 @@ func TestBrowserSendThroughTheCLI(t *testing.T) {
 	out = belayCmd(t, bin, dir, "read", "--artifacts", "--json", res.Run)
 	require.NoError(t, json.Unmarshal([]byte(out), &arts), out)
 	require.Len(t, arts.Artifacts, 1, out)
-	// The final answer as the site's copy button gives it (markdown).
-	md, err := chatsite.AnswerMarkdown(prompt)
-	require.NoError(t, err)
+	// The final answer's file is the same copy.
 	require.NotNil(t, arts.Answer, out)
 	require.Equal(t, browser.SourceCopy, arts.Answer.Source)
 	copied, err := os.ReadFile(filepath.Join(arts.Dir, arts.Answer.File))
@@ -191,7 +218,14 @@ func TestBrowserSendThroughTheCLI(t *testing.T) {
 	require.Equal(t, "complete", res2.Status, out)
 	want2, err := chatsite.AnswerText(follow)
 	require.NoError(t, err)
-	require.Equal(t, want2, strings.TrimRight(belayCmd(t, bin, dir, "read", res2.Run), "\n"))
+	require.Equal(t, answerMarkdown(t, follow), strings.TrimRight(belayCmd(t, bin, dir, "read", res2.Run), "\n"))
+	// The export holds the copies, not the streamed text.
+	var exported []struct{ Role, Content string }
+	out = belayCmd(t, bin, dir, "sessions", "export", "--format", "openai", res.Session)
+	require.NoError(t, json.Unmarshal([]byte(out), &exported), out)
+	require.Len(t, exported, 4, out)
+	require.Equal(t, md, exported[1].Content)
+	require.Equal(t, answerMarkdown(t, follow), exported[3].Content)
 	r2, err := client.New(client.Options{Socket: filepath.Join(dir, "belay.sock")}).Run(context.Background(), res2.Run)
 	require.NoError(t, err)
 	require.Equal(t, r.Ref.ID, r2.Ref.ID, "the follow-up went to another conversation")
@@ -255,8 +289,7 @@ func TestBrowserRunSurvivesDaemonKill(t *testing.T) {
 
 	want, err := chatsite.AnswerText(prompt)
 	require.NoError(t, err)
-	require.Equal(t, want, runText(t, c, res.Session, res.Run))
-	require.Equal(t, 1, site.Count(prompt), "the prompt was sent more than once")
+	requireAnswer(t, c, site, res.Session, res.Run, prompt)
 	require.True(t, resumed(t, c, res.Session, res.Run), "the restarted daemon did not resume the run")
 	// The same conversation and target: reattached, not rebound.
 	require.Equal(t, before.Ref.ID, r.Ref.ID)
@@ -317,10 +350,7 @@ func TestBrowserConcurrentRuns(t *testing.T) {
 		r, err := c.WaitRun(ctx, s.run, 2*time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, belay.RunComplete, r.Status, r.Reason)
-		want, err := chatsite.AnswerText(s.prompt)
-		require.NoError(t, err)
-		require.Equal(t, want, runText(t, c, s.session, s.run))
-		require.Equal(t, 1, site.Count(s.prompt))
+		requireAnswer(t, c, site, s.session, s.run, s.prompt)
 		convs[r.Ref.ID] = true
 	}
 	close(stop)

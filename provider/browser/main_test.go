@@ -60,6 +60,7 @@ type recorder struct {
 	events []provider.Event
 	text   strings.Builder
 	ref    provider.Event
+	final  []provider.Event // FinalAnswer events
 	onRef  func(c cursor)
 }
 
@@ -71,6 +72,8 @@ func (r *recorder) emit(ev provider.Event) error {
 		r.text.WriteString(ev.Text)
 	case provider.RefUpdate:
 		r.ref = mergeRef(r.ref, ev)
+	case provider.FinalAnswer:
+		r.final = append(r.final, ev)
 	}
 	hook := r.onRef
 	r.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -364,6 +365,13 @@ func TestFinalAnswerIsTheCopy(t *testing.T) {
 		}
 		if m.Answer == nil || m.Answer.Source != tc.source || string(got) != want || m.Answer.SHA256 != PromptHash(want) || m.Answer.SameAsStream != (want == text) {
 			t.Fatalf("%s: answer %+v %q, want %s %q", tc.site, m.Answer, got, tc.source, want)
+		}
+		// The run's answer (what belay read gives) is the same text.
+		if len(rec.final) != 1 || rec.final[0].Text != want || rec.final[0].Source != tc.source || (tc.source == SourceDOM) != (rec.final[0].Note != "") {
+			t.Fatalf("%s: final answers %+v, want one %s %q", tc.site, rec.final, tc.source, want)
+		}
+		if i := slices.IndexFunc(rec.events, func(e provider.Event) bool { return e.Kind == provider.FinalAnswer }); i < 0 || i > slices.IndexFunc(rec.events, func(e provider.Event) bool { return e.Kind == provider.TurnEnd }) {
+			t.Fatalf("%s: the final answer comes before the turn end", tc.site)
 		}
 		c := refCursor(*rec.ref.Ref)
 		if tc.source == SourceDOM {
