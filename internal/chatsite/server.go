@@ -79,6 +79,10 @@ type Site struct {
 	uploads map[string]string // file name -> sha256 of what was uploaded
 	logins  map[string]bool   // session cookies the login form gave out
 	hold    bool              // answers think until FinishHeld
+	tickets map[string]string // download tickets the page asked for -> conv/name
+	// served counts the bytes of each page-only artifact served, by
+	// name: how far the browser's downloads got.
+	served map[string]int64
 }
 
 type conv struct {
@@ -127,6 +131,7 @@ func Start(opts Options) (*Site, error) {
 	mux.HandleFunc("POST /api/upload", s.upload)
 	mux.HandleFunc("GET /api/conv/{id}", s.convJSON)
 	mux.HandleFunc("GET /files/{conv}/{name}", s.file)
+	mux.HandleFunc("POST /files/{conv}/{name}/ticket", s.ticket)
 	mux.HandleFunc("POST /_harness/mode", s.harnessMode)
 	mux.HandleFunc("POST /_harness/drop", s.harnessDrop)
 	mux.HandleFunc("GET /_harness/prompts", s.harnessPrompts)
@@ -306,7 +311,13 @@ func (s *Site) view(c *conv, t *turn, now time.Time) turnView {
 	default:
 		v.State, v.Text, v.Markdown, v.ActionBar = "done", strings.Join(toks, ""), markdown(toks), true
 		for _, a := range p.Artifact {
-			v.Artifacts = append(v.Artifacts, artifact{Name: a, Href: "/files/" + c.id + "/" + a})
+			href := "/files/" + c.id + "/" + a
+			if strings.HasPrefix(a, "page-") {
+				// As ChatGPT's sandbox links: no URL to fetch, the page's
+				// script makes the download when the link is clicked.
+				href = "sandbox:/mnt/data/" + a
+			}
+			v.Artifacts = append(v.Artifacts, artifact{Name: a, Href: href})
 		}
 	}
 	if !t.stopped.IsZero() && v.State != "done" && v.State != "error" {
@@ -631,8 +642,20 @@ var errNoFile = errors.New("chatsite: no such file")
 
 // File returns the content of an artifact and, for the ones that fail,
 // an error.
+//
+// Artifact names choose how they are served: "slow.bin" trickles over 45
+// s of site time, "broken.bin" breaks off half way, "*.blob.txt" is made
+// in the page as a blob: URL. A name starting with "page-" is a link the
+// page's script turns into a download when clicked (its href is a
+// sandbox: URL, as ChatGPT's): the file is served only with a ticket the
+// page asks for. A name starting with "gated-" has a plain URL that
+// refuses (403) any request but a browser's own same-origin navigation
+// (Sec-Fetch-Site: same-origin), as a signed CDN link that a fetch from
+// outside the page cannot use. "page-slow.bin" and "page-broken.bin"
+// combine them.
 func File(conv, name string) ([]byte, error) {
-	if name == "broken.bin" {
+	base := strings.TrimPrefix(strings.TrimPrefix(name, "page-"), "gated-")
+	if base == "broken.bin" {
 		return nil, errNoFile
 	}
 	if strings.HasSuffix(name, ".blob.txt") {
@@ -640,7 +663,7 @@ func File(conv, name string) ([]byte, error) {
 	}
 	h := Hash(conv + "/" + name)
 	size := 64 << 10
-	if name == "slow.bin" {
+	if base == "slow.bin" {
 		size = 256 << 10
 	}
 	out := make([]byte, 0, size)
@@ -651,19 +674,65 @@ func File(conv, name string) ([]byte, error) {
 	return out[:size], nil
 }
 
-// file serves an artifact. slow.bin trickles over 45 s of site time;
-// broken.bin breaks off half way.
+// ticket gives the page a one-time URL of a "page-" artifact: only the
+// page's script asks for one (it sends X-Chat-Page).
+func (s *Site) ticket(w http.ResponseWriter, r *http.Request) {
+	cid, name := r.PathValue("conv"), r.PathValue("name")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.convs[cid]; !ok || !s.authed(r) || r.Header.Get("X-Chat-Page") != "1" || !strings.HasPrefix(name, "page-") {
+		http.Error(w, "forbidden", http.StatusForbidden)
+		return
+	}
+	t := newID()
+	if s.tickets == nil {
+		s.tickets = map[string]string{}
+	}
+	s.tickets[t] = cid + "/" + name
+	writeJSON(w, http.StatusOK, map[string]string{"url": "/files/" + cid + "/" + name + "?ticket=" + t})
+}
+
+// Served returns how many bytes of the page-only or gated artifact name
+// the site served in all (its downloads by the browser).
+func (s *Site) Served(name string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served[name]
+}
+
+// file serves an artifact (see File).
 func (s *Site) file(w http.ResponseWriter, r *http.Request) {
 	cid, name := r.PathValue("conv"), r.PathValue("name")
 	s.mu.Lock()
 	_, ok := s.convs[cid]
 	ok = ok && s.authed(r)
+	gate := ""
+	switch {
+	case strings.HasPrefix(name, "page-"):
+		t := r.URL.Query().Get("ticket")
+		if s.tickets[t] != cid+"/"+name {
+			gate = "no ticket"
+		}
+		delete(s.tickets, t)
+	case strings.HasPrefix(name, "gated-"):
+		if r.Header.Get("Sec-Fetch-Site") != "same-origin" {
+			gate = "not the page's own navigation"
+		}
+	}
 	s.mu.Unlock()
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
-	if name == "broken.bin" {
+	if gate != "" {
+		http.Error(w, "forbidden: "+gate, http.StatusForbidden)
+		return
+	}
+	if strings.HasPrefix(name, "page-") || strings.HasPrefix(name, "gated-") {
+		w = &countingWriter{ResponseWriter: w, site: s, name: name}
+	}
+	base := strings.TrimPrefix(strings.TrimPrefix(name, "page-"), "gated-")
+	if base == "broken.bin" {
 		w.Header().Set("Content-Length", "65536")
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_, _ = w.Write(make([]byte, 1000))
@@ -677,7 +746,7 @@ func (s *Site) file(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
 	w.Header().Set("Content-Length", fmt.Sprint(len(b)))
-	if name != "slow.bin" {
+	if base != "slow.bin" {
 		_, _ = w.Write(b)
 		return
 	}
@@ -694,5 +763,29 @@ func (s *Site) file(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
+	}
+}
+
+// countingWriter counts what the site serves of an artifact.
+type countingWriter struct {
+	http.ResponseWriter
+	site *Site
+	name string
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(b)
+	c.site.mu.Lock()
+	if c.site.served == nil {
+		c.site.served = map[string]int64{}
+	}
+	c.site.served[c.name] += int64(n)
+	c.site.mu.Unlock()
+	return n, err
+}
+
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
 	}
 }

@@ -13,8 +13,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -36,7 +38,14 @@ type Artifact struct {
 	SHA256   string `json:"sha256,omitempty"`
 	Type     string `json:"type,omitempty"`
 	Attempts int    `json:"attempts"`
-	Error    string `json:"error,omitempty"`
+	// Via is how it was downloaded: "fetch" (belay, with the browser's
+	// cookies), "page" (the link clicked in the page, the file saved by
+	// Chromium's download manager into the artifact directory) or
+	// "script" (a blob: or data: URL read in the page).
+	Via string `json:"via,omitempty"`
+	// Note says why a file was not fetched the first way tried.
+	Note  string `json:"note,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // Manifest lists a run's artifacts.
@@ -133,11 +142,25 @@ func (r *runState) artifacts(ctx context.Context, m *Manifest, links []linkInfo)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return internal(err, "create the artifact directory")
 	}
-	used := map[string]bool{ManifestName: true, AnswerName: true}
-	for _, l := range links {
+	used := map[string]bool{ManifestName: true, AnswerName: true, downloadsDir: true}
+	for k, l := range links {
 		a := Artifact{Name: l.Name, URL: l.Href, File: fileName(l.Name, used)}
+		inPage := l.Self || !fetchable(l.Href)
 		for a.Attempts = 1; ; a.Attempts++ {
-			err := r.download(ctx, l.Href, filepath.Join(dir, a.File), &a)
+			var err error
+			if inPage {
+				err = r.downloadInPage(ctx, k, filepath.Join(dir, a.File), &a)
+			} else {
+				err = r.download(ctx, l.Href, filepath.Join(dir, a.File), &a)
+				var se *statusError
+				if errors.As(err, &se) && (se.code == http.StatusUnauthorized || se.code == http.StatusForbidden) {
+					// The site refuses belay's own request but may let its
+					// page have the file: from now on, through the page.
+					inPage = true
+					a.Note = fmt.Sprintf("belay's request was refused (%s): downloaded through the page", se.status)
+					err = r.downloadInPage(ctx, k, filepath.Join(dir, a.File), &a)
+				}
+			}
 			if err == nil {
 				a.Error = ""
 				break
@@ -159,6 +182,9 @@ func (r *runState) artifacts(ctx context.Context, m *Manifest, links []linkInfo)
 			return err
 		}
 	}
+	// Every download was moved to its name or removed: an empty directory
+	// is left only if a download never ended.
+	_ = os.Remove(filepath.Join(dir, downloadsDir))
 	return nil
 }
 
@@ -211,7 +237,7 @@ func (r *runState) download(ctx context.Context, href, path string, a *Artifact)
 		}
 		if resp.StatusCode != http.StatusOK {
 			resp.Body.Close()
-			return fmt.Errorf("GET %s: %s", href, resp.Status)
+			return &statusError{url: href, code: resp.StatusCode, status: resp.Status}
 		}
 		if resp.ContentLength > maxArtifact {
 			resp.Body.Close()
@@ -234,6 +260,16 @@ func (r *runState) download(ctx context.Context, href, path string, a *Artifact)
 		return fmt.Errorf("cannot download %q", href)
 	}
 	defer body.Close()
+	a.Via = "fetch"
+	if !strings.HasPrefix(href, "http") {
+		a.Via = "script"
+	}
+	return saveFile(body, path, a)
+}
+
+// saveFile writes body to path (through a .part file, synced, renamed)
+// and records its size, sha256 and detected type.
+func saveFile(body io.Reader, path string, a *Artifact) error {
 	tmp := path + ".part"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -291,4 +327,147 @@ func (p *prefix) Write(b []byte) (int, error) {
 		p.b = append(p.b, b[:min(room, len(b))]...)
 	}
 	return len(b), nil
+}
+
+// statusError is an artifact request the server answered with another
+// status than 200.
+type statusError struct {
+	url    string
+	code   int
+	status string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("GET %s: %s", e.url, e.status) }
+
+// fetchable reports whether belay can request href itself.
+func fetchable(href string) bool {
+	for _, p := range []string{"http://", "https://", "blob:", "data:"} {
+		if strings.HasPrefix(href, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// downloadsDir is where Chromium saves the downloads of the page, inside
+// the run's artifact directory, before each is checked and moved to its
+// name.
+const downloadsDir = ".downloads"
+
+// downloadBegin bounds the wait for a click to start a download.
+const downloadBegin = 30 * time.Second
+
+// downloadInPage downloads artifact k of the answer turn the way a
+// person would: it clicks the link in the page, and Chromium's download
+// manager saves the file. CDP's Browser.setDownloadBehavior sends it to
+// the artifact directory (never ~/Downloads, no download shelf: the
+// browser is headless and its downloads are not shown), named by the
+// download's guid; Browser.downloadWillBegin and downloadProgress follow
+// it. There is no cap but ArtifactTimeout on the download itself: a slow
+// file is given its time while it makes progress. The file is then
+// hashed and moved to path.
+func (r *runState) downloadInPage(ctx context.Context, k int, path string, a *Artifact) error {
+	ctx, cancel := context.WithTimeout(ctx, r.p.cfg.ArtifactTimeout)
+	defer cancel()
+	staging := filepath.Join(filepath.Dir(path), downloadsDir)
+	if err := os.MkdirAll(staging, 0o700); err != nil {
+		return err
+	}
+	a.Via = "page"
+	var (
+		mu       sync.Mutex
+		guid     string
+		last     browser.EventDownloadProgress
+		progress = make(chan struct{}, 1)
+	)
+	lctx, lcancel := context.WithCancel(r.t.ctx)
+	defer lcancel()
+	// The listener runs in the tab's read loop: it only records.
+	if err := chromedp.Listen(lctx, func(ev any) {
+		mu.Lock()
+		switch e := ev.(type) {
+		case *browser.EventDownloadWillBegin:
+			if guid == "" {
+				guid = e.GUID
+			}
+		case *browser.EventDownloadProgress:
+			if e.GUID == guid || guid == "" {
+				last = *e
+			}
+		default:
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		return err
+	}
+	yes := true
+	if _, err := run(ctx, r.t, evalTimeout, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+			Behavior: browser.SetDownloadBehaviorBehaviorAllowAndName, DownloadPath: staging, EventsEnabled: &yes})
+		return err
+	})); err != nil {
+		return fmt.Errorf("set the browser's downloads to the artifact directory: %w", err)
+	}
+	if err := r.t.clickArtifact(ctx, r.site, r.cur.Baseline, k); err != nil {
+		return fmt.Errorf("click the link: %w", err)
+	}
+	begin := time.NewTimer(downloadBegin)
+	defer begin.Stop()
+	for {
+		mu.Lock()
+		g, p := guid, last
+		mu.Unlock()
+		if g != "" && p.GUID == g {
+			switch p.State {
+			case browser.DownloadProgressStateCompleted:
+				return r.savePageDownload(filepath.Join(staging, g), path, int64(p.ReceivedBytes), a)
+			case browser.DownloadProgressStateCanceled:
+				_ = os.Remove(filepath.Join(staging, g))
+				return fmt.Errorf("the browser's download stopped after %.0f of %.0f bytes", p.ReceivedBytes, p.TotalBytes)
+			}
+		}
+		select {
+		case <-progress:
+		case <-begin.C:
+			if g == "" {
+				return fmt.Errorf("clicking the link started no download in %s", downloadBegin)
+			}
+		case <-ctx.Done():
+			if g != "" {
+				_, _ = run(context.Background(), r.t, evalTimeout, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+					_, err := cdp.Call(ctx, tg, browser.CancelDownload, browser.CancelDownloadParams{GUID: g})
+					return err
+				})) // best effort: the browser is closed when the run ends
+				_ = os.Remove(filepath.Join(staging, g))
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// savePageDownload checks the file the browser saved (its size as the
+// browser reported it) and moves it to path with its size, sha256 and
+// type recorded.
+func (r *runState) savePageDownload(saved, path string, size int64, a *Artifact) error {
+	f, err := os.Open(saved)
+	if err != nil {
+		return fmt.Errorf("the browser's download: %w", err)
+	}
+	err = saveFile(f, path, a)
+	f.Close()
+	if err == nil && a.Size != size {
+		err = fmt.Errorf("the browser saved %d bytes, it reported %d", a.Size, size)
+		_ = os.Remove(path)
+	}
+	_ = os.Remove(saved) // moved or refused: the copy in path is what counts
+	if err != nil {
+		a.Size, a.SHA256, a.Type = 0, "", ""
+	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,6 +208,80 @@ func TestArtifactsAreDownloaded(t *testing.T) {
 	}
 }
 
+// TestArtifactsThroughThePage: links that belay cannot fetch itself are
+// downloaded by clicking them in the page, Chromium's download manager
+// saving them into the artifact directory (CDP download behaviour): a
+// sandbox: link whose download the page's script makes (with a one-time
+// ticket), a plain link that refuses belay's request (403) but not the
+// page's own navigation, a slow one, and one that breaks off (recorded
+// with its error after 3 attempts). Nothing is left in the download
+// directory, and nothing goes to ~/Downloads.
+func TestArtifactsThroughThePage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 20)
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"page-notes.txt", "gated-data.bin", "page-slow.bin", "page-broken.bin"}
+	prompt := "Files for the page. [[think=1s stream=1s words=10 artifacts=" + strings.Join(names, ",") + "]]"
+	rec, err := b.run(t, provider.Request{Session: "ses_pg", Run: "run_pg", Prompt: prompt, Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(b.dir, "runs", "ses_pg", "run_pg", "artifacts")
+	m, err := ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Artifacts) != len(names) {
+		t.Fatalf("manifest %+v", m)
+	}
+	conv := rec.ref.Ref.ID
+	for i, a := range m.Artifacts {
+		if a.Name != names[i] || a.Via != "page" {
+			t.Errorf("%s: %+v", names[i], a)
+			continue
+		}
+		want, ferr := chatsite.File(conv, a.Name)
+		if a.Name == "page-broken.bin" {
+			if ferr == nil || a.Error == "" || a.File != "" || a.Attempts != 3 || b.site.Served(a.Name) == 0 {
+				t.Errorf("page-broken.bin: %+v (served %d bytes)", a, b.site.Served(a.Name))
+			}
+			continue
+		}
+		got, err := os.ReadFile(filepath.Join(dir, a.File))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%s: %v, %d bytes on disk, want %d", a.Name, err, len(got), len(want))
+		}
+		if a.Error != "" || a.Attempts != 1 || a.SHA256 != PromptHash(string(want)) || a.Size != int64(len(want)) || a.Type != http.DetectContentType(want[:512]) {
+			t.Errorf("%s: %+v, want %d bytes", a.Name, a, len(want))
+		}
+		if served := b.site.Served(a.Name); served != int64(len(want)) {
+			t.Errorf("%s: the site served %d bytes, want %d: not the browser's download", a.Name, served, len(want))
+		}
+		if gated := strings.HasPrefix(a.Name, "gated-"); gated != strings.Contains(a.Note, "403") {
+			t.Errorf("%s: note %q", a.Name, a.Note)
+		}
+	}
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, e := range left {
+		files = append(files, e.Name())
+	}
+	if strings.Join(files, ",") != "answer.md,gated-data.bin,manifest.json,page-notes.txt,page-slow.bin" {
+		t.Errorf("artifact directory holds %v", files)
+	}
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(home, "Downloads", n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("~/Downloads/%s: %v", n, err)
+		}
+	}
+}
+
 // TestModelPicker: the run's model is chosen in the site's picker before
 // the send; a model the picker does not offer fails before anything is
 // sent.
@@ -328,28 +403,35 @@ func TestLoginImportAndCheck(t *testing.T) {
 
 // TestSlowArtifactHasNoThirtySecondCap: an artifact that takes more than
 // 30 s of real time to download (slow.bin: 45 s of site time, at 1.4
-// site seconds per second) is downloaded whole.
+// site seconds per second) is downloaded whole, by belay's own request
+// and through the page (Chromium's download manager).
 func TestSlowArtifactHasNoThirtySecondCap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes more than 30 s")
 	}
 	t.Parallel()
 	b := setup(t, 1.4)
-	prompt := "One slow file. [[think=300ms stream=300ms words=5 artifacts=slow.bin]]"
+	prompt := "Two slow files. [[think=300ms stream=300ms words=5 artifacts=slow.bin,page-slow.bin]]"
 	start := time.Now()
 	rec, err := b.run(t, provider.Request{Session: "ses_s", Run: "run_s", Prompt: prompt, Attempt: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took < 30*time.Second {
+	if took := time.Since(start); took < 60*time.Second {
 		t.Fatalf("the run took %s: the download was not slower than 30 s, the test proves nothing", took)
 	}
 	m, err := ReadManifest(filepath.Join(b.dir, "runs", "ses_s", "run_s", "artifacts"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := chatsite.File(rec.ref.Ref.ID, "slow.bin")
-	if len(m.Artifacts) != 1 || m.Artifacts[0].Error != "" || m.Artifacts[0].Attempts != 1 || m.Artifacts[0].SHA256 != PromptHash(string(want)) {
+	if len(m.Artifacts) != 2 {
 		t.Fatalf("manifest %+v", m.Artifacts)
+	}
+	for i, via := range []string{"fetch", "page"} {
+		a := m.Artifacts[i]
+		want, _ := chatsite.File(rec.ref.Ref.ID, a.Name)
+		if a.Error != "" || a.Attempts != 1 || a.Via != via || a.SHA256 != PromptHash(string(want)) {
+			t.Fatalf("manifest %+v", a)
+		}
 	}
 }

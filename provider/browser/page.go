@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -263,6 +264,9 @@ type turnState struct {
 type linkInfo struct {
 	Name string `json:"name"`
 	Href string `json:"href"`
+	// Self: the link names the page itself (href="#..."): only the page's
+	// script can make its download.
+	Self bool `json:"self,omitempty"`
 }
 
 const turnJS = `(p, i) => {` + jsLib + `
@@ -277,7 +281,8 @@ const turnJS = `(p, i) => {` + jsLib + `
   if (body && !r.thinking) r.text = body.innerText || "";
   r.actionBar = anyVis(t, p.copy) || anyVis(t, p.actionBar);
   r.error = anyVis(t, p.errorTurn) || anyVis(t, p.retry);
-  r.artifacts = qa(t, p.artifact).map((a) => ({ name: a.getAttribute("download") || a.textContent.trim(), href: a.href }));
+  r.artifacts = qa(t, p.artifact).map((a) => ({ name: a.getAttribute("download") || a.textContent.trim(), href: a.href,
+    self: a.href.split("#")[0] === location.href.split("#")[0] }));
   return r;
 }`
 
@@ -337,6 +342,29 @@ func (t *tab) copyTurn(ctx context.Context, s *Site, i int, wait time.Duration) 
 			return "", "", err
 		}
 	}
+}
+
+// clickArtifactJS clicks artifact link k of assistant turn i, and says
+// why it could not.
+const clickArtifactJS = `(p, i, k) => {` + jsLib + `
+  const t = qa(document, p.assistantTurn)[i];
+  if (!t) return "the turn is gone";
+  const a = qa(t, p.artifact)[k];
+  if (!a) return "the link is gone";
+  a.click();
+  return "";
+}`
+
+// clickArtifact clicks artifact link k of assistant turn i.
+func (t *tab) clickArtifact(ctx context.Context, s *Site, i, k int) error {
+	var why string
+	if err := t.eval(ctx, clickArtifactJS, &why, s.Selectors, i, k); err != nil {
+		return err
+	}
+	if why != "" {
+		return errors.New(why)
+	}
+	return nil
 }
 
 // userTurns returns the texts of the user turns from index from.

@@ -106,7 +106,23 @@
         const link = el("a", "artifact", a.name);
         // A ".blob.txt" artifact is made in the page, as a blob: URL.
         link.href = a.name.endsWith(".blob.txt") ? URL.createObjectURL(new Blob(["blob artifact " + a.name])) : a.href;
-        link.setAttribute("download", a.name);
+        if (a.href.startsWith("sandbox:")) {
+          // The page makes the download: it asks for a one-time URL and
+          // follows it, as ChatGPT does for its sandbox links.
+          link.addEventListener("click", async (ev) => {
+            ev.preventDefault();
+            const r = await fetch("/files/" + conv + "/" + encodeURIComponent(a.name) + "/ticket", { method: "POST", headers: { "X-Chat-Page": "1" } });
+            if (!r.ok) return;
+            const go = document.createElement("a");
+            go.href = (await r.json()).url;
+            go.setAttribute("download", a.name);
+            document.body.appendChild(go);
+            go.click();
+            go.remove();
+          });
+        } else {
+          link.setAttribute("download", a.name);
+        }
         box.appendChild(link);
       }
       node.appendChild(box);
