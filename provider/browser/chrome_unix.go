@@ -28,4 +28,12 @@ func (c *chrome) kill() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = syscall.Kill(-c.PID, syscall.SIGKILL)
+	// Until it is gone: its profile is deleted next, and a browser still
+	// writing there would leave files behind.
+	for range 250 {
+		if !c.alive() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

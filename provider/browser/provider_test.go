@@ -459,3 +459,116 @@ func TestDeadlinePassesWhileTheSiteWorks(t *testing.T) {
 		t.Fatalf("follow-up answer %q, sent %d times", rec3.answer(), b.site.Count(next))
 	}
 }
+
+// TestDecoysAreNotTheSitesControls: the loopback page has the decoys real
+// chat pages have, and a run is fooled by none of them. While the run
+// follows its answer, an observer tab on the same conversation checks
+// that they are there: an action bar that flashes once mid-thinking (a
+// completion rule that trusts one poll would end the run with no
+// answer), a dictation stop button outside the composer while the site
+// works (a cancel that clicked it would not stop the site), and a "Stop
+// read aloud" button in the finished turn (a stop rule that matched it
+// would never see the answer finish). The run gets the whole answer,
+// once, and the profile's stop selector matches no decoy.
+func TestDecoysAreNotTheSitesControls(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	// Two minutes of site thinking: the flash lasts 6 s of site time.
+	prompt := "Mind the decoys. [[think=2m stream=1s words=15]]"
+	site, err := b.p.sites.Get("loopback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if site, err = site.WithStartURL(b.site.URL() + "/"); err != nil {
+		t.Fatal(err)
+	}
+	chromium, err := findChromium("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	br, err := startChrome(ctx, chromium, filepath.Join(b.dir, "observer"), true, nil, filepath.Join(b.dir, "observer.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.kill()
+	obs, err := attach(ctx, br, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.close()
+
+	convURL := make(chan string, 1)
+	var rec recorder
+	rec.onRef = func(c cursor) {
+		if c.Phase == phaseSent && rec.ref.Ref.URL != "" {
+			select {
+			case convURL <- rec.ref.Ref.URL:
+			default:
+			}
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- b.p.Run(ctx, provider.Request{Session: "ses_dc", Run: "run_dc", Prompt: prompt, Attempt: 1}, rec.emit)
+	}()
+	var url string
+	select {
+	case url = <-convURL:
+	case err := <-done:
+		t.Fatalf("the run ended before its send settled: %v", err)
+	}
+	if err := obs.navigate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	const stopsJS = `() => Array.from(document.querySelectorAll("button[aria-label^='Stop']")).filter((e) => !!(e.offsetWidth || e.offsetHeight)).length`
+	var flash, decoyWhileBusy bool
+	var runErr error
+	finished := false
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !finished {
+		select {
+		case runErr = <-done:
+			finished = true
+		case <-tick.C:
+		}
+		ts, err := obs.turn(ctx, site, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stops int
+		if err := obs.eval(ctx, stopsJS, &stops); err != nil {
+			t.Fatal(err)
+		}
+		if ts.Thinking && ts.ActionBar {
+			flash = true
+		}
+		if ts.Stop && stops >= 2 {
+			decoyWhileBusy = true // the composer's stop and the dictation stop
+		}
+	}
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec.answer(); got != want || b.site.Count(prompt) != 1 || len(rec.final) != 1 {
+		t.Fatalf("answer %q (want %q), sent %d times, %d final answers", got, want, b.site.Count(prompt), len(rec.final))
+	}
+	if !flash || !decoyWhileBusy {
+		t.Fatalf("the observer saw the flash: %v, the dictation stop: %v: the test proves nothing", flash, decoyWhileBusy)
+	}
+	// The finished turn: a "Stop read aloud" button, but no stop control.
+	ts, err := obs.turn(ctx, site, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stops int
+	if err := obs.eval(ctx, stopsJS, &stops); err != nil {
+		t.Fatal(err)
+	}
+	if ts.Stop || stops < 1 || ts.Text != want {
+		t.Fatalf("finished turn: stop %v, %d stop-labelled buttons, text %q", ts.Stop, stops, ts.Text)
+	}
+}
