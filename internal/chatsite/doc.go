@@ -10,8 +10,9 @@
 // composer and an action bar that flashes once mid-thinking; error turns
 // with Retry; rate limits, login redirects, expired sessions, a logged-out
 // shell, challenge pages, blocking modals and 5xx answers; sends that are
-// silently dropped; file artifacts with known sha256 (one slower than
-// 30 s of site time, one failing).
+// silently dropped or refused with the usage cap (RateLimitNext); file
+// artifacts with known sha256 (one slower than 30 s of site time, one
+// failing), and artifacts only the page can download (see File).
 //
 // Every prompt the server receives is logged with its sha256, so tests
 // can assert that a prompt was sent exactly once. Time is compressed: a
@@ -22,5 +23,5 @@
 // think, preamble, pause and stream are site durations ("20m", "3s");
 // words is the answer's length; error=1 ends in an error turn with Retry;
 // artifacts=name,... attaches files ("slow.bin" takes 45 s of site time,
-// "broken.bin" fails).
+// "broken.bin" fails, "page-*" and "gated-*" need the page: see File).
 package chatsite

@@ -79,6 +79,8 @@ type Site struct {
 	uploads map[string]string // file name -> sha256 of what was uploaded
 	logins  map[string]bool   // session cookies the login form gave out
 	hold    bool              // answers think until FinishHeld
+	limitN  int               // sends left to refuse with the usage cap
+	refused int               // sends refused with the usage cap
 	tickets map[string]string // download tickets the page asked for -> conv/name
 	// served counts the bytes of each page-only artifact served, by
 	// name: how far the browser's downloads got.
@@ -165,6 +167,22 @@ func (s *Site) DropNext(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.drop = n
+}
+
+// RateLimitNext makes the site refuse the next n sends with its usage
+// cap message (HTTP 429), as a site does when the cap is reached between
+// loading the page and sending.
+func (s *Site) RateLimitNext(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limitN = n
+}
+
+// Refused returns how many sends the site refused with its usage cap.
+func (s *Site) Refused() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
 }
 
 // HoldAnswers makes the answers to the prompts sent from now on think
@@ -462,11 +480,18 @@ func (s *Site) send(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Log in to continue."})
 		return
 	}
-	switch s.mode {
-	case ModeRateLimited:
+	limited := s.mode == ModeRateLimited || s.limitN > 0
+	if s.limitN > 0 {
+		s.limitN--
+	}
+	if limited {
+		s.refused++
+	}
+	switch {
+	case limited:
 		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "You've reached the current usage cap. Try again later."})
 		return
-	case ModeExpired, ModeLoggedOut, ModeLogin:
+	case s.mode == ModeExpired, s.mode == ModeLoggedOut, s.mode == ModeLogin:
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Your session has expired. Log in again."})
 		return
 	}

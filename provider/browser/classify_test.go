@@ -121,6 +121,30 @@ func TestRunFailsBeforeTypingWhenNotReady(t *testing.T) {
 	}
 }
 
+// TestRateLimitAtSendIsNotSentAgain: the page was ready, but the site
+// refuses the send with its usage cap. The run fails as rate_limited at
+// once, without typing the prompt a second time; the next attempt (the
+// runtime's retry after its backoff) finds nothing sent and sends.
+func TestRateLimitAtSendIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	b.site.RateLimitNext(1)
+	prompt := "Capped. [[think=500ms stream=500ms words=10]]"
+	req := provider.Request{Session: "ses_rl", Run: "run_rl", Prompt: prompt, Attempt: 1}
+	rec, err := b.run(t, req)
+	if provider.ClassOf(err) != belay.ClassRateLimited {
+		t.Fatalf("err %v, want rate_limited", err)
+	}
+	if b.site.Refused() != 1 || b.site.Count(prompt) != 0 {
+		t.Fatalf("the site refused %d sends and got the prompt %d times", b.site.Refused(), b.site.Count(prompt))
+	}
+	rec2 := resume(t, b, req, rec.ref, 0)
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec2.answer(); got != want || b.site.Count(prompt) != 1 || b.site.Refused() != 1 {
+		t.Fatalf("answer %q, sent %d times, refused %d", got, b.site.Count(prompt), b.site.Refused())
+	}
+}
+
 // TestRunRecoversFromSiteTrouble: a 5xx page gets one reload, a modal one
 // dismissal, a silently dropped send one more send (the prompt then
 // reaches the site once).

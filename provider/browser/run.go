@@ -393,6 +393,7 @@ func (r *runState) verifySend(ctx context.Context) (ok, changed bool, err error)
 	deadline := time.Now().Add(r.p.cfg.SendTimeout)
 	startURL := r.url
 	var lastURL string
+	var refused PageState
 	for {
 		pr, err := r.t.probe(ctx, r.site)
 		if err != nil {
@@ -412,6 +413,20 @@ func (r *runState) verifySend(ctx context.Context) (ok, changed bool, err error)
 		if seen && conv != "" && pr.URL == lastURL {
 			r.url, r.conv = pr.URL, conv
 			return true, true, nil
+		}
+		if !seen && len(users) == 0 {
+			// The site refused the send (its usage cap, an expired
+			// session, a challenge): seen on two reads, that is the
+			// failure, not a send to try again.
+			switch v := classify(r.site, pr); v.State {
+			case StateRateLimited, StateLoginRequired, StateChallenge:
+				if v.State == refused {
+					return false, false, v.Error(r.site.Name)
+				}
+				refused = v.State
+			default:
+				refused = ""
+			}
 		}
 		lastURL = pr.URL
 		if time.Now().After(deadline) {
