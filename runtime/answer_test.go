@@ -16,21 +16,28 @@ import (
 	"github.com/belayhq/belay/store/fsstore"
 )
 
+// answerStore opens a store with one session, and returns a function
+// that creates a leased run in it.
+func answerStore(tb testing.TB) (*fsstore.Store, belay.Session, func() belay.Run) {
+	ctx := context.Background()
+	st, err := fsstore.Open(ctx, tb.TempDir(), fsstore.Options{})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = st.Close() })
+	sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(tb, err)
+	return st, sess, func() belay.Run {
+		r, _, err := st.CreateRun(ctx, belay.RunInput{Session: sess.ID, Input: json.RawMessage(`{"prompt":"p"}`)})
+		require.NoError(tb, err)
+		r, err = st.AcquireRunLease(ctx, r.ID, "w", time.Hour, 0)
+		require.NoError(tb, err)
+		return r
+	}
+}
+
 func TestWriteAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := fsstore.Open(ctx, t.TempDir(), fsstore.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.NoError(t, err)
-	newRun := func() belay.Run {
-		r, _, err := st.CreateRun(ctx, belay.RunInput{Session: sess.ID, Input: json.RawMessage(`{"prompt":"p"}`)})
-		require.NoError(t, err)
-		r, err = st.AcquireRunLease(ctx, r.ID, "w", time.Hour, 0)
-		require.NoError(t, err)
-		return r
-	}
+	st, sess, newRun := answerStore(t)
 	text := func(r belay.Run, s string) {
 		d, _ := json.Marshal(belay.TextData{Text: s})
 		_, err := st.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: belay.EventRunText, Run: r.ID, Epoch: r.Epoch, Data: d})
@@ -67,7 +74,7 @@ func TestWriteAnswer(t *testing.T) {
 
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	err = WriteAnswer(cctx, st, b, &bytes.Buffer{})
+	err := WriteAnswer(cctx, st, b, &bytes.Buffer{})
 	require.ErrorIs(t, err, context.Canceled, "the reader went away: stop")
 	werr := errors.New("broken pipe")
 	err = WriteAnswer(ctx, st, b, failWriter{werr})
@@ -84,15 +91,8 @@ func BenchmarkWriteAnswer(b *testing.B) { benchWriteAnswer(b, 4096) }
 
 func benchWriteAnswer(b *testing.B, delta int) {
 	ctx := context.Background()
-	st, err := fsstore.Open(ctx, b.TempDir(), fsstore.Options{})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = st.Close() })
-	sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.NoError(b, err)
-	run, _, err := st.CreateRun(ctx, belay.RunInput{Session: sess.ID, Input: json.RawMessage(`{"prompt":"p"}`)})
-	require.NoError(b, err)
-	run, err = st.AcquireRunLease(ctx, run.ID, "w", time.Hour, 0)
-	require.NoError(b, err)
+	st, sess, newRun := answerStore(b)
+	run := newRun()
 	text := strings.ToValidUTF8(strings.Repeat("The answer streams back: \"quoted\", <tagged> & ünïcödé.\n", delta/40+1)[:delta], "")
 	d, _ := json.Marshal(belay.TextData{Text: text})
 	var evs []belay.Event

@@ -9,14 +9,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/provider"
-	"github.com/belayhq/belay/store/fsstore"
 	"github.com/belayhq/belay/transcript"
 )
 
@@ -113,15 +111,8 @@ func fmtContent(c any) string {
 func TestWriteAnswerFinalAnswerRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := fsstore.Open(ctx, t.TempDir(), fsstore.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.NoError(t, err)
-	r, _, err := st.CreateRun(ctx, belay.RunInput{Session: sess.ID, Input: json.RawMessage(`{"prompt":"p"}`)})
-	require.NoError(t, err)
-	r, err = st.AcquireRunLease(ctx, r.ID, "w", time.Hour, 0)
-	require.NoError(t, err)
+	st, sess, newRun := answerStore(t)
+	r := newRun()
 	app := func(typ string, v any) {
 		d, _ := json.Marshal(v)
 		_, err := st.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: typ, Run: r.ID, Epoch: r.Epoch, Data: d})

@@ -522,7 +522,14 @@ func TestDecoysAreNotTheSitesControls(t *testing.T) {
 	if err := obs.navigate(ctx, url); err != nil {
 		t.Fatal(err)
 	}
-	const stopsJS = `() => Array.from(document.querySelectorAll("button[aria-label^='Stop']")).filter((e) => !!(e.offsetWidth || e.offsetHeight)).length`
+	// stopButtons counts the visible buttons a naive stop selector takes.
+	stopButtons := func() int {
+		var n int
+		if err := obs.eval(ctx, `() => Array.from(document.querySelectorAll("button[aria-label^='Stop']")).filter((e) => !!(e.offsetWidth || e.offsetHeight)).length`, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	var flash, decoyWhileBusy bool
 	var runErr error
 	finished := false
@@ -538,10 +545,7 @@ func TestDecoysAreNotTheSitesControls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var stops int
-		if err := obs.eval(ctx, stopsJS, &stops); err != nil {
-			t.Fatal(err)
-		}
+		stops := stopButtons()
 		if ts.Thinking && ts.ActionBar {
 			flash = true
 		}
@@ -564,10 +568,7 @@ func TestDecoysAreNotTheSitesControls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stops int
-	if err := obs.eval(ctx, stopsJS, &stops); err != nil {
-		t.Fatal(err)
-	}
+	stops := stopButtons()
 	if ts.Stop || stops < 1 || ts.Text != want {
 		t.Fatalf("finished turn: stop %v, %d stop-labelled buttons, text %q", ts.Stop, stops, ts.Text)
 	}
