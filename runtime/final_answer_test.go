@@ -157,3 +157,23 @@ func TestWriteAnswerFinalAnswerRules(t *testing.T) {
 	app("note", map[string]any{}) // other events do not matter
 	require.Equal(t, "fourth", read())
 }
+
+// A final answer that is not valid UTF-8 is journaled with the bytes
+// replaced, and its hash and size are those of what was journaled, so it
+// is whole.
+func TestFinalAnswerInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	p := &funcProvider{name: "site", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		if err := emit(provider.Event{Kind: provider.TextDelta, Text: "streamed"}); err != nil {
+			return err
+		}
+		if err := emit(provider.Event{Kind: provider.FinalAnswer, Text: "a\xffb", Source: "copy"}); err != nil {
+			return err
+		}
+		return emit(provider.Event{Kind: provider.TurnEnd, StopReason: "end_turn"})
+	}}
+	b := setup(t, Options{}, p)
+	run := b.submit(SubmitRequest{Provider: "site", Prompt: "q"})
+	b.waitStatus(run.ID, belay.RunComplete)
+	require.Equal(t, "a\uFFFDb", b.answerOf(run.ID))
+}

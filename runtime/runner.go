@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -853,12 +854,14 @@ func (rn *runner) append(d belay.Durability, typ string, v any) error {
 // resumed attempt that reports the same answer again journals nothing
 // new, and one cut short by a crash adds only the parts that are missing.
 func (rn *runner) appendAnswer(ev provider.Event) error {
-	sum := sha256.Sum256([]byte(ev.Text))
-	d := belay.AnswerData{Size: int64(len(ev.Text)), SHA256: hex.EncodeToString(sum[:]), Source: ev.Source, Note: ev.Note}
-	text := ev.Text
+	// JSON carries only valid UTF-8: the journaled bytes must be the
+	// hashed ones.
+	text := strings.ToValidUTF8(ev.Text, "\uFFFD")
+	sum := sha256.Sum256([]byte(text))
+	d := belay.AnswerData{Size: int64(len(text)), SHA256: hex.EncodeToString(sum[:]), Source: ev.Source, Note: ev.Note}
 	for off := 0; off < len(text) || off == 0; {
 		end := min(off+belay.AnswerPart, len(text))
-		for end < len(text) && end > off && !utf8.RuneStart(text[end]) {
+		for end < len(text) && end > off+belay.AnswerPart-utf8.UTFMax && !utf8.RuneStart(text[end]) {
 			end--
 		}
 		d.Offset, d.Text = int64(off), text[off:end]
