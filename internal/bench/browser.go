@@ -257,8 +257,9 @@ func waitComplete(ctx context.Context, c *client.Client, run string) error {
 	return nil
 }
 
-// verify reports whether the journal holds the site's answer and the site
-// received the prompt once.
+// verify reports whether the journal holds the site's answer (streamed as
+// the page's text, and as the run's answer the site's copy of it) and the
+// site received the prompt once.
 func verify(ctx context.Context, c *client.Client, site *chatsite.Site, session, run, prompt string) bool {
 	evs, err := c.Events(ctx, session, 0, 0, 0)
 	if err != nil {
@@ -275,7 +276,12 @@ func verify(ctx context.Context, c *client.Client, site *chatsite.Site, session,
 		}
 	}
 	want, err := chatsite.AnswerText(prompt)
-	return err == nil && b.String() == want && site.Count(prompt) == 1
+	if err != nil || b.String() != want || site.Count(prompt) != 1 {
+		return false
+	}
+	md, err := chatsite.AnswerMarkdown(prompt)
+	var answer strings.Builder
+	return err == nil && c.Answer(ctx, run, &answer) == nil && answer.String() == md
 }
 
 // browserDaemon is a `belay serve` child process.
