@@ -161,3 +161,18 @@ func TestStatusNeverSplitsAWordOnOneTerminal(t *testing.T) {
 	p.finish()
 	require.Regexp(t, `^hello \n· tool search · last activity \d+s ago\nworld$`, screen.String())
 }
+
+// TestWatchShowsTheStreamThenNamesTheFinalAnswer: watch prints the deltas
+// as they come; a final answer (run.answer) adds no text to stdout, and
+// stderr says once that belay read prints it.
+func TestWatchShowsTheStreamThenNamesTheFinalAnswer(t *testing.T) {
+	t.Parallel()
+	var out, errb strings.Builder
+	p := &printer{stdio: Stdio{Out: &out, Err: &errb}, progress: true}
+	p.event(event(2, "run.text", map[string]string{"text": "Heading bold"}))
+	p.event(event(3, belay.EventRunAnswer, belay.AnswerData{Text: "**Heading** ", Offset: 0, Size: 16, Source: "copy"}))
+	p.event(event(4, belay.EventRunAnswer, belay.AnswerData{Text: "bold", Offset: 12, Size: 16, Source: "copy"}))
+	p.finish()
+	require.Equal(t, "Heading bold", out.String())
+	require.Equal(t, 1, strings.Count(errb.String(), "final answer taken (copy, 16 bytes): belay read "+testRun+" prints it"), errb.String())
+}
