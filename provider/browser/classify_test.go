@@ -21,21 +21,8 @@ import (
 func TestPageStates(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 8)
-	chromium, err := findChromium("")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	br, err := startChrome(ctx, chromium, filepath.Join(b.dir, "p"), true, nil, filepath.Join(b.dir, "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer br.kill()
-	tb, err := attach(ctx, br, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.close()
+	tb := b.ownTab(t, "p")
 	site, err := b.p.sites.Get("loopback")
 	if err != nil {
 		t.Fatal(err)

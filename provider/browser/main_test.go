@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -52,6 +53,28 @@ func setup(t *testing.T, speed float64) *bundle {
 		t.Fatal(err)
 	}
 	return &bundle{site: site, p: p, dir: dir}
+}
+
+// ownTab starts a browser of the test's own on profile dir name under the
+// bundle's directory and returns its tab; both end with the test.
+func (b *bundle) ownTab(t *testing.T, name string) *tab {
+	t.Helper()
+	chromium, err := findChromium("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	br, err := startChrome(ctx, chromium, filepath.Join(b.dir, name), true, nil, filepath.Join(b.dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(br.kill)
+	tb, err := attach(ctx, br, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tb.close)
+	return tb
 }
 
 // recorder collects a run's events like the runtime journals them.

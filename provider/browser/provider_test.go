@@ -482,22 +482,9 @@ func TestDecoysAreNotTheSitesControls(t *testing.T) {
 	if site, err = site.WithStartURL(b.site.URL() + "/"); err != nil {
 		t.Fatal(err)
 	}
-	chromium, err := findChromium("")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	br, err := startChrome(ctx, chromium, filepath.Join(b.dir, "observer"), true, nil, filepath.Join(b.dir, "observer.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer br.kill()
-	obs, err := attach(ctx, br, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.close()
+	obs := b.ownTab(t, "observer")
 
 	convURL := make(chan string, 1)
 	var rec recorder
