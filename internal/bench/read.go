@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/client"
@@ -236,7 +237,13 @@ func journalAnswer(ctx context.Context, dir string, size int64, chunk int, each 
 			n--
 		}
 		text := pattern[off : off+n]
-		off = (off + n) % len(answerText)
+		if utf8.ValidString(text) {
+			off = (off + n) % len(answerText)
+		} else {
+			// The last few bytes would split a rune (JSON would turn the
+			// piece into U+FFFD, three bytes): pad with ASCII instead.
+			text = strings.Repeat(".", n)
+		}
 		b, _ := json.Marshal(map[string]string{"text": text})
 		batch = append(batch, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: b})
 		_, _ = io.WriteString(h, text)
