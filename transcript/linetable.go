@@ -15,6 +15,9 @@ import (
 // whatever the number of lines. The passes go through the lines in order,
 // forwards or backwards, so a small number of blocks is enough.
 //
+// Reading it moves blocks in and out: one goroutine at a time uses it (the
+// passes' consumers, never their parallel workers).
+//
 // An I/O error of the spill file is kept (err) and every accessor then
 // works on zeroed data: each pass checks err before it returns.
 type lineTable struct {

@@ -40,11 +40,10 @@ type frameReader struct {
 func (s *streamRepair) check() error {
 	fr := &frameReader{s: s, pathMark: mPath}
 	branch := s.branch
-	err := s.eachChunk(func(c *lineChunk) {
-		s.lightWork(c, func(i, idx int) bool {
-			return s.lt.flags(idx)&fBad == 0 && (s.lt.onPath(idx) || branch(idx))
-		})
-	}, func(c *lineChunk) error {
+	// The line table is read by the consumer only (reading it moves its
+	// blocks), so the lines are read there too: this pass runs only when
+	// the path read during the scan was not the path.
+	err := s.eachChunk(func(*lineChunk) {}, func(c *lineChunk) error {
 		for i, rec := range c.recs {
 			idx := c.first + i
 			if rec.tooLong || s.lt.flags(idx)&fBad != 0 {
@@ -54,10 +53,16 @@ func (s *streamRepair) check() error {
 				v, _ := getString(c.line(i), s.idKey)
 				s.targets[idx] = v
 			}
-			parts := c.parts[c.partAt[i][0]:c.partAt[i][1]]
-			if s.lt.onPath(idx) {
+			onPath := s.lt.onPath(idx)
+			if !onPath && !branch(idx) {
+				continue
+			}
+			c.light.read(s.format, c.line(i))
+			parts := c.light.parts(s.format, s.seed, c.parts[:0])
+			c.parts = parts
+			if onPath {
 				fr.add(idx, rec.off, rec.fend, parts)
-			} else if branch(idx) {
+			} else {
 				if err := fr.attach(idx, int(s.lt.parent(idx)), rec.off, rec.fend, parts); err != nil {
 					return err
 				}
