@@ -133,8 +133,7 @@ func (s *Server) Handler(token string) http.Handler {
 }
 
 // storeHealth is implemented by stores that can say whether they can be
-// written now (pgstore: the database answers and this node holds its
-// writer lock).
+// written now (pgstore: the database answers).
 type storeHealth interface {
 	Health(ctx context.Context) error
 }

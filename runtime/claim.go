@@ -74,8 +74,13 @@ func (r *Runtime) claimSoon() {
 }
 
 // rescueEvery is how often the claim loop looks for runs to rescue when
-// nothing else wakes it.
-func (r *Runtime) rescueEvery() time.Duration { return max(r.opts.LeaseTTL/4, 10*time.Millisecond) }
+// nothing else wakes it: a quarter of the lease TTL, at most half a
+// second, so that a dead node's runs resume elsewhere within the TTL and
+// half a second of its death (a claim that finds nothing is one short
+// read-only transaction).
+func (r *Runtime) rescueEvery() time.Duration {
+	return max(min(r.opts.LeaseTTL/4, 500*time.Millisecond), 10*time.Millisecond)
+}
 
 // claimWorkers bounds the claims in flight at once. A claim waits for its
 // lease writes to be durable; several in flight keep admission going while
@@ -274,7 +279,7 @@ func (r *Runtime) feedLoop(ctx context.Context, cursor uint64) {
 			continue
 		}
 		cursor = next
-		claim, inbox := false, false
+		claim, inbox, leased := false, false, false
 		for _, c := range changes {
 			switch c.Type {
 			case belay.EventRunCancelRequested:
@@ -286,10 +291,20 @@ func (r *Runtime) feedLoop(ctx context.Context, cursor uint64) {
 					claim, inbox = true, true // its slot freed; items waiting for its end are ready
 					r.forgetCancel(c.Run)
 				}
+			case belay.EventDeliveryLeased:
+				leased = true
 			case belay.EventDeliveryPosted, belay.EventDeliverySettled, belay.EventDeliveryExpired,
-				belay.EventDeliveryReturned, belay.EventDeliveryLeased:
+				belay.EventDeliveryReturned:
 				inbox = true
 			}
+		}
+		if leased {
+			// An item leased through another instance: arm this one's
+			// timer for the next expiry too (and wake the waiters), so
+			// that it is redelivered when its lease expires even if that
+			// instance is gone by then.
+			r.inbox.fire()
+			inbox = false
 		}
 		if claim {
 			r.claimSoon()

@@ -21,6 +21,16 @@ func (r *Runtime) Doctor(ctx context.Context, session string) (apitype.DoctorRep
 	}
 	in.Now = r.clk.Now()
 	in.Daemon = doctor.Daemon{Reachable: true, Incarnation: r.opts.Incarnation}
+	// A lease held by another runtime over the same store (another node)
+	// is judged by its owner record, not as a previous incarnation's.
+	owners, err := r.store.Owners(ctx)
+	if err != nil {
+		return apitype.DoctorReport{}, err
+	}
+	in.Daemon.OwnerAlive = map[string]bool{}
+	for _, o := range owners {
+		in.Daemon.OwnerAlive[o.ID] = o.Live
+	}
 	in.Retention = r.opts.Retention
 	r.mu.Lock()
 	for _, run := range in.Runs {

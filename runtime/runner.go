@@ -306,17 +306,36 @@ func (rn *runner) startTimers() func() {
 	}
 	var mu sync.Mutex
 	stopped := false
-	// The lease is proven until lastRenew + TTL by the store; the runner
-	// stops its side effects before that unless a renewal succeeds again
-	// (the store unreachable, a partition): another owner may rescue the
-	// run after it expires, and two runners must never act at once.
-	lastRenew := r.clk.Now()
+	// The lease is proven until lastRenew + TTL by the store (the store
+	// grants it at its own now, after lastRenew). Unless a renewal succeeds
+	// again, the runner stops the run's side effects at three quarters of
+	// that (the store unreachable, a partition): another owner may rescue
+	// the run once it expires, and two runners must never act at once.
+	// The fence is a timer of its own, so a renewal that hangs (a silent
+	// partition: no answer, no error) cannot delay it; each renewal is
+	// bounded too, so the next one is tried.
+	fenceAfter := r.opts.LeaseTTL - r.opts.LeaseTTL/4
+	var fence clock.Timer
+	armFence := func(from time.Time) { // mu held
+		if fence != nil {
+			fence.Stop()
+		}
+		fence = r.clk.AfterFunc(from.Add(fenceAfter).Sub(r.clk.Now()), func() { rn.cancel(errLeaseUnproven) })
+	}
+	mu.Lock()
+	armFence(r.clk.Now())
+	mu.Unlock()
 	var renew func()
 	renew = func() {
 		a := rn.activity()
 		act := &belay.RunActivity{LastProgress: a.LastProgress, Tier: string(a.Tier)}
 		asked := r.clk.Now()
-		if run, err := r.store.RenewRunLease(bgCtx, rn.id, rn.epoch, r.opts.LeaseTTL, act); err != nil {
+		ctx, cancel := context.WithCancel(bgCtx)
+		bound := r.clk.AfterFunc(r.opts.LeaseTTL/8, cancel)
+		run, err := r.store.RenewRunLease(ctx, rn.id, rn.epoch, r.opts.LeaseTTL, act)
+		bound.Stop()
+		cancel()
+		if err != nil {
 			if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
 				rn.cancel(errLeaseLost)
 				return
@@ -325,30 +344,26 @@ func (rn *runner) startTimers() func() {
 				return
 			}
 			rn.log().warn("renew lease", err)
-			if r.clk.Now().Sub(lastRenew) >= r.opts.LeaseTTL-r.opts.LeaseTTL/4 {
-				rn.cancel(errLeaseUnproven)
-				return
-			}
-		} else {
-			lastRenew = asked
-			if cr := run.CancelRequest; cr != nil {
-				// The change feed brings cancel requests at once; a renewal
-				// that finds one (its feed entry missed: a store read that
-				// failed then) carries it out no later than this.
-				rn.cancel(cancelCause(cr))
-			}
+		} else if cr := run.CancelRequest; cr != nil {
+			// The change feed brings cancel requests at once; a renewal
+			// that finds one (its feed entry missed: a store read that
+			// failed then) carries it out no later than this.
+			rn.cancel(cancelCause(cr))
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if !stopped {
-			// Renew at half the TTL; after a failure, sooner, so that a
-			// store back within the lease keeps the run.
-			next := r.opts.LeaseTTL / 2
-			if asked != lastRenew {
-				next = r.opts.LeaseTTL / 8
-			}
-			timers = append(timers, r.clk.AfterFunc(next, renew))
+		if stopped {
+			return
 		}
+		// Renew at half the TTL; after a failure, sooner, so that a store
+		// back within the lease keeps the run.
+		next := r.opts.LeaseTTL / 2
+		if err == nil {
+			armFence(asked)
+		} else {
+			next = r.opts.LeaseTTL / 8
+		}
+		timers = append(timers, r.clk.AfterFunc(next, renew))
 	}
 	mu.Lock()
 	timers = append(timers, r.clk.AfterFunc(r.opts.LeaseTTL/2, renew))
@@ -357,6 +372,7 @@ func (rn *runner) startTimers() func() {
 		mu.Lock()
 		defer mu.Unlock()
 		stopped = true
+		fence.Stop()
 		for _, t := range timers {
 			t.Stop()
 		}
@@ -585,9 +601,11 @@ func (rn *runner) outcome(err error) (resume, cont bool) {
 	case errors.Is(err, errLeaseLost):
 		return false, false // another worker owns it now: write nothing
 	case errors.Is(err, errLeaseUnproven):
-		// The store could not be reached to renew: wait for it like for
-		// any refused write (stall.go); the retry takes the lease back
-		// unless another owner rescued the run meanwhile.
+		// The store could not be reached to renew: the attempt was
+		// cancelled, not detached, so its side effects stopped before the
+		// lease could expire. Wait for the store like for any refused write
+		// (stall.go); the retry takes the lease back unless another owner
+		// rescued the run meanwhile, and recovers the run (G9).
 		rn.stallOn(err)
 		return false, false
 	case errors.As(err, &cErr):

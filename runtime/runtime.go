@@ -756,9 +756,11 @@ var (
 	errShutdown  = fmt.Errorf("runtime: the daemon is stopping (%w)", provider.ErrDetach)
 	errLeaseLost = fmt.Errorf("runtime: the run lease was taken over (%w)", provider.ErrDetach)
 	// errLeaseUnproven: renewals failed for most of the lease's TTL (the
-	// store unreachable); the runner fences itself before the lease can
-	// expire and another owner rescue the run.
-	errLeaseUnproven = fmt.Errorf("runtime: the run lease could not be renewed and is about to expire (%w)", provider.ErrDetach)
+	// store unreachable, a partition); the runner fences itself before the
+	// lease can expire and another owner, maybe on another machine, rescue
+	// the run. It cancels the work, not detaches it: a provider's process
+	// or browser left running here could act beside the rescuer's.
+	errLeaseUnproven = errors.New("runtime: the run lease could not be renewed and is about to expire; the attempt was stopped")
 )
 
 type cancelError struct{ reason string }

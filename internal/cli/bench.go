@@ -21,7 +21,7 @@ func newBenchCmd(stdio Stdio) *cobra.Command {
 		Short: "Measure belay on this machine",
 		Args:  noArgs,
 	}
-	cmd.AddCommand(newBenchJournalCmd(stdio), newBenchRunsCmd(stdio), newBenchRepairCmd(stdio), newBenchReadCmd(stdio), newBenchExportCmd(stdio), newBenchWatchCmd(stdio), newBenchBrowserCmd(stdio), newBenchListCmd(stdio))
+	cmd.AddCommand(newBenchJournalCmd(stdio), newBenchRunsCmd(stdio), newBenchRepairCmd(stdio), newBenchReadCmd(stdio), newBenchExportCmd(stdio), newBenchWatchCmd(stdio), newBenchBrowserCmd(stdio), newBenchListCmd(stdio), newBenchFailoverCmd(stdio))
 	return cmd
 }
 

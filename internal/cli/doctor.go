@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -62,6 +63,23 @@ func newDoctorCmd(stdio Stdio) *cobra.Command {
 			fmt.Fprintf(stdio.Out, "socket %s %s\n", rep.Socket.Path, sock)
 			fmt.Fprintf(stdio.Out, "config %s %s\n", rep.Config.Path, fileWord(rep.Config, "none (defaults)"))
 			fmt.Fprintf(stdio.Out, "sessions %s\n", countsText(rep.Sessions))
+			if rep.Store != "" && rep.Store != "file" {
+				// The daemons serving the database, by their owner records;
+				// the records of dead ones are counted, not listed (every
+				// crash leaves one).
+				gone := 0
+				for _, n := range rep.Nodes {
+					if !n.Live {
+						gone++
+						continue
+					}
+					fmt.Fprintf(stdio.Out, "node   %s live, heartbeat %s, since %s\n", n.ID,
+						n.Heartbeat.UTC().Format(time.RFC3339), n.Since.UTC().Format(time.RFC3339))
+				}
+				if gone > 0 {
+					fmt.Fprintf(stdio.Out, "nodes  %d gone (their runs are rescued by the live nodes)\n", gone)
+				}
+			}
 			for _, q := range rep.Quarantined {
 				fmt.Fprintf(stdio.Out, "quarantined %s: %s at offset %d\n", q.Session, q.Journal, q.Offset)
 			}

@@ -40,6 +40,13 @@ type Config struct {
 		// name `belay migrate`.
 		Migrate *bool `toml:"migrate"`
 	} `toml:"store"`
+	Runs struct {
+		// LeaseTTL is the run lease's TTL (default 60s): a run's owner
+		// renews it at half of it and stops the run's side effects at
+		// three quarters of it when it cannot; another node rescues the
+		// runs of a dead node within about one TTL.
+		LeaseTTL duration `toml:"lease_ttl"`
+	} `toml:"runs"`
 	Limits struct {
 		Global      int            `toml:"global"`
 		PerProvider map[string]int `toml:"per_provider"`
@@ -194,7 +201,7 @@ func (c *Config) validate() error {
 		"watchdog.tool_running": c.Watchdog.ToolRunning, "watchdog.after_turn_end": c.Watchdog.AfterTurnEnd,
 		"retry.base": c.Retry.Base, "retry.max": c.Retry.Max, "deadlines.default": c.Deadlines.Default,
 		"retention.keep_complete": c.Retention.KeepComplete, "retention.keep_failed": c.Retention.KeepFailed,
-		"retention.grace": c.Retention.Grace,
+		"retention.grace": c.Retention.Grace, "runs.lease_ttl": c.Runs.LeaseTTL,
 	}
 	for k, d := range c.Deadlines.Per {
 		durs["deadlines.per."+k] = d
@@ -248,6 +255,7 @@ func (c *Config) validate() error {
 // runtimeOptions applies the config to runtime options.
 func (c *Config) runtimeOptions(o *runtime.Options) {
 	o.Limits = runtime.Limits{Global: c.Limits.Global, PerProvider: c.Limits.PerProvider}
+	o.LeaseTTL = time.Duration(c.Runs.LeaseTTL)
 	o.Tiers = runtime.Tiers{
 		AwaitingFirst: time.Duration(c.Watchdog.AwaitingFirst), Streaming: time.Duration(c.Watchdog.Streaming),
 		ToolRunning: time.Duration(c.Watchdog.ToolRunning), AfterTurnEnd: time.Duration(c.Watchdog.AfterTurnEnd),

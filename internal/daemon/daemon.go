@@ -26,8 +26,6 @@ import (
 	"github.com/belayhq/belay/internal/mcpserver"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/runtime"
-	"github.com/belayhq/belay/store"
-	"github.com/belayhq/belay/store/pgstore"
 )
 
 // Names in the data directory.
@@ -238,24 +236,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 		log.Info("stopping: no new runs; in-flight runs are handed to the next start")
 		return nil
 	case err := <-lockLost:
-		what := storeName(st, dir)
-		log.Error("stopped writing and exiting: this daemon can no longer prove it is the one writer of its store; its runs resume in the daemon that is", "store", what, "err", err)
-		return fmt.Errorf("%w (%s): %w", ErrFenced, what, err)
+		log.Error("stopped writing and exiting: this daemon can no longer prove it owns its data directory; its runs resume in the daemon that does (or in another node)", "data", dir, "err", err)
+		return fmt.Errorf("%w (data directory %s): %w", ErrFenced, dir, err)
 	}
 }
 
 // ErrFenced is why a daemon exits after losing (or no longer being able to
-// prove) its hold on its store: the data directory, or the database.
+// prove) its hold on its data directory.
 var ErrFenced = errors.New("daemon: lost ownership of its store")
-
-// storeName names the store a daemon writes: "data directory DIR" or
-// "database URL" (password redacted).
-func storeName(st store.Store, dir string) string {
-	if ps, ok := st.(*pgstore.Store); ok {
-		return "database " + ps.URL()
-	}
-	return "data directory " + dir
-}
 
 // removeIfSame unlinks path only if it still names the file id describes:
 // a daemon never removes a socket it did not create (a later daemon's).

@@ -21,13 +21,16 @@ import (
 type Report struct {
 	DataDir string `json:"dataDir"`
 	// Store is "file" or the PostgreSQL URL (password redacted).
-	Store       string               `json:"store,omitempty"`
-	Daemon      DaemonState          `json:"daemon"`
-	Lock        *lock.Status         `json:"lock,omitempty"`
-	Socket      FileState            `json:"socket"`
-	Token       *FileState           `json:"token,omitempty"`
-	Config      FileState            `json:"config"`
-	Sessions    map[string]int       `json:"sessions"`
+	Store    string         `json:"store,omitempty"`
+	Daemon   DaemonState    `json:"daemon"`
+	Lock     *lock.Status   `json:"lock,omitempty"`
+	Socket   FileState      `json:"socket"`
+	Token    *FileState     `json:"token,omitempty"`
+	Config   FileState      `json:"config"`
+	Sessions map[string]int `json:"sessions"`
+	// Nodes are the store's runtime owners (on PostgreSQL: the daemons
+	// serving the database), live or not, by the store's clock.
+	Nodes       []store.Owner        `json:"nodes,omitempty"`
 	Quarantined []QuarantinedSession `json:"quarantined"`
 	Problems    []string             `json:"problems"`
 	NextAction  string               `json:"nextAction"`
@@ -119,6 +122,14 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 		}
 		if err != nil {
 			return rep, err
+		}
+		if !degraded {
+			if rep.Nodes, err = st.Owners(ctx); errors.Is(err, belay.ErrStoreUnreachable) {
+				rep.Nodes, err = nil, nil
+			}
+			if err != nil {
+				return rep, err
+			}
 		}
 		for _, s := range sessions {
 			rep.Sessions[string(s.State)]++

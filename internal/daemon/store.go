@@ -43,25 +43,26 @@ type storeParams struct {
 	incarnation string
 	log         *slog.Logger
 	observeSync func(time.Duration)
-	// lost is told when the daemon can no longer prove it is the one
-	// writer (the data dir lock, or for PostgreSQL the database's writer
-	// lock); the daemon then stops.
+	// lost is told when the daemon can no longer prove it holds its data
+	// dir lock; the daemon then stops.
 	lost func(error)
 }
 
 // openStore opens the store the setting names and returns it with the
 // function that closes it and everything it holds.
 //
-// One writer: on the file store the data dir lock makes the daemon the
-// only process writing its sessions (fsstore takes it). On PostgreSQL the
-// sessions live in the database, so the daemon takes two holds: the data
-// dir lock, which now guards only the local directory (socket, token,
-// config; `belay daemon status` reads it), and the database's writer lock,
-// which makes it the only daemon on that database. The runtime still
-// decides caps and reclaims runs in its own memory (issue 14 moves that
-// into the store), so a second daemon on the same database is refused; a
-// daemon that cannot prove its writer lock stops writing until it can,
-// and stops for good if another daemon held the database meanwhile.
+// On the file store the data dir lock makes the daemon the only process
+// writing its sessions (fsstore takes it). On PostgreSQL the sessions live
+// in the database and several daemons (nodes) may serve it at once: every
+// decision that must hold across them is one store operation (claims under
+// the caps, rescue, owner records, fenced leases, notification claims),
+// judged by the database's clock. The daemon still takes the data dir
+// lock, which guards only the local directory (socket, token, config;
+// `belay daemon status` reads it). A database that does not answer makes
+// the daemon degraded (health, writes refused), not stopped; it resumes
+// by itself when the database answers again, and each run whose lease it
+// cannot renew stops its side effects before the lease expires (the
+// runtime fences it), so another node may rescue it.
 func openStore(ctx context.Context, p storeParams) (store.Store, func(), error) {
 	kind, err := StoreKind(p.url)
 	if err != nil {
@@ -122,25 +123,6 @@ func openStore(ctx context.Context, p storeParams) (store.Store, func(), error) 
 		return nil, nil, err
 	}
 	undo = append(undo, func() { _ = st.Close() })
-	host, _ := os.Hostname()
-	// The database unreachable (restarted, a network cut) suspends the
-	// store's writes, not the daemon: it reports degraded (/healthz,
-	// belay daemon status) and resumes when it holds the writer lock
-	// again. Only another daemon having held the database meanwhile ends
-	// it.
-	w, err := st.AcquireWriter(ctx, fmt.Sprintf("%s pid %d on %s", p.incarnation, os.Getpid(), host), pgstore.WriterOptions{
-		TTL: ttl,
-		OnSuspend: func(err error) {
-			p.log.Error("degraded: store unreachable; no writes until the database answers again", "store", st.URL(), "err", err)
-		},
-		OnResume: func() { p.log.Info("store reachable again: writing", "store", st.URL()) },
-		OnLost:   p.lost,
-	})
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	undo = append(undo, func() { _ = w.Release() })
 	if entries, err := os.ReadDir(filepath.Join(p.dir, fsstore.SessionsName)); err == nil && len(entries) > 0 {
 		p.log.Warn("the file store's sessions in this data directory are not served while the store is PostgreSQL",
 			"sessions_dir", filepath.Join(p.dir, fsstore.SessionsName), "store", st.URL())

@@ -93,7 +93,7 @@ const sequenceBatch = 10000
 
 // sequence numbers the committed changes that have no cursor yet and
 // returns how many it numbered. It is cheap when there are none.
-// A fenced node numbers nothing (it must not write); the other nodes do.
+// A closed store numbers nothing; the other nodes do.
 // One pass at a time per node: the others wait and then find nothing.
 func (s *Store) sequence(ctx context.Context) (int64, error) {
 	if s.writable() != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/pgstore"
 )
 
@@ -201,104 +203,36 @@ func TestDatabaseRestart(t *testing.T) {
 	require.NoError(t, <-woke)
 }
 
-// TestWriterLock: one daemon per database; a second is refused and told
-// who holds it. A holder whose lock connection is killed stops writing at
-// once (store unreachable) and takes the lock again by itself; if another
-// daemon held the database in between, it has lost it for good: fenced,
-// told why, and the database is free for the other.
-func TestWriterLock(t *testing.T) {
+// TestPruneOnTwoNodes: two nodes pruning one database at once delete each
+// old session once, and neither fails on a session the other deleted.
+func TestPruneOnTwoNodes(t *testing.T) {
 	ctx := context.Background()
 	url := database(t)
-	a := open(t, url, nil)
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := open(t, url, clk)
 	defer a.Close()
-	b := open(t, url, nil)
+	b := open(t, url, clk)
 	defer b.Close()
-	// OnSuspend blocks the lock's goroutine until the test lets it try
-	// to take the lock again, so what happens in between is the test's.
-	suspended := make(chan error)
-	proceed := make(chan struct{})
-	resumed := make(chan struct{}, 1)
-	lost := make(chan error, 1)
-	wa, err := a.AcquireWriter(ctx, "inc_a pid 1", pgstore.WriterOptions{
-		TTL:       600 * time.Millisecond,
-		OnSuspend: func(err error) { suspended <- err; <-proceed },
-		OnResume:  func() { resumed <- struct{}{} },
-		OnLost:    func(err error) { lost <- err },
-	})
-	require.NoError(t, err)
-	require.NoError(t, a.Health(ctx))
-	_, err = b.AcquireWriter(ctx, "inc_b pid 2", pgstore.WriterOptions{TTL: time.Second})
-	require.ErrorIs(t, err, belay.ErrStoreLocked)
-	require.ErrorContains(t, err, "inc_a pid 1")
-	kill := func() {
-		_, err := b.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'belay daemon inc_a%'`)
+	const n = 60
+	for range n {
+		_, err := a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
 		require.NoError(t, err)
 	}
-
-	// Cut off, then back with nobody in between: it resumes.
-	kill()
-	require.ErrorIs(t, <-suspended, belay.ErrStoreUnreachable)
-	_, err = a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.ErrorIs(t, err, belay.ErrStoreUnreachable, "a node that cannot prove its writer lock writes nothing")
-	require.ErrorIs(t, a.Health(ctx), belay.ErrStoreUnreachable)
-	proceed <- struct{}{}
-	<-resumed
-	require.NoError(t, a.Health(ctx))
-	_, err = a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.NoError(t, err, "writing again once the lock is held again")
-	require.NoError(t, wa.Lost())
-
-	// Cut off while another daemon takes the database and lets it go:
-	// the hold is lost for good.
-	kill()
-	require.ErrorIs(t, <-suspended, belay.ErrStoreUnreachable)
-	wb, err := b.AcquireWriter(ctx, "inc_b pid 2", pgstore.WriterOptions{TTL: time.Second})
-	require.NoError(t, err)
-	require.NoError(t, wb.Release())
-	proceed <- struct{}{}
-	err = <-lost
-	require.ErrorIs(t, err, belay.ErrStoreLocked)
-	require.ErrorContains(t, err, "inc_b pid 2")
-	require.Error(t, wa.Lost())
-	_, err = a.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
-	require.ErrorIs(t, err, belay.ErrReadOnly, "fenced for good")
-	require.ErrorIs(t, a.Health(ctx), belay.ErrReadOnly)
-	require.NoError(t, wa.Release())
-
-	wb, err = b.AcquireWriter(ctx, "inc_b pid 2", pgstore.WriterOptions{TTL: time.Second})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, wb.Release()) }()
-	_, err = a.AcquireWriter(ctx, "inc_a pid 1", pgstore.WriterOptions{TTL: time.Second})
-	require.ErrorIs(t, err, belay.ErrStoreLocked)
-}
-
-// TestWriterLockHeldMeanwhile: a holder cut off while another daemon
-// holds the database finds the lock taken and stops for good.
-func TestWriterLockHeldMeanwhile(t *testing.T) {
-	ctx := context.Background()
-	url := database(t)
-	a := open(t, url, nil)
-	defer a.Close()
-	b := open(t, url, nil)
-	defer b.Close()
-	suspended := make(chan struct{})
-	proceed := make(chan struct{})
-	lost := make(chan error, 1)
-	wa, err := a.AcquireWriter(ctx, "inc_a pid 1", pgstore.WriterOptions{
-		TTL:       600 * time.Millisecond,
-		OnSuspend: func(error) { suspended <- struct{}{}; <-proceed },
-		OnLost:    func(err error) { lost <- err },
-	})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, wa.Release()) }()
-	_, err = b.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'belay daemon inc_a%'`)
-	require.NoError(t, err)
-	<-suspended
-	wb, err := b.AcquireWriter(ctx, "inc_b pid 2", pgstore.WriterOptions{TTL: time.Second})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, wb.Release()) }()
-	proceed <- struct{}{}
-	err = <-lost
-	require.ErrorIs(t, err, belay.ErrStoreLocked)
-	require.ErrorContains(t, err, "inc_b pid 2")
+	clk.Advance(store.DefaultKeepComplete + time.Hour)
+	var wg sync.WaitGroup
+	reps := make([]belay.PruneReport, 2)
+	errs := make([]error, 2)
+	for i, s := range []*pgstore.Store{a, b} {
+		wg.Go(func() { reps[i], errs[i] = s.Prune(ctx, store.PrunePolicy{}) })
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for i := range reps {
+		require.NoError(t, errs[i])
+		for _, p := range reps[i].Pruned {
+			require.False(t, seen[p.ID], "session %s pruned twice", p.ID)
+			seen[p.ID] = true
+		}
+	}
+	require.Len(t, seen, n)
 }

@@ -129,14 +129,6 @@ type Store struct {
 	shareMu sync.Mutex
 	sharers [2]sharer
 
-	// fenced, once set, refuses every write: this node lost its writer
-	// lock and must not change the database any more.
-	fenced atomic.Pointer[error]
-	// suspended, while set, refuses every write too: this node cannot
-	// prove its writer lock right now (the database is unreachable). Its
-	// WriterLock clears it once the lock is proved again.
-	suspended atomic.Pointer[error]
-
 	mu      sync.Mutex
 	closed  bool
 	waiters map[string]map[*waiter]struct{}
@@ -288,45 +280,20 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// writable fails once the store is closed or fenced, and while it is
-// suspended.
+// writable fails once the store is closed.
 func (s *Store) writable() error {
-	if p := s.fenced.Load(); p != nil {
-		return *p
-	}
-	if p := s.suspended.Load(); p != nil {
-		return *p
-	}
 	if s.isClosed() {
 		return belay.ErrStoreClosed
 	}
 	return nil
 }
 
-// Fence refuses every later write with err wrapped in belay.ErrReadOnly.
-// The first call wins.
-func (s *Store) Fence(err error) {
-	err = fmt.Errorf("%w: this node stopped writing to %s: %w", belay.ErrReadOnly, s.URL(), err)
-	s.fenced.CompareAndSwap(nil, &err)
-}
-
-// suspend refuses every write until resume, and returns the error the
-// writes fail with.
-func (s *Store) suspend(cause error) error {
-	err := fmt.Errorf("%w: this node stopped writing to %s until it can prove its writer lock again, which it retries by itself: %v", ErrUnreachable, s.URL(), cause)
-	s.suspended.Store(&err)
-	return err
-}
-
-func (s *Store) resume() { s.suspended.Store(nil) }
-
 // healthTimeout bounds Health's round trip to the database.
 const healthTimeout = 2 * time.Second
 
 // Health reports whether the store can be written now: nil, or why not,
 // an error wrapping belay.ErrStoreUnreachable (the database does not
-// answer, or this node is suspended until it proves its writer lock
-// again) or belay.ErrReadOnly (fenced for good). It costs one round trip.
+// answer) or belay.ErrStoreClosed. It costs one round trip.
 func (s *Store) Health(ctx context.Context) error {
 	if err := s.writable(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -104,6 +105,9 @@ func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (belay.PruneRepo
 				pruned = err == nil
 				return err
 			})
+			if errors.Is(err, belay.ErrNotFound) {
+				continue // another node pruned it meanwhile
+			}
 			if err != nil {
 				return rep, err
 			}

@@ -38,6 +38,7 @@ func RunPeers(t *testing.T, h PeerHarness) {
 		"StoppedOwnerRescued":  testPeerStoppedOwner,
 		"OwnRunWithoutRunner":  testPeerOwnOrphan,
 		"InboxOnBoth":          testPeerInbox,
+		"LeaseOfStoppedPeer":   testPeerLeaseOfStoppedPeer,
 		"Policies":             testPeerPolicies,
 	}
 	for name, fn := range tests {
@@ -131,6 +132,21 @@ func (ps *peers) wait(p *peer, id string) belay.Run {
 func (ps *peers) eventually(cond func() bool, what string) {
 	ps.t.Helper()
 	require.Eventually(ps.t, cond, 30*time.Second, 2*time.Millisecond, what)
+}
+
+// untilLeasedTo moves the store's clock on by step until p holds run's
+// lease (or the run ended). It stops there: a clock racing ahead of p's
+// own lease renewals would make p fence itself.
+func (ps *peers) untilLeasedTo(p *peer, id string, step time.Duration, what string) {
+	ps.t.Helper()
+	ps.eventually(func() bool {
+		r, err := p.rt.Store().Run(context.Background(), id)
+		if err == nil && (r.Status.Terminal() || r.Lease != nil && r.Lease.Owner == p.rt.Incarnation()) {
+			return true
+		}
+		ps.clk.Advance(step)
+		return false
+	}, what)
 }
 
 // runningOn waits until run is running under p's lease.
@@ -302,11 +318,7 @@ func testPeerStalledOwner(t *testing.T, h PeerHarness) {
 	first := ps.runningOn(a, run.ID)
 	b := ps.start(1, nil, runtime.Limits{}, p)
 	// Past the lease and the owner record, by the store's clock.
-	ps.eventually(func() bool {
-		ps.clk.Advance(peerTTL / 4)
-		r, err := b.rt.Store().Run(context.Background(), run.ID)
-		return err == nil && r.Status.Terminal()
-	}, "the live instance rescues and finishes the run")
+	ps.untilLeasedTo(b, run.ID, peerTTL/4, "the live instance rescues and finishes the run")
 	done := ps.wait(b, run.ID)
 	require.Equal(t, belay.RunComplete, done.Status)
 	require.Greater(t, done.Epoch, first.Epoch)
@@ -331,11 +343,7 @@ func testPeerStoppedOwner(t *testing.T, h PeerHarness) {
 	defer cancel()
 	require.NoError(t, a.rt.Stop(ctx))
 	close(g.release)
-	ps.eventually(func() bool {
-		ps.clk.Advance(peerTTL / 8) // b's rescue tick
-		r, err := b.rt.Store().Run(context.Background(), run.ID)
-		return err == nil && r.Status.Terminal()
-	}, "the other instance rescues the stopped one's run")
+	ps.untilLeasedTo(b, run.ID, peerTTL/8, "the other instance rescues the stopped one's run")
 	done := ps.wait(b, run.ID)
 	require.Equal(t, belay.RunComplete, done.Status)
 	require.Equal(t, b.rt.Incarnation(), lastOwner(t, b.rt.Store(), run))
@@ -480,6 +488,45 @@ func testPeerInbox(t *testing.T, h PeerHarness) {
 	}
 	wg.Wait()
 	require.Len(t, seen, n)
+}
+
+// testPeerLeaseOfStoppedPeer: an inbox item leased through an instance
+// that then stops is redelivered when its lease expires to a consumer
+// waiting on the other instance, within its wait, not at its end.
+func testPeerLeaseOfStoppedPeer(t *testing.T, h PeerHarness) {
+	ps := newPeers(t, h, 2)
+	a := ps.start(0, nil, runtime.Limits{})
+	b := ps.start(1, nil, runtime.Limits{})
+	sess := ps.session(a, "none")
+	_, _, err := a.rt.Post(context.Background(), belay.DeliveryInput{Session: sess, Type: "ui.click", Key: "k0"})
+	require.NoError(t, err)
+	base := ps.clk.Pending()
+	first, err := b.rt.Lease(context.Background(), sess, "agent-b", time.Minute, 1, 0)
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	// b arms its inbox timer for the lease, and a (following the feed)
+	// arms its own.
+	ps.eventually(func() bool { return ps.clk.Pending() >= base+2 }, "both instances know when the lease expires")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, b.rt.Stop(ctx))
+	got := make(chan []belay.Delivery, 1)
+	go func() {
+		ds, err := a.rt.Lease(context.Background(), sess, "agent-a", time.Minute, 1, time.Hour)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ds
+	}()
+	ps.clk.Advance(time.Minute + time.Second)
+	select {
+	case ds := <-got:
+		require.Len(t, ds, 1)
+		require.Equal(t, first[0].ID, ds[0].ID)
+		require.Greater(t, ds[0].Epoch, first[0].Epoch)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the item leased through the stopped instance was not redelivered when its lease expired")
+	}
 }
 
 // testPeerPolicies: follow-up policies decided in the store hold whichever
