@@ -38,7 +38,7 @@ var layers = []layer{
 	{"runtime", 5, []string{"runtime"}},
 	{"server", 6, []string{"api"}},
 	{"client", 6, []string{"client"}},
-	{"app", 7, []string{"cmd/...", "internal/bench", "internal/cli", "internal/daemon", "internal/mcpserver"}},
+	{"app", 7, []string{"cmd/...", "internal/app/..."}},
 }
 
 // layerOf returns the layer of a package of the module, by its longest

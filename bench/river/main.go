@@ -40,7 +40,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/belayhq/belay/internal/bench"
+	"github.com/belayhq/belay/internal/app/bench"
 	"github.com/belayhq/belay/internal/testpg"
 )
 

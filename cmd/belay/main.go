@@ -7,7 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/belayhq/belay/internal/cli"
+	"github.com/belayhq/belay/internal/app/cli"
 )
 
 func main() { os.Exit(run()) }

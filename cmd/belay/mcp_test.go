@@ -19,7 +19,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/client"
-	"github.com/belayhq/belay/internal/mcpserver"
+	"github.com/belayhq/belay/internal/app/mcpserver"
 )
 
 // belayBin returns the test binary under the name belay.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/belayhq/belay/internal/bench"
+	"github.com/belayhq/belay/internal/app/bench"
 )
 
 type benchListOptions struct {

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/internal/mcpserver"
+	"github.com/belayhq/belay/internal/app/mcpserver"
 )
 
 // mcpOptions are the flags of `belay mcp`.

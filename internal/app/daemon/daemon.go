@@ -21,9 +21,9 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/api"
 	"github.com/belayhq/belay/client"
+	"github.com/belayhq/belay/internal/app/mcpserver"
 	"github.com/belayhq/belay/internal/atomicfile"
 	"github.com/belayhq/belay/internal/ids"
-	"github.com/belayhq/belay/internal/mcpserver"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/runtime"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/belayhq/belay/internal/bench"
+	"github.com/belayhq/belay/internal/app/bench"
 )
 
 type benchWatchOptions struct {

@@ -16,7 +16,7 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
-	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/internal/app/daemon"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/runtime"
 )

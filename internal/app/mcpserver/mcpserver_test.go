@@ -22,8 +22,8 @@ import (
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/apitype"
 	"github.com/belayhq/belay/client"
-	"github.com/belayhq/belay/internal/daemon"
-	"github.com/belayhq/belay/internal/mcpserver"
+	"github.com/belayhq/belay/internal/app/daemon"
+	"github.com/belayhq/belay/internal/app/mcpserver"
 	"github.com/belayhq/belay/internal/testpg"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/doctor"
-	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/internal/app/daemon"
 	"github.com/belayhq/belay/provider/browser"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/internal/app/daemon"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"

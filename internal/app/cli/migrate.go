@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/internal/app/daemon"
 	"github.com/belayhq/belay/store/pgstore"
 )
 

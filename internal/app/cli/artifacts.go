@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/internal/app/daemon"
 	"github.com/belayhq/belay/provider/browser"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay/apitype"
-	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/internal/app/daemon"
 	"github.com/belayhq/belay/internal/testpg"
 )
 

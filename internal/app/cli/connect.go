@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay/client"
-	"github.com/belayhq/belay/internal/daemon"
+	"github.com/belayhq/belay/internal/app/daemon"
 	"github.com/belayhq/belay/internal/datadir"
 	"github.com/belayhq/belay/lock"
 	"github.com/belayhq/belay/store/fsstore"
