@@ -61,6 +61,10 @@ type Request struct {
 	// journal may hold some of that text already (journaled before a
 	// crash, ahead of the next ref): the runtime drops those bytes.
 	TextOffset int
+	// ThinkingOffset is TextOffset for thinking text: a resumed provider
+	// emits again the thinking it emitted after Ref, and the runtime drops
+	// what the journal holds of it.
+	ThinkingOffset int
 	// SessionRef is the session's conversation ref when the run started
 	// (the conversation a follow-up continues).
 	SessionRef belay.ConversationRef

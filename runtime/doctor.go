@@ -157,21 +157,21 @@ func scanRunEffects(ctx context.Context, st store.Store, run belay.Run) (*sideEf
 	}
 }
 
-// scanRunText returns how many bytes of answer text the journal holds for
-// a run since its last fresh attempt, how many of them it held when the
-// run's ref was last updated (what a resumed provider continues from: see
-// runner.replay), and that fresh attempt's number (1 if none started
-// again).
-func scanRunText(ctx context.Context, st store.Store, run belay.Run) (n, atRef, fresh int, err error) {
+// scanRunText returns where the run's answer and thinking text stand in
+// the journal since its last fresh attempt: how many bytes it holds, and
+// how many it held when the run's ref was last updated (what a resumed
+// provider continues from: see streamPos), and that fresh attempt's
+// number (1 if none started again).
+func scanRunText(ctx context.Context, st store.Store, run belay.Run) (text, thinking streamPos, fresh int, err error) {
 	fresh = 1
 	after := run.InputSeq
 	for {
 		evs, err := st.Events(ctx, run.Session, after, 1024)
 		if err != nil {
-			return n, atRef, fresh, err
+			return text, thinking, fresh, err
 		}
 		if len(evs) == 0 {
-			return n, atRef, fresh, nil
+			return text, thinking, fresh, nil
 		}
 		for _, e := range evs {
 			after = e.Seq
@@ -179,10 +179,14 @@ func scanRunText(ctx context.Context, st store.Store, run belay.Run) (n, atRef, 
 				continue
 			}
 			switch e.Type {
-			case belay.EventRunText:
+			case belay.EventRunText, belay.EventRunThinking:
 				var d belay.TextData
 				if json.Unmarshal(e.Data, &d) == nil {
-					n += len(d.Text)
+					if e.Type == belay.EventRunText {
+						text.n += len(d.Text)
+					} else {
+						thinking.n += len(d.Text)
+					}
 				}
 			case belay.EventRunUpdated:
 				var d struct {
@@ -193,10 +197,10 @@ func scanRunText(ctx context.Context, st store.Store, run belay.Run) (n, atRef, 
 					continue
 				}
 				if d.Data != nil && d.Data.Attempt > 1 && !d.Data.Resume {
-					n, atRef, fresh = 0, 0, d.Data.Attempt
+					text, thinking, fresh = streamPos{}, streamPos{}, d.Data.Attempt
 				}
 				if d.Ref != nil {
-					atRef = n
+					text.atRef, thinking.atRef = text.n, thinking.n
 				}
 			}
 		}

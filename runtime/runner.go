@@ -78,9 +78,8 @@ type runner struct {
 	barrenResume   bool                  // guarded by mu: the last attempt resumed and made no progress
 	sessionOptions json.RawMessage       // the session's provider options
 	sessionRef     belay.ConversationRef // the session's ref when the run started
-	textLen        int                   // bytes of answer text journaled since the last fresh attempt
-	textAtRef      int                   // textLen when the run's ref was last journaled
-	replay         int                   // bytes of a resumed attempt's first text already journaled: dropped
+	text           streamPos             // the answer text journaled since the last fresh attempt
+	thinking       streamPos             // the thinking text, the same way
 	fresh          int                   // the attempt that last started from scratch
 }
 
@@ -227,7 +226,7 @@ func (rn *runner) execute() {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
 			return
 		}
-		if rn.textLen, rn.textAtRef, rn.fresh, err = scanRunText(bgCtx, r.store, rn.run); rn.unreachable(err) {
+		if rn.text, rn.thinking, rn.fresh, err = scanRunText(bgCtx, r.store, rn.run); rn.unreachable(err) {
 			return
 		} else if err != nil {
 			rn.end(belay.PhaseFailed, &belay.RunError{Class: belay.ClassInternal, Message: "unreadable run journal"}, err.Error())
@@ -403,9 +402,10 @@ func (rn *runner) attemptOnce(in belay.InputData, resume bool) error {
 	if err := rn.update(belay.RunUpdate{Phase: belay.PhaseAwaitingResponse, Attempt: rn.attempt, Data: jsonx.Must(belay.AttemptData{Attempt: rn.attempt, Resume: resume})}); err != nil {
 		return err
 	}
-	rn.replay = 0
+	rn.text.replay, rn.thinking.replay = 0, 0
 	if !resume {
-		rn.textLen, rn.textAtRef = 0, 0 // a fresh attempt's text replaces what came before
+		// A fresh attempt's text replaces what came before.
+		rn.text, rn.thinking = streamPos{}, streamPos{}
 		rn.fresh = rn.attempt
 	}
 	req := provider.Request{
@@ -420,8 +420,10 @@ func (rn *runner) attemptOnce(in belay.InputData, resume bool) error {
 		// skips TextOffset bytes). The journal may hold some of it already
 		// (text is written as it comes, the ref after it, and a crash can
 		// fall in between): those bytes are dropped, not journaled twice.
-		req.TextOffset = rn.textAtRef
-		rn.replay = rn.textLen - rn.textAtRef
+		// Thinking text is streamed and replayed the same way.
+		req.TextOffset, req.ThinkingOffset = rn.text.atRef, rn.thinking.atRef
+		rn.text.resume()
+		rn.thinking.resume()
 	}
 	req.Input, _ = json.Marshal(in)
 	err := rn.prov.Run(ctx, req, func(ev provider.Event) error { return rn.emit(ev, wd, cancel) })
@@ -450,22 +452,10 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 	switch ev.Kind {
 	case provider.TextDelta:
 		wd.progress(belay.TierStreaming)
-		text := ev.Text
-		if rn.replay > 0 {
-			drop := min(rn.replay, len(text))
-			rn.replay -= drop
-			if text = text[drop:]; text == "" {
-				return nil
-			}
-		}
-		if err := rn.append(belay.Buffered, belay.EventRunText, belay.TextData{Text: text}); err != nil {
-			return err
-		}
-		rn.textLen += len(text)
-		return nil
+		return rn.appendStream(&rn.text, belay.EventRunText, ev.Text)
 	case provider.ThinkingDelta:
 		wd.progress(belay.TierStreaming)
-		return rn.append(belay.Buffered, belay.EventRunThinking, belay.TextData{Text: ev.Text})
+		return rn.appendStream(&rn.thinking, belay.EventRunThinking, ev.Text)
 	case provider.ToolCall:
 		if ev.Call == nil {
 			return provider.Errorf(belay.ClassInternal, "tool call event without a call")
@@ -518,7 +508,8 @@ func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCau
 		}
 		// The provider is as far as the journal, less what it has yet to
 		// replay.
-		rn.textAtRef = rn.textLen - rn.replay
+		rn.text.atRefNow()
+		rn.thinking.atRefNow()
 		rn.mu.Lock()
 		rn.resumable = rn.canResume()
 		rn.mu.Unlock()
@@ -911,4 +902,37 @@ func (rn *runner) scanEffects() error {
 	effects, err := scanRunEffects(bgCtx, rn.r.store, rn.run)
 	rn.effects = effects
 	return err
+}
+
+// streamPos is where a run's streamed text (answer or thinking) stands in
+// the journal, so that a resumed provider's replay is journaled once.
+type streamPos struct {
+	n      int // bytes journaled since the last fresh attempt
+	atRef  int // n when the run's ref was last journaled
+	replay int // bytes a resumed attempt will send again that the journal holds: dropped
+}
+
+// resume readies p for an attempt that resumes from the last ref: the
+// provider sends again what followed it, of which the journal holds n-atRef.
+func (p *streamPos) resume() { p.replay = p.n - p.atRef }
+
+// atRefNow records that the ref was journaled now: the provider is as far
+// as the journal, less what it has yet to replay.
+func (p *streamPos) atRefNow() { p.atRef = p.n - p.replay }
+
+// appendStream journals a streamed delta of p's kind, less the bytes a
+// resumed provider replays that the journal already holds.
+func (rn *runner) appendStream(p *streamPos, typ string, text string) error {
+	if p.replay > 0 {
+		drop := min(p.replay, len(text))
+		p.replay -= drop
+		if text = text[drop:]; text == "" {
+			return nil
+		}
+	}
+	if err := rn.append(belay.Buffered, typ, belay.TextData{Text: text}); err != nil {
+		return err
+	}
+	p.n += len(text)
+	return nil
 }

@@ -1036,6 +1036,56 @@ func TestResumeDropsTextJournaledPastTheRef(t *testing.T) {
 	require.Equal(t, "abcdef", answer(), "the replayed text is journaled once")
 }
 
+// TestResumeDropsThinkingJournaledPastTheRef: thinking text is streamed
+// and replayed like the answer, so a resume journals it once too.
+func TestResumeDropsThinkingJournaledPastTheRef(t *testing.T) {
+	t.Parallel()
+	offsets := make(chan [2]int, 1)
+	p := &funcProvider{name: "agent", caps: provider.Capabilities{Resume: true}, run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		think := func(s string) error { return emit(provider.Event{Kind: provider.ThinkingDelta, Text: s}) }
+		text := func(s string) error { return emit(provider.Event{Kind: provider.TextDelta, Text: s}) }
+		ref := func(c string) error {
+			return emit(provider.Event{Kind: provider.RefUpdate, Ref: &belay.ConversationRef{ID: "conv", Cursor: c}})
+		}
+		if !req.Resume {
+			for _, err := range []error{ref("0"), think("xy"), text("a"), ref("3"), think("zw"), text("b")} {
+				if err != nil {
+					return err
+				}
+			}
+			return hang(ctx, req, emit)
+		}
+		offsets <- [2]int{req.ThinkingOffset, req.TextOffset}
+		if req.Ref.Cursor != "3" {
+			return provider.Errorf(belay.ClassInvalidRequest, "resumed at %q, want 3", req.Ref.Cursor)
+		}
+		// From the cursor: "zw" and "b" again, in other pieces, then more.
+		for _, err := range []error{think("z"), ref("4"), think("w"), text("b"), think("v"), text("c"), ref("8")} {
+			if err != nil {
+				return err
+			}
+		}
+		return emit(provider.Event{Kind: provider.TurnEnd, StopReason: "end_turn"})
+	}}
+	b := setup(t, Options{}, p)
+	run := b.submit(SubmitRequest{Provider: "agent", Prompt: "p"})
+	stream := func(typ string) string {
+		s := ""
+		for _, e := range b.events(run.Session) {
+			if e.Type == typ && e.Run == run.ID {
+				s += textOf(t, e)
+			}
+		}
+		return s
+	}
+	waitFor(t, func() bool { return stream(belay.EventRunText) == "ab" })
+	b.restart()
+	run = b.waitStatus(run.ID, belay.RunComplete)
+	require.Equal(t, [2]int{2, 1}, <-offsets, "the offsets of the ref the provider resumes from")
+	require.Equal(t, "xyzwv", stream(belay.EventRunThinking), "the replayed thinking is journaled once")
+	require.Equal(t, "abc", stream(belay.EventRunText), "the replayed text is journaled once")
+}
+
 func textOf(t *testing.T, e belay.Event) string {
 	t.Helper()
 	var d belay.TextData
