@@ -315,6 +315,15 @@ func TestWaitIsBoundedAndCancel(t *testing.T) {
 	r2 := call[mcpserver.RetryOut](t, a, "retry", map[string]any{"run": run.Run})
 	require.Equal(t, r1.Run, r2.Run, "a second retry is the first")
 	call[mcpserver.RunInfo](t, a, "cancel", map[string]any{"run": r1.Run})
+
+	// A retry may name its own deadline; a bad one is refused.
+	e := toolError(t, a, "retry", map[string]any{"run": run.Run, "deadline": "-5m", "idempotencyKey": "r3"})
+	require.Equal(t, apitype.CodeInvalid, e.Code)
+	r3 := call[mcpserver.RetryOut](t, a, "retry", map[string]any{"run": run.Run, "deadline": "3h", "idempotencyKey": "r3"})
+	got3, err := c.Run(context.Background(), r3.Run)
+	require.NoError(t, err)
+	require.WithinDuration(t, got3.CreatedAt.Add(3*time.Hour), got3.Deadline, time.Second, "the retry's own deadline")
+	call[mcpserver.RunInfo](t, a, "cancel", map[string]any{"run": r3.Run})
 }
 
 func TestScopeAndValidation(t *testing.T) {

@@ -207,6 +207,7 @@ type RetryIn struct {
 	AllowSideEffects bool   `json:"allowSideEffects,omitempty" jsonschema:"retry even though side-effecting tool calls of the run settled: they may run again"`
 	Policy           string `json:"policy,omitempty" jsonschema:"when the session is busy: enqueue (default), reject, interrupt, replace"`
 	IdempotencyKey   string `json:"idempotencyKey,omitempty" jsonschema:"default retry-RUN: retrying twice makes one new run"`
+	Deadline         string `json:"deadline,omitempty" jsonschema:"how long the new run may take at most, e.g. 90m; default: as long as the original had"`
 }
 
 // RetryOut is the new run and what may repeat.
@@ -250,13 +251,11 @@ func (s *Server) send(ctx context.Context, _ *mcp.CallToolRequest, in SendIn) (*
 	if !req.Policy.Valid() {
 		return nil, RunInfo{}, invalid("policy %q is not enqueue, reject, interrupt or replace", in.Policy)
 	}
-	if in.Deadline != "" {
-		d, err := time.ParseDuration(in.Deadline)
-		if err != nil || d <= 0 {
-			return nil, RunInfo{}, invalid("deadline %q: want a positive duration such as 90m", in.Deadline)
-		}
-		req.Deadline = apitype.Duration(d)
+	d, err := parseDeadline(in.Deadline)
+	if err != nil {
+		return nil, RunInfo{}, err
 	}
+	req.Deadline = d
 	if len(in.IdempotencyKey) > 200 {
 		return nil, RunInfo{}, invalid("idempotencyKey is at most 200 bytes")
 	}
@@ -298,6 +297,11 @@ func (s *Server) retry(ctx context.Context, _ *mcp.CallToolRequest, in RetryIn) 
 	if !req.Policy.Valid() {
 		return nil, RetryOut{}, invalid("policy %q is not enqueue, reject, interrupt or replace", in.Policy)
 	}
+	d, err := parseDeadline(in.Deadline)
+	if err != nil {
+		return nil, RetryOut{}, err
+	}
+	req.Deadline = d
 	res, err := s.c.RetryRun(ctx, in.Run, req, in.IdempotencyKey)
 	if err != nil {
 		return nil, RetryOut{}, toolError(err)
@@ -537,4 +541,17 @@ func (s *Server) ack(ctx context.Context, _ *mcp.CallToolRequest, in AckIn) (*mc
 		return nil, belay.Delivery{}, toolError(err)
 	}
 	return nil, d, nil
+}
+
+// parseDeadline reads a tool's deadline, a positive duration; empty is
+// none (the daemon's default).
+func parseDeadline(s string) (apitype.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, invalid("deadline %q: want a positive duration such as 90m", s)
+	}
+	return apitype.Duration(d), nil
 }
