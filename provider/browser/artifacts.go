@@ -463,7 +463,7 @@ func (r *runState) savePageDownload(saved, path string, size int64, a *Artifact)
 	f.Close()
 	if err == nil && a.Size != size {
 		err = fmt.Errorf("the browser saved %d bytes, it reported %d", a.Size, size)
-		_ = os.Remove(path)
+		_ = os.Remove(path) // the error above is what is reported; a leftover is in the run's own directory
 	}
 	_ = os.Remove(saved) // moved or refused: the copy in path is what counts
 	if err != nil {

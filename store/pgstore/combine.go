@@ -280,6 +280,8 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 	}()
 	if !committed && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Nothing of it committed; a connection the rollback fails on is
+		// not idle, and the pool closes it on release.
 		_, _ = conn.Exec(rctx, `ROLLBACK`)
 		rcancel()
 	}

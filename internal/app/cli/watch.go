@@ -131,7 +131,7 @@ func exactArgs(n int, hint string) cobra.PositionalArgs {
 // updateOf reads the data of a run.updated event.
 func updateOf(ev belay.Event) belay.RunUpdatedData {
 	var d belay.RunUpdatedData
-	_ = json.Unmarshal(ev.Data, &d)
+	_ = json.Unmarshal(ev.Data, &d) // for display only: an update that does not decode shows no phase
 	return d
 }
 
