@@ -105,14 +105,42 @@ func (s *Store) created(ss *session) {
 	s.afterCommit(ss, evs)
 }
 
-// afterCommit keeps the scheduler and the change feed in step with state
-// changes a session just committed and applied. ss.mu is held.
+// afterCommit keeps the id indexes, the scheduler and the change feed in
+// step with state changes a session just committed and applied. ss.mu is
+// held.
+//
+// A new run or delivery is indexed here, before the scheduler or the feed
+// can hand its id to anyone: a claim that promotes a run the moment it is
+// queued (woken by another commit) must find it by id, or it would fail
+// and give the run back with nobody left to wake for it.
 func (s *Store) afterCommit(ss *session, evs []belay.Event) {
+	deliveries := make([]string, len(evs))
+	s.idxMu.Lock()
+	for i := range evs {
+		e := &evs[i]
+		switch e.Type {
+		case belay.EventRunCreated:
+			if e.Run != "" {
+				s.runs[e.Run] = ss.id
+			}
+		case belay.EventDeliveryPosted, belay.EventDeliveryLeased, belay.EventDeliverySettled,
+			belay.EventDeliveryExpired, belay.EventDeliveryReturned:
+			var p struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal(e.Data, &p) // the event was just written from such a struct
+			deliveries[i] = p.ID
+			if e.Type == belay.EventDeliveryPosted && p.ID != "" {
+				s.deliveries[p.ID] = ss.id
+			}
+		}
+	}
+	s.idxMu.Unlock()
 	changes := make([]store.Change, 0, len(evs))
 	s.claims.mu.Lock()
 	for i := range evs {
 		e := &evs[i]
-		ch := store.Change{Session: ss.id, Seq: e.Seq, Type: e.Type, Run: e.Run}
+		ch := store.Change{Session: ss.id, Seq: e.Seq, Type: e.Type, Run: e.Run, Delivery: deliveries[i]}
 		switch e.Type {
 		case belay.EventRunCreated:
 			if r := ss.st.runs[e.Run]; r != nil {
@@ -128,13 +156,6 @@ func (s *Store) afterCommit(ss *session, evs []belay.Event) {
 				s.claims.sched.end(r.ID)
 				ch.Ended = true
 			}
-		case belay.EventDeliveryPosted, belay.EventDeliveryLeased, belay.EventDeliverySettled,
-			belay.EventDeliveryExpired, belay.EventDeliveryReturned:
-			var p struct {
-				ID string `json:"id"`
-			}
-			_ = json.Unmarshal(e.Data, &p) // the event was just written from such a struct
-			ch.Delivery = p.ID
 		}
 		if store.InFeed(ch) {
 			changes = append(changes, ch)
@@ -226,9 +247,6 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	if _, err := ss.commitAll(ctx, evs...); err != nil {
 		return store.SubmitResult{}, err
 	}
-	s.idxMu.Lock()
-	s.runs[id] = ss.id
-	s.idxMu.Unlock()
 	res.Run, res.Created = copyRun(ss.st.runs[id]), true
 	return res, nil
 }

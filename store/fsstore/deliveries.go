@@ -41,9 +41,6 @@ func (s *Store) PostDelivery(ctx context.Context, in belay.DeliveryInput) (belay
 	if _, err := ss.commit(ctx, ev); err != nil {
 		return belay.Delivery{}, false, err
 	}
-	s.idxMu.Lock()
-	s.deliveries[id] = ss.id
-	s.idxMu.Unlock()
 	s.notify.posted(ss.st.deliveries[id])
 	return copyDelivery(ss.st.deliveries[id]), true, nil
 }

@@ -63,9 +63,6 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 	if _, err := ss.commit(ctx, e); err != nil {
 		return belay.Run{}, false, err
 	}
-	s.idxMu.Lock()
-	s.runs[id] = ss.id
-	s.idxMu.Unlock()
 	return copyRun(ss.st.runs[id]), true, nil
 }
 
@@ -310,9 +307,6 @@ func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, 
 		return belay.Run{}, err
 	}
 	if posted != "" {
-		s.idxMu.Lock()
-		s.deliveries[posted] = ss.id
-		s.idxMu.Unlock()
 		s.notify.posted(ss.st.deliveries[posted])
 	}
 	return copyRun(r), nil

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -357,6 +358,87 @@ func testClaimRace(t *testing.T, h Harness) {
 	n, err := b.s.Counts(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, store.Counts{}, n)
+}
+
+// testClaimWhileSubmitting claims in a tight loop while runs are created
+// by every path (Submit, CreateRun, a session's first run, SubmitBatch): a
+// run is claimable as soon as the scheduler or the feed can name it, so no
+// claim may fail for a run that was just created, and every run is claimed
+// once. (A claim that failed would give the run back with nothing left to
+// wake a claimer: the runtime would only find it at its next retry.)
+func testClaimWhileSubmitting(t *testing.T, h Harness) {
+	b := setup(t, h)
+	const submitters, perSubmitter = 4, 40
+	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "claimer", time.Hour))
+	in := json.RawMessage(`{"prompt":"hi"}`)
+	var submitted sync.WaitGroup
+	errs := make(chan error, submitters+1)
+	for w := range submitters {
+		submitted.Go(func() {
+			for i := range perSubmitter {
+				var err error
+				switch (w + i) % 4 {
+				case 0:
+					_, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake", FirstRun: &belay.RunInput{Input: in}})
+				case 1:
+					var sess belay.Session
+					if sess, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake"}); err == nil {
+						_, err = b.s.Submit(b.ctx, store.SubmitInput{Policy: belay.PolicyEnqueue, RunInput: belay.RunInput{Session: sess.ID, Input: in}})
+					}
+				case 2:
+					var sess belay.Session
+					if sess, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake"}); err == nil {
+						_, _, err = b.s.CreateRun(b.ctx, belay.RunInput{Session: sess.ID, Input: in})
+					}
+				case 3:
+					var sess belay.Session
+					if sess, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake"}); err == nil {
+						_, es := b.s.SubmitBatch(b.ctx, []store.SubmitInput{{Policy: belay.PolicyEnqueue, RunInput: belay.RunInput{Session: sess.ID, Input: in}}})
+						err = errors.Join(es...)
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	stop := make(chan struct{})
+	claimed := map[string]bool{}
+	var claimer sync.WaitGroup
+	claimer.Go(func() {
+		for last := false; ; {
+			select {
+			case <-stop:
+				last = true // one more claim after the last submit
+			default:
+			}
+			cs, err := b.s.ClaimRuns(b.ctx, store.Claim{Owner: "claimer", Max: 8, TTL: time.Hour})
+			if err != nil {
+				errs <- fmt.Errorf("a claim failed while runs were being created: %w", err)
+				return
+			}
+			for _, c := range cs {
+				if claimed[c.Run.ID] {
+					errs <- errors.New("run " + c.Run.ID + " claimed twice")
+					return
+				}
+				claimed[c.Run.ID] = true
+			}
+			if last && len(cs) == 0 {
+				return
+			}
+		}
+	})
+	submitted.Wait()
+	close(stop)
+	claimer.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, claimed, submitters*perSubmitter, "every run created is claimed")
 }
 
 func testSubmitBatch(t *testing.T, h Harness) {

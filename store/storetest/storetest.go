@@ -80,6 +80,7 @@ func Run(t *testing.T, h Harness) {
 		"ClaimOrderAndCaps":    testClaimOrderAndCaps,
 		"ClaimRescue":          testClaimRescue,
 		"ClaimRace":            testClaimRace,
+		"ClaimWhileSubmitting": testClaimWhileSubmitting,
 		"RequestCancel":        testRequestCancel,
 		"ActivityPersisted":    testActivityPersisted,
 		"ChangeFeed":           testChangeFeed,
