@@ -400,12 +400,14 @@ func pendingTimers(b *bundle, n int) func() bool {
 
 func TestDeadlineFailsTheRun(t *testing.T) {
 	t.Parallel()
+	var emitted atomic.Int64
 	p := &funcProvider{name: "hang", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
 		// Stream forever: the watchdog never fires, only the deadline.
 		for {
 			if err := emit(provider.Event{Kind: provider.TextDelta, Text: "."}); err != nil {
 				return err
 			}
+			emitted.Add(1)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -417,8 +419,17 @@ func TestDeadlineFailsTheRun(t *testing.T) {
 	run := b.submit(SubmitRequest{Provider: "hang", Deadline: 10 * time.Minute})
 	b.waitRun(run.ID, func(r belay.Run) bool { return r.Phase == belay.PhaseStreaming })
 	for i := 0; i < 11; i++ {
+		n := emitted.Load()
 		b.clk.Advance(time.Minute)
-		time.Sleep(2 * time.Millisecond) // let tokens flow so the watchdog stays happy
+		// A token after each minute keeps the watchdog happy, until the
+		// deadline ends the run.
+		waitFor(t, func() bool {
+			if emitted.Load() > n {
+				return true
+			}
+			r, err := b.st.Run(context.Background(), run.ID)
+			return err == nil && r.Status.Terminal()
+		})
 	}
 	run = b.waitStatus(run.ID, belay.RunFailed)
 	require.Equal(t, belay.ClassTimeout, run.Error.Class)
@@ -479,8 +490,10 @@ func TestRetryableErrorsBackOffHonouringRetryAfter(t *testing.T) {
 	b := setup(t, Options{}, p)
 	run := b.submit(SubmitRequest{Provider: "flaky", Prompt: "x"})
 	require.GreaterOrEqual(t, b.sleeping(), 90*time.Second)
+	// The backoff timer is the only one due within 90 s; the fake clock
+	// runs due timers inside Advance, so a retry that ignored retry-after
+	// would have started by the time it returns.
 	b.clk.Advance(89 * time.Second)
-	time.Sleep(20 * time.Millisecond)
 	got, err := b.st.Run(context.Background(), run.ID)
 	require.NoError(t, err)
 	require.Equal(t, belay.PhaseRetryWait, got.Phase, "retry-after is honoured")
@@ -720,6 +733,7 @@ func TestLeaseWaitsForAPost(t *testing.T) {
 	sess, err := b.st.CreateSession(context.Background(), belay.SessionInput{Provider: "echo"})
 	require.NoError(t, err)
 	res := make(chan []belay.Delivery, 1)
+	base := b.clk.Pending()
 	go func() {
 		got, err := b.rt.Lease(context.Background(), sess.ID, "agent", time.Hour, 1, time.Hour)
 		if err != nil {
@@ -727,7 +741,8 @@ func TestLeaseWaitsForAPost(t *testing.T) {
 		}
 		res <- got
 	}()
-	time.Sleep(10 * time.Millisecond)
+	// Its timeout timer is armed once it found nothing and waits.
+	waitFor(t, pendingTimers(b, base+1))
 	_, _, err = b.rt.Post(context.Background(), belay.DeliveryInput{Session: sess.ID, Type: "ui.click"})
 	require.NoError(t, err)
 	select {
@@ -738,7 +753,7 @@ func TestLeaseWaitsForAPost(t *testing.T) {
 	}
 	// With nothing to lease, the wait ends at its timeout on the clock:
 	// advance once its timer is armed, beside the runtime's own.
-	base := b.clk.Pending()
+	base = b.clk.Pending()
 	go func() {
 		got, _ := b.rt.Lease(context.Background(), sess.ID, "agent", time.Minute, 1, time.Minute)
 		res <- got
