@@ -135,52 +135,79 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 	// the stream may last as long as the client stays.
 	extend := func() { _ = rc.SetWriteDeadline(time.Now().Add(DefaultWriteTimeout)) }
 	extend()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprintf(w, "retry: 1000\n\n")
 	if err := rc.Flush(); err != nil {
 		return
 	}
 	ctx := r.Context()
+	h, leave, err := s.joinHub(session)
+	if err != nil {
+		sseError(w, rc, err)
+		return
+	}
+	defer leave()
+	keepalive := time.NewTimer(s.opts.Keepalive)
+	defer keepalive.Stop()
 	for {
-		evs, full, err := s.eventsPage(ctx, session, after, maxEventsPage)
-		extend()
-		for _, e := range evs {
-			data, merr := json.Marshal(e)
-			if merr != nil {
+		fs, herr, changed, behind := h.since(after)
+		if behind {
+			// Not in the hub (yet, or any more): from the store.
+			evs, full, err := s.eventsPage(ctx, session, after, maxEventsPage)
+			extend()
+			for _, e := range evs {
+				b, merr := sseFrame(e)
+				if merr != nil {
+					return
+				}
+				if _, werr := w.Write(b); werr != nil {
+					return
+				}
+				after = e.Seq
+			}
+			if len(evs) > 0 && rc.Flush() != nil {
 				return
 			}
-			if _, werr := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, data); werr != nil {
+			if err != nil {
+				sseError(w, rc, err) // a damaged or failed session: say so once, then end
 				return
 			}
-			after = e.Seq
-		}
-		if len(evs) > 0 {
+			if full || len(evs) > 0 {
+				continue
+			}
+			// Nothing after it in the store, though the hub started past
+			// it: the session was removed, which the hub reports.
+		} else if len(fs) > 0 {
+			extend()
+			for _, f := range fs {
+				if _, werr := w.Write(f.b); werr != nil {
+					return
+				}
+			}
+			after = fs[len(fs)-1].seq
 			if rc.Flush() != nil {
 				return
 			}
 		}
-		if err != nil {
-			// A damaged or failed session: say so once, then end the stream.
-			_, code := statusOf(err)
-			body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: err.Error()})
-			fmt.Fprintf(w, "event: error\ndata: %s\n\n", body)
-			_ = rc.Flush()
-			return
+		if herr != nil {
+			if !errors.Is(herr, belay.ErrStoreClosed) {
+				sseError(w, rc, herr)
+			}
+			return // stopping: the client reconnects with Last-Event-ID
 		}
-		if full {
-			continue
+		if len(fs) > 0 {
+			continue // more may have come while these were written
 		}
-		wctx, cancel := context.WithTimeout(ctx, s.opts.Keepalive)
-		werr := s.st.WaitEvents(wctx, session, after)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
+		keepalive.Reset(s.opts.Keepalive)
+		select {
+		case <-ctx.Done():
 			return
-		case errors.Is(werr, context.DeadlineExceeded):
+		case <-changed:
+		case <-keepalive.C:
 			extend()
 			if _, err := fmt.Fprintf(w, ": keepalive %s\n\n", time.Now().UTC().Format(time.RFC3339)); err != nil {
 				return
@@ -188,15 +215,16 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 			if rc.Flush() != nil {
 				return
 			}
-		case errors.Is(werr, belay.ErrStoreClosed):
-			return // the daemon is stopping; the client reconnects with Last-Event-ID
-		case werr != nil:
-			// A failed or damaged session: say so once and end the stream.
-			_, code := statusOf(werr)
-			body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: werr.Error()})
-			fmt.Fprintf(w, "event: error\ndata: %s\n\n", body)
-			_ = rc.Flush()
-			return
 		}
 	}
+}
+
+// sseError ends a stream with an error event.
+func sseError(w http.ResponseWriter, rc *http.ResponseController, err error) {
+	_, code := statusOf(err)
+	body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: err.Error()})
+	// The stream ends here either way: a client that cannot take the
+	// error event sees the stream end.
+	_, _ = fmt.Fprintf(w, "event: error\ndata: %s\n\n", body)
+	_ = rc.Flush()
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/belayhq/belay"
@@ -63,6 +64,9 @@ type Server struct {
 	st       store.Store
 	started  time.Time
 	log      *slog.Logger
+	hubs     hubs           // followers of streamed sessions (hub.go)
+	hubWG    sync.WaitGroup // their goroutines
+	hubKeep  int            // frames a hub holds (tests make it small)
 }
 
 // NewServer returns a Server.
@@ -79,7 +83,7 @@ func NewServer(opts Options) *Server {
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
-	return &Server{opts: opts, watchers: make(watchers, opts.MaxWatchers), rt: opts.Runtime, st: opts.Runtime.Store(), started: time.Now(), log: opts.Logger}
+	return &Server{opts: opts, watchers: make(watchers, opts.MaxWatchers), rt: opts.Runtime, st: opts.Runtime.Store(), started: time.Now(), log: opts.Logger, hubKeep: defaultHubKeep}
 }
 
 // Handler returns the API's handler. With a non-empty token every request
