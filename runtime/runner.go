@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -426,13 +427,44 @@ func (rn *runner) attemptOnce(in belay.InputData, resume bool) error {
 		rn.thinking.resume()
 	}
 	req.Input, _ = json.Marshal(in)
-	err := rn.prov.Run(ctx, req, func(ev provider.Event) error { return rn.emit(ev, wd, cancel) })
+	err := rn.callProvider(ctx, req, func(ev provider.Event) error { return rn.emit(ev, wd, cancel) })
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		// The attempt was cut short by us: the cause says why.
 		return cause
 	}
 	return err
 }
+
+// callProvider runs the provider, turning a panic in its code into a
+// failed attempt: a provider's bug ends its run (class internal, the stack
+// in the log), not the daemon and every run in it. A panic in belay's own
+// code under emit is not recovered: it may have left a lock held or state
+// half-changed, so it stops the process as it would anywhere else.
+func (rn *runner) callProvider(ctx context.Context, req provider.Request, emit func(provider.Event) error) (err error) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if ep, ok := v.(emitPanic); ok {
+			panic(ep.v)
+		}
+		rn.r.log.Error("provider panicked; the attempt fails", "run", rn.id, "provider", rn.run.Provider, "panic", v, "stack", string(debug.Stack()))
+		err = provider.Errorf(belay.ClassInternal, "the %s provider panicked: %v", rn.run.Provider, v)
+	}()
+	return rn.prov.Run(ctx, req, func(ev provider.Event) error {
+		defer func() {
+			if v := recover(); v != nil {
+				panic(emitPanic{v})
+			}
+		}()
+		return emit(ev)
+	})
+}
+
+// emitPanic carries a panic of belay's own code through the provider's
+// frames, so that callProvider does not take it for the provider's.
+type emitPanic struct{ v any }
 
 // emit journals one provider event. Returning an error stops the attempt.
 func (rn *runner) emit(ev provider.Event, wd *watchdog, cancel context.CancelCauseFunc) error {

@@ -479,6 +479,43 @@ func TestWatchdogResumesAResumableProvider(t *testing.T) {
 	require.Equal(t, 2, run.Attempt)
 }
 
+func TestProviderPanicFailsItsRunOnly(t *testing.T) {
+	t.Parallel()
+	boom := &funcProvider{name: "boom", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		if err := emit(provider.Event{Kind: provider.TextDelta, Text: "about to"}); err != nil {
+			return err
+		}
+		var m map[string]int
+		m["x"]++ // a provider bug: assignment to a nil map
+		return nil
+	}}
+	b := setup(t, Options{}, boom, &funcProvider{name: "echo", run: echo})
+	run := b.submit(SubmitRequest{Provider: "boom", Prompt: "x"})
+	run = b.waitStatus(run.ID, belay.RunFailed)
+	require.Equal(t, belay.ClassInternal, run.Error.Class)
+	require.Contains(t, run.Error.Message, "the boom provider panicked: assignment to entry in nil map")
+	require.Equal(t, 1, run.Attempt, "a panic is a bug, not a transient failure: not retried")
+	// The runtime goes on.
+	next := b.submit(SubmitRequest{Provider: "echo", Prompt: "still here"})
+	b.waitStatus(next.ID, belay.RunComplete)
+}
+
+// A panic in belay's own code under emit is not taken for the provider's:
+// it goes on up (the state it left cannot be trusted).
+func TestPanicUnderEmitIsNotRecovered(t *testing.T) {
+	t.Parallel()
+	p := &funcProvider{name: "p", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
+		return emit(provider.Event{Kind: provider.TextDelta, Text: "x"})
+	}}
+	b := setup(t, Options{}, p)
+	rn := &runner{r: b.rt, id: "run_x", prov: p, run: belay.Run{Provider: "p"}}
+	require.PanicsWithValue(t, "belay bug", func() {
+		_ = rn.callProvider(context.Background(), provider.Request{}, func(provider.Event) error { panic("belay bug") })
+	})
+	err := rn.callProvider(context.Background(), provider.Request{}, func(provider.Event) error { return nil })
+	require.NoError(t, err)
+}
+
 func TestRetryableErrorsBackOffHonouringRetryAfter(t *testing.T) {
 	t.Parallel()
 	p := &funcProvider{name: "flaky", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {
