@@ -157,7 +157,10 @@ type Store interface {
 
 	NotificationStore // claims and settles webhook and hook notifications (notify.go)
 
-	// Prune deletes terminal sessions by age policy (G12).
+	// Prune deletes terminal sessions by age policy (G12). Unless it is a
+	// dry run, it also drops the owner records whose heartbeat expired more
+	// than OwnerRecordKeep ago and that hold no lease on a queued or
+	// running run: a node that is gone for good leaves the listing.
 	Prune(ctx context.Context, p PrunePolicy) (belay.PruneReport, error)
 
 	// Close releases the store. It is safe to call more than once.
@@ -258,6 +261,9 @@ const (
 	DefaultKeepComplete = 14 * 24 * time.Hour
 	DefaultKeepFailed   = 30 * 24 * time.Hour
 	DefaultPruneGrace   = 24 * time.Hour
+	// OwnerRecordKeep is how long the record of an owner that stopped
+	// heartbeating stays listed (Owners, doctor) before Prune drops it.
+	OwnerRecordKeep = 24 * time.Hour
 )
 
 // PrunePolicy says which terminal sessions Prune deletes. A session is

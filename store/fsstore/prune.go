@@ -86,7 +86,45 @@ func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (belay.PruneRepo
 		}
 		rep.Pruned = append(rep.Pruned, item)
 	}
+	if !p.DryRun {
+		s.pruneOwners(now)
+	}
 	return rep, nil
+}
+
+// pruneOwners drops the records of owners that stopped heartbeating more
+// than store.OwnerRecordKeep before now and lease no queued or running run.
+func (s *Store) pruneOwners(now time.Time) {
+	s.claims.mu.Lock()
+	gone := map[string]bool{}
+	for id, o := range s.claims.owners {
+		if o.ExpiresAt.Before(now.Add(-store.OwnerRecordKeep)) {
+			gone[id] = true
+		}
+	}
+	active := s.claims.sched.activeIDs()
+	s.claims.mu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	for _, id := range active {
+		ss, r, err := s.runSession(id)
+		if err != nil {
+			continue // ended and gone since the look
+		}
+		if r.Lease != nil && !r.Status.Terminal() {
+			delete(gone, r.Lease.Owner)
+		}
+		ss.mu.Unlock()
+	}
+	s.claims.mu.Lock()
+	defer s.claims.mu.Unlock()
+	for id := range gone {
+		// A heartbeat since the look brings it back to life: keep it.
+		if o := s.claims.owners[id]; o != nil && o.ExpiresAt.Before(now.Add(-store.OwnerRecordKeep)) {
+			delete(s.claims.owners, id)
+		}
+	}
 }
 
 // pruneSession removes a session if, checked again under its lock, it is

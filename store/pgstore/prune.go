@@ -122,6 +122,12 @@ func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (belay.PruneRepo
 		if err := s.trimChanges(ctx); err != nil {
 			return rep, err
 		}
+		// Owners gone for good: none of their leases is on a live run.
+		if _, err := s.pool.Exec(ctx, `DELETE FROM belay_owners o WHERE o.expires_at < $1::timestamptz - $2::interval
+			AND NOT EXISTS (SELECT 1 FROM belay_runs r WHERE r.lease_owner = o.id AND r.status IN ('queued', 'running'))`,
+			now, store.OwnerRecordKeep); err != nil {
+			return rep, s.wrap(err)
+		}
 	}
 	return rep, nil
 }

@@ -103,6 +103,7 @@ func Run(t *testing.T, h Harness) {
 		"InvalidJSON":          testInvalidJSON,
 		"RunEndDelivers":       testRunEndDelivers,
 		"Prune":                testPrune,
+		"PruneOwners":          testPruneOwners,
 		"Reopen":               testReopen,
 		"AddressedDeliveries":  testAddressedDeliveries,
 		"RunTagsAndFilter":     testRunTagsAndFilter,
@@ -791,6 +792,38 @@ func testInvalidJSON(t *testing.T, h Harness) {
 	evs, err := b.s.Events(b.ctx, sess.ID, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, evs, 1, "nothing invalid was written")
+}
+
+// testPruneOwners: Prune drops the records of owners gone for a day,
+// except those still leasing a run; a dry run drops nothing.
+func testPruneOwners(t *testing.T, h Harness) {
+	b := setup(t, h)
+	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "gone", time.Minute))
+	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "holder", time.Minute))
+	r := b.run(b.session().ID)
+	_, err := b.s.AcquireRunLease(b.ctx, r.ID, "holder", time.Minute, 0)
+	require.NoError(t, err)
+	owners := func() []string {
+		os, err := b.s.Owners(b.ctx)
+		require.NoError(t, err)
+		var ids []string
+		for _, o := range os {
+			ids = append(ids, o.ID)
+		}
+		return ids
+	}
+	_, err = b.s.Prune(b.ctx, store.PrunePolicy{})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"gone", "holder"}, owners(), "expired a moment ago: kept")
+
+	b.clk.Advance(store.OwnerRecordKeep + time.Hour)
+	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "live", time.Minute))
+	_, err = b.s.Prune(b.ctx, store.PrunePolicy{DryRun: true})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"gone", "holder", "live"}, owners(), "a dry run drops nothing")
+	_, err = b.s.Prune(b.ctx, store.PrunePolicy{})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"holder", "live"}, owners(), "gone for a day and leasing nothing: dropped")
 }
 
 func testPrune(t *testing.T, h Harness) {
