@@ -418,31 +418,37 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 }
 
 // bloomBits is the size of the filter of ids kept once the window no
-// longer holds them all: 2 MiB, 5 bits per id. For 400,000 ids about one
-// lookup of an id not in the file in 40,000 says "maybe", which costs one
-// more pass, never a wrong answer.
+// longer holds them all: 2 MiB, 5 bits per id. The filter is blocked: an
+// id's five bits fall in one 64-byte block (a cache line), so adding or
+// testing it costs one cache miss, not five spread over 2 MiB. For 400,000
+// ids about one lookup of an id not in the file in 40,000 says "maybe",
+// which costs one more pass, never a wrong answer.
 const bloomBits = 1 << 24
 
-// bloomPos returns an id's bits in the filter: double hashing of the two
-// halves of its 64-bit hash, so the bits are independent of each other.
-func bloomPos(h uint64) [5]uint64 {
-	h1, h2 := h&0xffffffff, h>>32|1
-	var p [5]uint64
-	for i := range p {
-		p[i] = (h1 + uint64(i)*h2) % bloomBits
+// bloomPos returns the words of an id's five bits and the bit in each: the
+// block from the low half of its 64-bit hash, the five 9-bit offsets in the
+// block from a remix of the whole hash.
+func bloomPos(h uint64) (word [5]int, bit [5]uint64) {
+	block := int((h & 0xffffffff) % (bloomBits / 512))
+	h2 := h * 0x9e3779b97f4a7c15
+	for i := range 5 {
+		off := int(h2>>(9*i+19)) & 511
+		word[i], bit[i] = block*8+off/64, 1<<(off%64)
 	}
-	return p
+	return word, bit
 }
 
 func (s *streamRepair) bloomAdd(h uint64) {
-	for _, p := range bloomPos(h) {
-		s.bloom[p/64] |= 1 << (p % 64)
+	w, b := bloomPos(h)
+	for i := range w {
+		s.bloom[w[i]] |= b[i]
 	}
 }
 
 func (s *streamRepair) bloomHas(h uint64) bool {
-	for _, p := range bloomPos(h) {
-		if s.bloom[p/64]&(1<<(p%64)) == 0 {
+	w, b := bloomPos(h)
+	for i := range w {
+		if s.bloom[w[i]]&b[i] == 0 {
 			return false
 		}
 	}
