@@ -114,13 +114,20 @@ func (s *Store) created(ss *session) {
 // queued (woken by another commit) must find it by id, or it would fail
 // and give the run back with nobody left to wake for it.
 func (s *Store) afterCommit(ss *session, evs []belay.Event) {
-	deliveries := make([]string, len(evs))
-	s.idxMu.Lock()
+	var deliveries []string // by event, for the feed
+	locked := false
+	index := func() {
+		if !locked {
+			s.idxMu.Lock() // only for a commit that adds an id: readers come first
+			locked = true
+		}
+	}
 	for i := range evs {
 		e := &evs[i]
 		switch e.Type {
 		case belay.EventRunCreated:
 			if e.Run != "" {
+				index()
 				s.runs[e.Run] = ss.id
 			}
 		case belay.EventDeliveryPosted, belay.EventDeliveryLeased, belay.EventDeliverySettled,
@@ -129,18 +136,27 @@ func (s *Store) afterCommit(ss *session, evs []belay.Event) {
 				ID string `json:"id"`
 			}
 			_ = json.Unmarshal(e.Data, &p) // the event was just written from such a struct
+			if deliveries == nil {
+				deliveries = make([]string, len(evs))
+			}
 			deliveries[i] = p.ID
 			if e.Type == belay.EventDeliveryPosted && p.ID != "" {
+				index()
 				s.deliveries[p.ID] = ss.id
 			}
 		}
 	}
-	s.idxMu.Unlock()
+	if locked {
+		s.idxMu.Unlock()
+	}
 	changes := make([]store.Change, 0, len(evs))
 	s.claims.mu.Lock()
 	for i := range evs {
 		e := &evs[i]
-		ch := store.Change{Session: ss.id, Seq: e.Seq, Type: e.Type, Run: e.Run, Delivery: deliveries[i]}
+		ch := store.Change{Session: ss.id, Seq: e.Seq, Type: e.Type, Run: e.Run}
+		if deliveries != nil {
+			ch.Delivery = deliveries[i]
+		}
 		switch e.Type {
 		case belay.EventRunCreated:
 			if r := ss.st.runs[e.Run]; r != nil {
