@@ -65,6 +65,24 @@ func sseIDs(ctx context.Context, url, lastID string, until uint64, started chan<
 	return got, fmt.Errorf("stream ended after %v: %v", got, sc.Err())
 }
 
+// streamServer serves st's events over HTTP, its hubs holding keep
+// events; it closes st at the end of the test.
+func streamServer(t *testing.T, st *fsstore.Store, keep int) (*Server, *httptest.Server) {
+	t.Helper()
+	rt, err := runtime.New(runtime.Options{Store: st, Providers: provider.Registry{}, PruneEvery: -1})
+	require.NoError(t, err)
+	s := NewServer(Options{Runtime: rt, Version: "test", Keepalive: time.Hour})
+	s.hubKeep = keep
+	srv := httptest.NewServer(s.Handler(""))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		s.hubWG.Wait()
+		require.NoError(t, st.Close())
+	})
+	return s, srv
+}
+
 func seqRange(from, to uint64) []uint64 {
 	var out []uint64
 	for n := from; n <= to; n++ {
@@ -83,17 +101,8 @@ func TestSSEHubFanOut(t *testing.T) {
 	ctx := context.Background()
 	st, err := fsstore.Open(ctx, t.TempDir(), fsstore.Options{})
 	require.NoError(t, err)
-	rt, err := runtime.New(runtime.Options{Store: st, Providers: provider.Registry{}, PruneEvery: -1})
-	require.NoError(t, err)
-	s := NewServer(Options{Runtime: rt, Version: "test", Keepalive: time.Hour})
-	s.hubKeep = 4 // the hub holds the last four: a resume further back reads the store
-	srv := httptest.NewServer(s.Handler(""))
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		s.hubWG.Wait()
-		require.NoError(t, st.Close())
-	})
+	// The hub holds the last four: a resume further back reads the store.
+	s, srv := streamServer(t, st, 4)
 	sess, err := st.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
 	require.NoError(t, err)
 	note := func(n int) {
@@ -191,16 +200,7 @@ func TestSSEDamagedSessionEndsWithError(t *testing.T) {
 
 	st, err = fsstore.Open(ctx, dir, fsstore.Options{})
 	require.NoError(t, err)
-	rt, err := runtime.New(runtime.Options{Store: st, Providers: provider.Registry{}, PruneEvery: -1})
-	require.NoError(t, err)
-	s := NewServer(Options{Runtime: rt, Version: "test", Keepalive: time.Hour})
-	srv := httptest.NewServer(s.Handler(""))
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		s.hubWG.Wait()
-		require.NoError(t, st.Close())
-	})
+	_, srv := streamServer(t, st, defaultHubKeep)
 	url := srv.URL + "/v1/sessions/" + sess.ID + "/events"
 	for range 2 {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
