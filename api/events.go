@@ -130,6 +130,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // sse streams events as Server-Sent Events until the client goes away or
 // the daemon stops, with keepalive comments between events.
 func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, after uint64) {
+	// Joined before the headers go out: a session that cannot be followed
+	// gets a plain error response, and a client that has the headers is
+	// following the hub.
+	h, leave, err := s.joinHub(session)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer leave()
 	rc := http.NewResponseController(w)
 	// Each write must get through within the write timeout; between them
 	// the stream may last as long as the client stays.
@@ -145,12 +154,6 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 		return
 	}
 	ctx := r.Context()
-	h, leave, err := s.joinHub(session)
-	if err != nil {
-		sseError(w, rc, err)
-		return
-	}
-	defer leave()
 	keepalive := time.NewTimer(s.opts.Keepalive)
 	defer keepalive.Stop()
 	for {
