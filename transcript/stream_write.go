@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"sync"
 )
 
 // The third pass of the streaming repair: damaged regions repaired and the
@@ -20,11 +22,27 @@ type regionOpts struct {
 	skip   map[int]bool   // local lines dropped by the scan
 }
 
-// repairRegion repairs one damaged region and returns its changes and
-// new bytes; it records in s the parents that lines after it must take.
-func (s *streamRepair) repairRegion(r *region) ([]Change, []byte, error) {
+// regionJob is one damaged region on its way through repair: prepared
+// from the line table (by the goroutine that owns it), repaired on its
+// own (in parallel with other regions), then assembled in file order.
+type regionJob struct {
+	r        *region
+	d        *Document
+	local    []int    // local line (1-based) - 1 -> global line, 0-based
+	entries  []*entry // its entries but the header
+	changes  []Change
+	rendered []outEntry // its lines, when the pipe renders
+	render   bool
+	err      error
+	done     chan struct{} // closed once repaired
+}
+
+// prepareRegion reads a damaged region's bytes and what the scan learnt of
+// its lines. It reads the line table, so it runs on the goroutine of the
+// pass.
+func (s *streamRepair) prepareRegion(r *region) (*regionJob, error) {
 	var data []byte
-	local := []int{} // local line (1-based) - 1 -> global line, 0-based
+	local := []int{}
 	if s.header != nil {
 		data = append(append(data, s.header...), '\n')
 		local = append(local, -1)
@@ -33,7 +51,7 @@ func (s *streamRepair) repairRegion(r *region) ([]Change, []byte, error) {
 	start := len(data)
 	data = append(data, make([]byte, r.end-r.off)...)
 	if _, err := s.f.ReadAt(data[start:], r.off); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, fmt.Errorf("transcript: %w", err)
+		return nil, fmt.Errorf("transcript: %w", err)
 	}
 	for g := r.first; g <= r.last; g++ {
 		local = append(local, g)
@@ -54,45 +72,132 @@ func (s *streamRepair) repairRegion(r *region) ([]Change, []byte, error) {
 	}
 	c, _ := codecFor(s.format)
 	d := &Document{Format: s.format, codec: c, data: data, term: s.term, jsonl: true, region: opts}
-	if err := d.splitLines(); err != nil {
-		return nil, nil, err
+	return &regionJob{r: r, d: d, local: local}, nil
+}
+
+// repair parses the region and repairs its messages. It touches nothing
+// outside the job, so jobs run in parallel.
+func (j *regionJob) repair() {
+	d := j.d
+	if j.err = d.splitLines(); j.err != nil {
+		return
 	}
-	if err := c.build(d); err != nil {
-		return nil, nil, err
+	if j.err = d.codec.build(d); j.err != nil {
+		return
 	}
-	var entries []*entry
 	for _, e := range d.entries {
 		if e != d.header {
-			e.line = local[e.line-1] + 1
-			entries = append(entries, e)
+			e.line = j.local[e.line-1] + 1 // the file's line numbers
+			j.entries = append(j.entries, e)
 		}
 	}
-	out, changes := repairItemsExt(d.items, false, r.ext)
+	out, changes := repairItemsExt(d.items, false, j.r.ext)
 	for i := range changes {
 		if changes[i].Message != nil {
-			g := r.itemBase + *changes[i].Message
+			g := j.r.itemBase + *changes[i].Message
 			changes[i].Message = &g
 		}
 	}
-	b, lastChain := d.assembleTreeEntries(entries, c.render(d, out), s.droppedParent)
-	if r.next >= 0 && lastChain != "" {
-		s.nextParent[r.next] = lastChain
+	j.changes = changes
+	if j.render {
+		j.rendered = d.codec.render(d, out)
 	}
-	return changes, b, nil
+}
+
+// assemble renders a repaired region's lines. Regions are assembled in
+// file order: each records the parents that lines after it must take.
+func (s *streamRepair) assemble(j *regionJob) []byte {
+	d := j.d
+	b, lastChain := d.assembleTreeEntries(j.entries, j.rendered, s.droppedParent)
+	if j.r.next >= 0 && lastChain != "" {
+		s.nextParent[j.r.next] = lastChain
+	}
+	return b
+}
+
+// regionBytesAhead bounds the bytes of the regions read ahead of the one
+// being taken (one region is always read, whatever its size).
+const regionBytesAhead = 16 << 20
+
+// regionPipe repairs the damaged regions on one goroutine per CPU and
+// hands them out repaired, in file order. Regions are prepared (read, and
+// their lines looked up in the line table) on the goroutine that calls
+// next, ahead of it while their bytes stay within regionBytesAhead.
+type regionPipe struct {
+	s       *streamRepair
+	todo    chan *regionJob
+	wg      sync.WaitGroup
+	queue   []*regionJob // prepared, not taken, in file order
+	ahead   int64        // their bytes
+	next    int          // the next region to prepare
+	maxJobs int
+	render  bool // render each region's lines (not for a dry run)
+}
+
+func (s *streamRepair) regionPipe(render bool) *regionPipe {
+	workers := max(1, runtime.GOMAXPROCS(0))
+	p := &regionPipe{s: s, maxJobs: 2 * workers, render: render}
+	p.todo = make(chan *regionJob, p.maxJobs)
+	for range workers {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for j := range p.todo {
+				j.repair()
+				close(j.done)
+			}
+		}()
+	}
+	return p
+}
+
+// take returns the next region, repaired (nil after the last).
+func (p *regionPipe) take() (*regionJob, error) {
+	regions := p.s.regions
+	for p.next < len(regions) && len(p.queue) < p.maxJobs {
+		r := regions[p.next]
+		if len(p.queue) > 0 && p.ahead+(r.end-r.off) > regionBytesAhead {
+			break
+		}
+		j, err := p.s.prepareRegion(r)
+		if err != nil {
+			return nil, err
+		}
+		j.done, j.render = make(chan struct{}), p.render
+		p.queue = append(p.queue, j)
+		p.ahead += r.end - r.off
+		p.next++
+		p.todo <- j // never blocks: at most maxJobs are queued
+	}
+	if len(p.queue) == 0 {
+		return nil, nil
+	}
+	j := p.queue[0]
+	p.queue = p.queue[1:]
+	p.ahead -= j.r.end - j.r.off
+	<-j.done
+	return j, j.err
+}
+
+// close stops the workers once the regions handed to them are repaired.
+func (p *regionPipe) close() {
+	close(p.todo)
+	p.wg.Wait()
 }
 
 // regionChanges repairs every region, keeping only the changes (a dry
 // run).
 func (s *streamRepair) regionChanges() ([]Change, error) {
+	p := s.regionPipe(false)
+	defer p.close()
 	var all []Change
-	for _, r := range s.regions {
-		changes, _, err := s.repairRegion(r)
-		if err != nil {
-			return nil, err
+	for {
+		j, err := p.take()
+		if err != nil || j == nil {
+			return all, err
 		}
-		all = append(all, changes...)
+		all = append(all, j.changes...)
 	}
-	return all, nil
 }
 
 // write is the third pass: the file anew, into w. Each damaged region is
@@ -122,6 +227,8 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 		return p
 	}
 	ri := 0
+	regions := s.regionPipe(true)
+	defer regions.close()
 	ls := s.lines()
 	pendingTerm := "" // terminator owed by a last line written without one
 	started := false
@@ -147,11 +254,12 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 		if ri < len(s.regions) && idx >= s.regions[ri].first {
 			r := s.regions[ri]
 			if idx == r.first {
-				rc, b, err := s.repairRegion(r)
+				j, err := regions.take()
 				if err != nil {
 					return nil, err
 				}
-				changes = append(changes, rc...)
+				changes = append(changes, j.changes...)
+				b := s.assemble(j)
 				if len(b) > 0 {
 					// The region's lines carry their own terminators.
 					owe()
