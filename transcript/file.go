@@ -35,6 +35,9 @@ const (
 // dropped as invalid without being held in memory.
 const MaxLineSize = 64 << 20
 
+// maxLineSize is MaxLineSize, a var for tests.
+var maxLineSize = MaxLineSize
+
 // DefaultMessageLimit is the file size up to which RepairFile also repairs
 // messages (which needs the file in memory); larger files get streaming
 // file-level repair only.
@@ -243,7 +246,7 @@ func (s *lineScanner) next() (line []byte, off, end int64, tooLong bool, err err
 		s.off += int64(len(chunk))
 		full := errors.Is(rerr, bufio.ErrBufferFull)
 		if !tooLong {
-			if len(s.buf)+len(chunk) > MaxLineSize {
+			if len(s.buf)+len(chunk) > maxLineSize {
 				tooLong, s.buf = true, s.buf[:0]
 			} else if full || len(s.buf) > 0 {
 				s.buf = append(s.buf, chunk...)
@@ -381,9 +384,9 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 		}
 		if tooLong {
 			if first && c.hasHeader() {
-				return nil, 0, fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, s.line, MaxLineSize)
+				return nil, 0, fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, s.line, maxLineSize)
 			}
-			drop(fmt.Sprintf("line longer than %d bytes", MaxLineSize))
+			drop(fmt.Sprintf("line longer than %d bytes", maxLineSize))
 			continue
 		}
 		if f != FormatBelay && len(bytes.TrimSpace(line)) == 0 {

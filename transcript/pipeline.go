@@ -2,17 +2,22 @@ package transcript
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"slices"
 	"sync"
 )
 
-// lineChunk is a run of whole lines of a file, copied out of the reader.
+// lineChunk is a run of whole lines of a file, read into one buffer.
 type lineChunk struct {
-	first int // index of its first line
+	first int   // index of its first line (set before consume)
+	off   int64 // file offset of data[0]
 	data  []byte
+	long  lineRec // set when the chunk is one line too long to hold
 	recs  []lineRec
 	// Filled by the work function, read by the consumer.
 	scan   []scanLine
@@ -32,8 +37,115 @@ type lineRec struct {
 
 func (c *lineChunk) line(i int) []byte { return c.data[c.recs[i].start:c.recs[i].end] }
 
+// split finds the chunk's lines, as lineScanner.next would return them.
+func (c *lineChunk) split() {
+	c.recs = c.recs[:0]
+	if c.long.tooLong {
+		c.recs = append(c.recs, c.long)
+		return
+	}
+	for start := 0; start < len(c.data); {
+		end, next := len(c.data), len(c.data)
+		if i := bytes.IndexByte(c.data[start:], '\n'); i >= 0 {
+			end, next = start+i, start+i+1
+		}
+		lend := end
+		if lend > start && c.data[lend-1] == '\r' {
+			lend--
+		}
+		rec := lineRec{start: start, end: lend, off: c.off + int64(start), fend: c.off + int64(next)}
+		if next-start > maxLineSize {
+			rec.start, rec.end, rec.tooLong = 0, 0, true
+		}
+		c.recs = append(c.recs, rec)
+		start = next
+	}
+}
+
 // chunkBytes is the size of the chunks the pipeline hands out.
 const chunkBytes = 256 << 10
+
+// chunkReader reads a file into chunks of whole lines: each chunk's data
+// is read straight from the file (no copy but the bytes of a line cut by
+// the previous chunk's end), and the lines are split by the workers.
+type chunkReader struct {
+	f     *os.File
+	size  int64
+	pos   int64  // the next byte to read
+	carry []byte // bytes read after the last newline of the last chunk
+	skip  []byte // buffer for reading past a line too long to hold
+}
+
+// fill reads the next chunk into c; it returns io.EOF when the file has
+// no more bytes.
+func (r *chunkReader) fill(c *lineChunk) error {
+	c.off = r.pos - int64(len(r.carry))
+	c.data = append(c.data[:0], r.carry...)
+	c.long = lineRec{}
+	r.carry = r.carry[:0]
+	if len(c.data) == 0 && r.pos >= r.size {
+		return io.EOF
+	}
+	scanned := 0 // bytes of c.data known to hold no newline
+	for {
+		if r.pos >= r.size {
+			return nil // the file ends: its last line has no terminator
+		}
+		n := int(min(int64(chunkBytes), r.size-r.pos))
+		c.data = slices.Grow(c.data, n)
+		m, err := r.f.ReadAt(c.data[len(c.data):len(c.data)+n], r.pos)
+		if m < n && err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil && !(errors.Is(err, io.EOF) && m == n) {
+			return fmt.Errorf("transcript: %w", err)
+		}
+		c.data = c.data[:len(c.data)+m]
+		r.pos += int64(m)
+		if i := bytes.LastIndexByte(c.data[scanned:], '\n'); i >= 0 {
+			cut := scanned + i + 1
+			if len(c.data) >= chunkBytes || r.pos >= r.size {
+				r.carry = append(r.carry, c.data[cut:]...)
+				c.data = c.data[:cut]
+				return nil
+			}
+		} else {
+			scanned = len(c.data)
+		}
+		if scanned > maxLineSize {
+			return r.skipLong(c)
+		}
+	}
+}
+
+// skipLong reads past the end of a line longer than maxLineSize (the
+// chunk holds its start and no newline) and makes the chunk that line.
+func (r *chunkReader) skipLong(c *lineChunk) error {
+	if r.skip == nil {
+		r.skip = make([]byte, chunkBytes)
+	}
+	for r.pos < r.size {
+		n := int(min(int64(len(r.skip)), r.size-r.pos))
+		m, err := r.f.ReadAt(r.skip[:n], r.pos)
+		if m < n && err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil && !(errors.Is(err, io.EOF) && m == n) {
+			return fmt.Errorf("transcript: %w", err)
+		}
+		if i := bytes.IndexByte(r.skip[:m], '\n'); i >= 0 {
+			r.pos += int64(i) + 1
+			r.carry = append(r.carry, r.skip[i+1:m]...)
+			r.pos += int64(m - i - 1)
+			break
+		}
+		r.pos += int64(m)
+	}
+	end := r.pos - int64(len(r.carry))
+	c.long = lineRec{off: c.off, fend: end, tooLong: true}
+	c.data = c.data[:0]
+	return nil
+}
 
 // eachChunk reads the file's lines in chunks, runs work on the chunks in
 // parallel (one goroutine per CPU) and consume on each in file order. The
@@ -55,32 +167,21 @@ func (s *streamRepair) eachChunk(work func(*lineChunk), consume func(*lineChunk)
 		defer wg.Done()
 		defer close(todo)
 		defer close(order)
-		ls := s.lines()
-		idx := 0
-		for done := false; !done; {
+		r := &chunkReader{f: s.f, size: s.size}
+		for {
 			var c *lineChunk
 			select {
 			case c = <-free:
 			case <-stop:
 				return
 			}
-			c.first, c.data, c.recs = idx, c.data[:0], c.recs[:0]
-			c.done = make(chan struct{})
-			for len(c.data) < chunkBytes {
-				line, off, end, tooLong, err := ls.next()
-				if errors.Is(err, io.EOF) {
-					done = true
-					break
+			if err := r.fill(c); err != nil {
+				if !errors.Is(err, io.EOF) {
+					readErr = err
 				}
-				if err != nil {
-					readErr, done = fmt.Errorf("transcript: %w", err), true
-					break
-				}
-				start := len(c.data)
-				c.data = append(c.data, line...)
-				c.recs = append(c.recs, lineRec{start: start, end: len(c.data), off: off, fend: end, tooLong: tooLong})
-				idx++
+				return
 			}
+			c.done = make(chan struct{})
 			todo <- c
 			order <- c
 		}
@@ -90,19 +191,26 @@ func (s *streamRepair) eachChunk(work func(*lineChunk), consume func(*lineChunk)
 		go func() {
 			defer wg.Done()
 			for c := range todo {
+				c.split()
 				work(c)
 				close(c.done)
 			}
 		}()
 	}
 	var err error
+	idx := 0
 	for c := range order {
 		<-c.done
+		c.first = idx
+		idx += len(c.recs)
 		if err == nil {
 			err = consume(c)
 			if err != nil {
 				close(stop)
 			}
+		}
+		if cap(c.data) > 4*chunkBytes {
+			c.data = nil // it held a long line: not kept for the next chunks
 		}
 		free <- c
 	}

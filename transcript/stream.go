@@ -272,10 +272,10 @@ func (s *streamRepair) scan() error {
 			s.lt.add(rec.off)
 			if rec.tooLong {
 				if first && s.format == FormatPi {
-					return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, idx+1, MaxLineSize)
+					return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, idx+1, maxLineSize)
 				}
 				first = false
-				s.drop(idx, fmt.Sprintf("line longer than %d bytes", MaxLineSize), nil)
+				s.drop(idx, fmt.Sprintf("line longer than %d bytes", maxLineSize), nil)
 				continue
 			}
 			r := &c.scan[i]
