@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +30,9 @@ type RepairConfig struct {
 	// Messages is N for the message-level pairing measurement, which also
 	// runs 10N.
 	Messages int
+	// Rounds is how many times each file is repaired each way (the ways
+	// alternating); each way reports its median round. Default 3.
+	Rounds int
 	// Progress, if set, is told what is running.
 	Progress func(string)
 }
@@ -46,6 +51,9 @@ type RepairResult struct {
 	TargetCheckMBPerSec float64 `json:"target_check_mb_per_sec"`
 	TargetPeakRSSBytes  int64   `json:"target_peak_rss_bytes"`
 	TargetScale         float64 `json:"target_scale"`
+	// Rounds is how many times each file was repaired each way; each way
+	// reports its median round, with the peak RSS and heap of all rounds.
+	Rounds int `json:"rounds"`
 	// Formats are the tree formats measured: pi and Claude Code.
 	Formats []RepairFormat `json:"formats"`
 	// Pairing is message-level repair at N and 10N messages.
@@ -121,6 +129,9 @@ func Repair(ctx context.Context, cfg RepairConfig) (*RepairResult, error) {
 	if cfg.Messages <= 0 {
 		cfg.Messages = 20000
 	}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 3
+	}
 	if cfg.Progress == nil {
 		cfg.Progress = func(string) {}
 	}
@@ -130,7 +141,7 @@ func Repair(ctx context.Context, cfg RepairConfig) (*RepairResult, error) {
 	}
 	defer os.RemoveAll(root)
 	res := &RepairResult{TargetMBPerSec: TargetRepairMBPerSec, TargetCheckMBPerSec: TargetCheckMBPerSec,
-		TargetPeakRSSBytes: TargetPeakRSSBytes, TargetScale: TargetScale}
+		TargetPeakRSSBytes: TargetPeakRSSBytes, TargetScale: TargetScale, Rounds: cfg.Rounds}
 	for _, f := range []transcript.Format{transcript.FormatPi, transcript.FormatClaude} {
 		rf := RepairFormat{Format: string(f)}
 		for _, size := range []int64{cfg.Size / 10, cfg.Size} {
@@ -138,7 +149,7 @@ func Repair(ctx context.Context, cfg RepairConfig) (*RepairResult, error) {
 				return nil, err
 			}
 			cfg.Progress(fmt.Sprintf("repair of a %s %s session", humanBytes(size), f))
-			r, err := repairFile(root, f, size)
+			r, err := repairFile(root, f, size, cfg.Rounds)
 			if err != nil {
 				return nil, err
 			}
@@ -265,8 +276,10 @@ func genSession(path string, f transcript.Format, size int64) (damage, error) {
 }
 
 // repairFile generates a session and repairs it three ways, each from the
-// same damaged bytes.
-func repairFile(dir string, f transcript.Format, size int64) (*RepairFile, error) {
+// same damaged bytes, rounds times each (the ways alternating, so that a
+// change in the machine's speed falls on all of them); each way reports its
+// median round, with the largest peak RSS and heap of its rounds.
+func repairFile(dir string, f transcript.Format, size int64, rounds int) (*RepairFile, error) {
 	orig := filepath.Join(dir, "orig-"+string(f)+"-"+strconv.FormatInt(size, 10)+".jsonl")
 	dmg, err := genSession(orig, f, size)
 	if err != nil {
@@ -279,29 +292,49 @@ func repairFile(dir string, f transcript.Format, size int64) (*RepairFile, error
 	}
 	out := &RepairFile{Bytes: fi.Size(), Lines: dmg.lines, Torn: dmg.torn, Orphan: dmg.orphan, Lost: dmg.lost}
 	path := filepath.Join(dir, "session.jsonl")
-	for _, run := range []struct {
+	ways := []struct {
 		into *RepairRun
 		opts transcript.FileOptions
+		runs []RepairRun
 	}{
-		{&out.LinesOnly, transcript.FileOptions{Format: f, LinesOnly: true}},
-		{&out.Check, transcript.FileOptions{Format: f, DryRun: true}},
-		{&out.Default, transcript.FileOptions{Format: f}},
-	} {
-		if err := copyPath(path, orig); err != nil {
-			return nil, err
+		{into: &out.LinesOnly, opts: transcript.FileOptions{Format: f, LinesOnly: true}},
+		{into: &out.Check, opts: transcript.FileOptions{Format: f, DryRun: true}},
+		{into: &out.Default, opts: transcript.FileOptions{Format: f}},
+	}
+	for range rounds {
+		for i := range ways {
+			if err := copyPath(path, orig); err != nil {
+				return nil, err
+			}
+			r, err := repairRun(path, fi.Size(), ways[i].opts)
+			if err != nil {
+				return nil, err
+			}
+			ways[i].runs = append(ways[i].runs, *r)
+			_ = os.Remove(path)
 		}
-		r, err := repairRun(path, fi.Size(), run.opts)
-		if err != nil {
-			return nil, err
-		}
-		*run.into = *r
-		_ = os.Remove(path)
+	}
+	for _, w := range ways {
+		*w.into = medianRun(w.runs)
 	}
 	if out.Default.Kinds[transcript.ChangeDropLine] != dmg.torn || out.Default.Kinds[transcript.ChangeRelink] < dmg.lost ||
 		out.Default.Kinds[transcript.ChangeDropOrphan] < dmg.orphan {
 		return nil, fmt.Errorf("bench: %s repair found %v, generated %+v", f, out.Default.Kinds, dmg)
 	}
 	return out, nil
+}
+
+// medianRun returns the run of median time, with the largest peak RSS and
+// heap of all the runs.
+func medianRun(runs []RepairRun) RepairRun {
+	sorted := slices.Clone(runs)
+	slices.SortFunc(sorted, func(a, b RepairRun) int { return cmp.Compare(a.Seconds, b.Seconds) })
+	m := sorted[len(sorted)/2]
+	for _, r := range runs {
+		m.PeakRSSBytes = max(m.PeakRSSBytes, r.PeakRSSBytes)
+		m.PeakHeapBytes = max(m.PeakHeapBytes, r.PeakHeapBytes)
+	}
+	return m
 }
 
 func copyPath(dst, src string) error {

@@ -12,6 +12,7 @@ import (
 type benchRepairOptions struct {
 	Size     string
 	Messages int
+	Rounds   int
 	Dir      string
 	Data     string
 	JSON     bool
@@ -25,7 +26,8 @@ func newBenchRepairCmd(stdio Stdio) *cobra.Command {
 		Long: `Generates a pi session and a Claude Code session of --size (and of a tenth
 of that), damaged every 1000 lines or so: a torn line, a lost line (its
 child's parent link breaks) and a tool result that answers no call. Each is
-repaired three ways from the same damaged bytes, in one run:
+repaired three ways from the same damaged bytes, in one run, --rounds times
+each (the ways alternating; each reports its median round):
   lines_only  belay repair --lines-only (the baseline)
   check       belay repair --dry-run (everything but writing)
   default     belay repair: line and message level, backup, temp file,
@@ -41,6 +43,9 @@ generated messages: pairing_scale is about 10 when it scales linearly.`,
 			if err != nil || size < 1e5 {
 				return usagef("belay bench repair --size 200MB", "--size: give a size of at least 100KB, like 200MB")
 			}
+			if opts.Rounds < 1 {
+				return usagef("belay bench repair --rounds 3", "--rounds must be at least 1")
+			}
 			if opts.Messages < 1 {
 				return usagef("belay bench repair --messages 20000", "--messages must be at least 1")
 			}
@@ -49,7 +54,7 @@ generated messages: pairing_scale is about 10 when it scales linearly.`,
 				return err
 			}
 			res, err := bench.Repair(cmd.Context(), bench.RepairConfig{
-				Dir: dir, Size: size, Messages: opts.Messages,
+				Dir: dir, Size: size, Messages: opts.Messages, Rounds: opts.Rounds,
 				Progress: func(s string) { fmt.Fprintf(stdio.Err, "… %s\n", s) },
 			})
 			if err != nil {
@@ -59,8 +64,8 @@ generated messages: pairing_scale is about 10 when it scales linearly.`,
 				return writeJSON(stdio.Out, res)
 			}
 			w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "repair bench (targets: default >= %.0f MB/s, check >= %.0f MB/s, peak RSS < %s, scale <= %.0f)\n",
-				res.TargetMBPerSec, res.TargetCheckMBPerSec, fmt.Sprintf("%d MiB", res.TargetPeakRSSBytes>>20), res.TargetScale)
+			fmt.Fprintf(w, "repair bench (targets: default >= %.0f MB/s, check >= %.0f MB/s, peak RSS < %s, scale <= %.0f; median of %d rounds)\n",
+				res.TargetMBPerSec, res.TargetCheckMBPerSec, fmt.Sprintf("%d MiB", res.TargetPeakRSSBytes>>20), res.TargetScale, res.Rounds)
 			for _, rf := range res.Formats {
 				fmt.Fprintf(w, "\n%s\tsize\tlines\ttorn/lost/orphans\tmode\ttime\tMB/s\tCPU s\tchanges\tpeak heap\tpeak RSS\n", rf.Format)
 				for _, f := range rf.Files {
@@ -85,6 +90,7 @@ generated messages: pairing_scale is about 10 when it scales linearly.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Size, "size", "200MB", "size of the larger generated session file")
 	f.IntVar(&opts.Messages, "messages", 20000, "N for the pairing measurement (it also runs 10N)")
+	f.IntVar(&opts.Rounds, "rounds", 3, "repairs of each file each way; each way reports its median round")
 	f.StringVar(&opts.Dir, "dir", "", "scratch directory (default: inside the data directory)")
 	f.StringVar(&opts.Data, "data", "", "data directory (default $BELAY_HOME, $XDG_STATE_HOME/belay, ~/.local/state/belay)")
 	f.BoolVar(&opts.JSON, "json", false, "print JSON")
