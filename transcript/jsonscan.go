@@ -320,10 +320,12 @@ func strictKeys(b []byte, keys ...string) bool {
 
 const ambiguous = "ambiguous keys (a key repeated or spelled in another case)"
 
+// The keys each format's lines are checked for (keyCheck). The order is
+// the index of each key's recorded value (topAt, subAt).
 var (
-	roleKeys   = []string{"role", "content", "tool_calls", "tool_call_id", "stop_reason", "model"}
-	piLineKeys = []string{"type", "id", "parentId", "timestamp", "message"}
-	piMsgKeys  = []string{"role", "content", "toolCallId", "toolName", "isError", "stopReason", "model", "provider", "usage", "timestamp"}
-	ccLineKeys = []string{"type", "uuid", "parentUuid", "timestamp", "message", "isSidechain"}
-	ccMsgKeys  = []string{"id", "role", "content", "model", "stop_reason", "usage"}
+	roleKeys   = newKeySet("role", "content", "tool_calls", "tool_call_id", "stop_reason", "model")
+	piLineKeys = newKeySet("type", "id", "parentId", "timestamp", "message")
+	piMsgKeys  = newKeySet("role", "content", "toolCallId", "toolName", "isError", "stopReason", "model", "provider", "usage", "timestamp")
+	ccLineKeys = newKeySet("type", "uuid", "parentUuid", "timestamp", "message", "isSidechain")
+	ccMsgKeys  = newKeySet("id", "role", "content", "model", "stop_reason", "usage")
 )

@@ -201,20 +201,20 @@ type scanLine struct {
 	sum    uint64 // hash of the whole line
 }
 
-// extract validates a line and reads its id, parent and flags.
-func (s *streamRepair) extract(line []byte, r *scanLine) {
+// extract validates a line and reads its id, parent and flags; k is left
+// with the line's keys.
+func (s *streamRepair) extract(line []byte, r *scanLine, k *keyCheck) {
 	*r = scanLine{}
 	if len(bytes.TrimSpace(line)) == 0 {
 		r.fl = fBlank
 		return
 	}
-	var k keyCheck
 	if s.format == FormatPi {
-		k = keyCheck{top: piLineKeys, sub: piMsgKeys, subOf: "message"}
-		r.why = piCheckKeys(line, &k)
+		*k = keyCheck{top: piLineKeys, sub: piMsgKeys, subOf: "message"}
+		r.why = piCheckKeys(line, k)
 	} else {
-		k = keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
-		r.why = claudeCheckKeys(line, &k)
+		*k = keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
+		r.why = claudeCheckKeys(line, k)
 	}
 	if r.why != "" {
 		return
@@ -254,14 +254,23 @@ func (s *streamRepair) scan() error {
 	first := true
 	s.specStart()
 	err := s.eachChunk(func(c *lineChunk) {
-		c.scan = c.scan[:0]
+		// Each line is checked, and each entry read for the path (its
+		// light parts) from what the check found.
+		c.scan, c.parts, c.partAt = c.scan[:0], c.parts[:0], c.partAt[:0]
+		var k keyCheck
 		for i := range c.recs {
 			c.scan = append(c.scan, scanLine{})
-			if !c.recs[i].tooLong {
-				s.extract(c.line(i), &c.scan[i])
+			from := len(c.parts)
+			if r := &c.scan[i]; !c.recs[i].tooLong {
+				line := c.line(i)
+				s.extract(line, r, &k)
+				if r.fl&fEntry != 0 {
+					c.light.readChecked(s.format, line, &k)
+					c.parts = c.light.parts(s.format, s.seed, c.parts)
+				}
 			}
+			c.partAt = append(c.partAt, [2]int32{int32(from), int32(len(c.parts))})
 		}
-		s.lightWork(c, func(i, _ int) bool { return c.scan[i].fl&fEntry != 0 })
 	}, func(c *lineChunk) error {
 		for i, rec := range c.recs {
 			idx := c.first + i

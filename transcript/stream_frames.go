@@ -92,20 +92,6 @@ func (s *streamRepair) branch(idx int) bool {
 	return p >= 0 && t.marks(p)&(mPath|mResCh) == mPath && t.flags(p)&fSide == t.flags(idx)&fSide
 }
 
-// lightWork reads the light parts of the chunk's lines that want says
-// are needed, into c.parts (c.partAt: each line's).
-func (s *streamRepair) lightWork(c *lineChunk, want func(i, idx int) bool) {
-	c.parts, c.partAt = c.parts[:0], c.partAt[:0]
-	for i, rec := range c.recs {
-		from := len(c.parts)
-		if !rec.tooLong && want(i, c.first+i) {
-			c.light.read(s.format, c.line(i))
-			c.parts = c.light.parts(s.format, s.seed, c.parts)
-		}
-		c.partAt = append(c.partAt, [2]int32{int32(from), int32(len(c.parts))})
-	}
-}
-
 func (fr *frameReader) add(idx int, off, end int64, parts []lightPart) error {
 	for k, p := range parts {
 		if err := fr.addItem(fitem{p: p, line: idx, off: off, end: end, part: k}); err != nil {

@@ -76,6 +76,32 @@ func (ll *lightLine) read(f Format, line []byte) {
 	})
 }
 
+// readChecked is read on a line the scan has just checked with k: the
+// values it needs are where k found them, so that only the content is
+// walked again. A line with ambiguous keys (k.bad: which value of a key
+// counts is then a question) is read in full by read.
+func (ll *lightLine) readChecked(f Format, line []byte, k *keyCheck) {
+	if k.bad {
+		ll.read(f, line)
+		return
+	}
+	*ll = lightLine{blocks: ll.blocks[:0]}
+	ll.typ = value(line, k.topAt[0])
+	var role, content, stop, callID, respID int
+	if f == FormatPi {
+		// piLineKeys, piMsgKeys
+		role, content, callID, stop = k.subAt[0], k.subAt[1], k.subAt[2], k.subAt[5]
+	} else {
+		// ccLineKeys, ccMsgKeys
+		respID, role, content, stop = k.subAt[0], k.subAt[1], k.subAt[2], k.subAt[4]
+		ll.apiError = k.apiErrorAt != 0 && line[k.apiErrorAt-1] == 't'
+	}
+	ll.role, ll.stop, ll.callID, ll.respID = value(line, role), value(line, stop), value(line, callID), value(line, respID)
+	if content != 0 {
+		ll.blocks, _ = lightBlocks(line, content-1, ll.blocks[:0])
+	}
+}
+
 // user reports whether the line's text blocks are user text (whose
 // blankness matters).
 func (ll *lightLine) user(f Format) bool {

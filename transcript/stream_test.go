@@ -345,6 +345,22 @@ func checkLightParts(t *testing.T, data []byte) {
 			ll.read(f, line)
 			got := ll.parts(f, seed, nil)
 			require.Equal(t, wantParts(seed, lightMessages(f, line)), got, "%s: %s", f, line)
+			// The scan reads an entry from where its check found the keys:
+			// the same reading.
+			var k keyCheck
+			why := ""
+			if f == FormatPi {
+				k = keyCheck{top: piLineKeys, sub: piMsgKeys, subOf: "message"}
+				why = piCheckKeys(line, &k)
+			} else {
+				k = keyCheck{top: ccLineKeys, sub: ccMsgKeys, subOf: "message"}
+				why = claudeCheckKeys(line, &k)
+			}
+			if why == "" {
+				var checked lightLine
+				checked.readChecked(f, line, &k)
+				require.Equal(t, got, checked.parts(f, seed, nil), "%s (read as checked): %s", f, line)
+			}
 		}
 	}
 }
@@ -364,7 +380,12 @@ func TestLightParts(t *testing.T) {
 {"type":"user","message":{"content":[{"type":"text","text":" \n"},{"type":"tool_result","tool_use_id":"a"},"x",{"type":"text","text":"\u00a0"},{"type":"tool_result","tool_use_id":"b\u0062"}]}}
 {"type":"message","message":{"role":"assistant","stopReason":"Aborted","content":[{"type":"toolCall","id":"a","arguments":{}},{"type":"tool_use","id":"b"}]}}
 {"type":"message","message":{"role":"user","content":"  "}}
-{"type":"message","message":{"role":"toolResult","toolCallId":"x"}}`))
+{"type":"message","message":{"role":"toolResult","toolCallId":"x"}}
+{"type":"assistant","isApiErrorMessage":false,"isApiErrorMessage":true,"message":{"id":"r","content":[{"type":"text","text":"x"}]}}
+{"type":"system","type":"assistant","message":{"id":"r","content":[]}}
+{"type":"summary","Message":{"role":"user","content":"a"},"message":{"role":"assistant","content":"b"}}
+{"type":"message","message":{"role":"assistant","stopReason":"stop","content":"a","content":[{"type":"toolCall","id":"a","arguments":{}}]}}
+{"type":"message","message":"not an object","id":"x"}`))
 }
 
 // FuzzLightParts holds lightParts to light Messages on any line.

@@ -3,6 +3,7 @@ package transcript
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 )
 
 // validJSON reports whether b is one valid JSON value, as json.Valid does,
@@ -224,22 +225,54 @@ func validNumber(b []byte, i int) (int, bool) {
 // an entry is checked for start, and whether any of them is ambiguous
 // (repeated, or spelled in another case).
 type keyCheck struct {
-	top, sub     []string // keys of the object and of its subOf object
+	top, sub     *keySet // keys of the object and of its subOf object
 	subOf        string
 	topAt, subAt [16]int // value start + 1 of each key; 0 when absent
 	bad          bool
+	// apiErrorAt is the value start + 1 of the last top-level
+	// "isApiErrorMessage" (Claude Code), which the light reading of a line
+	// takes, as encoding/json would; it does not make a line ambiguous.
+	apiErrorAt int
+}
+
+// keySet is a list of keys (at most 16, each at most 32 bytes), indexed by
+// length so that a key is compared with the names of its length only.
+type keySet struct {
+	names []string
+	byLen [33]uint16 // bit i set: names[i] has this length
+}
+
+func newKeySet(names ...string) *keySet {
+	ks := &keySet{names: names}
+	if len(names) > 16 {
+		panic("transcript: more than 16 keys in a keySet")
+	}
+	for i, n := range names {
+		if len(n) > 32 {
+			panic("transcript: key longer than 32 bytes in a keySet")
+		}
+		ks.byLen[len(n)] |= 1 << i
+	}
+	return ks
 }
 
 func (k *keyCheck) add(depth int, parent, key []byte, start int) {
 	names, at := k.top, &k.topAt
 	if depth == 1 {
-		if string(parent) != k.subOf {
+		if string(parent) != k.subOf || names == nil {
 			return
 		}
 		names, at = k.sub, &k.subAt
+	} else if len(key) == len("isApiErrorMessage") && string(key) == "isApiErrorMessage" {
+		k.apiErrorAt = start + 1
 	}
-	for i, n := range names {
-		if len(key) != len(n) || key[0]|0x20 != n[0]|0x20 || !bytes.EqualFold(key, []byte(n)) {
+	if names == nil || len(key) > 32 {
+		return
+	}
+	for m := names.byLen[len(key)]; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros16(m)
+		n := names.names[i]
+		if key[0]|0x20 != n[0]|0x20 || !bytes.EqualFold(key, []byte(n)) {
 			continue
 		}
 		if string(key) != n || at[i] != 0 {
