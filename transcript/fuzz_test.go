@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -81,6 +82,25 @@ func FuzzValidJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		require.Equal(t, json.Valid(data), validJSON(data), "%q", data)
 	})
+}
+
+// TestValidStringRandom holds validJSON to json.Valid on strings made of
+// the bytes the word-at-a-time string check tells apart (quotes,
+// backslashes, escapes, control characters, bytes over 0x7f, plain ones),
+// at every offset of its eight-byte words.
+func TestValidStringRandom(t *testing.T) {
+	pieces := []string{`"`, `\`, `\\`, `\"`, `\n`, `\u00e9`, `\u12`, `\x`, "\x00", "\x1f", "\x7f", "\x80", "\xe9", "é", " ", "a", "aaaaaaa", "\t"}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 200000 {
+		var b strings.Builder
+		b.WriteString(`["`)
+		for n := r.IntN(12); n > 0; n-- {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		b.WriteString(`"]`)
+		data := []byte(b.String())
+		require.Equal(t, json.Valid(data), validJSON(data), "%q", data)
+	}
 }
 
 // FuzzRepairFile runs RepairFile on any input in every format, default

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
+	"strings"
 )
 
 // validJSON reports whether b is one valid JSON value, as json.Valid does,
@@ -122,16 +123,23 @@ func literal(b []byte, i int, lit string) (int, bool) {
 
 func validString(b []byte, i int) (int, bool) {
 	i++
-	for i < len(b) {
-		// Skip eight plain bytes at a time.
-		for i+8 <= len(b) && !special8(binary.LittleEndian.Uint64(b[i:]), true) {
+	for {
+		// Skip plain bytes eight at a time, then jump to the first special
+		// one (the lowest flagged byte of specialMask is exact).
+		for i+8 <= len(b) {
+			if m := specialMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
 			i += 8
 		}
-		if i >= len(b) {
-			break
+		for i < len(b) && !specialByte(b[i]) {
+			i++
 		}
-		c := b[i]
-		switch {
+		if i >= len(b) {
+			return i, false
+		}
+		switch c := b[i]; {
 		case c == '"':
 			return i + 1, true
 		case c == '\\':
@@ -155,31 +163,29 @@ func validString(b []byte, i int) (int, bool) {
 			default:
 				return i, false
 			}
-		case c < 0x20:
+		default: // a control character
 			return i, false
-		default:
-			i++
 		}
 	}
-	return i, false
+}
+
+// specialByte reports whether c is a quote, a backslash or a control
+// character: a byte a JSON string cannot hold as it is.
+func specialByte(c byte) bool { return c == '"' || c == '\\' || c < 0x20 }
+
+// specialMask flags (high bit) the bytes of v that are specialByte; the
+// lowest flagged byte is always one, higher ones may be flagged falsely
+// after it.
+func specialMask(v uint64) uint64 {
+	q := v ^ ('"' * lo8)
+	s := v ^ ('\\' * lo8)
+	return ((q-lo8)&^q | (s-lo8)&^s | (v-0x20*lo8)&^v) & hi8
 }
 
 const (
 	lo8 = 0x0101010101010101
 	hi8 = 0x8080808080808080
 )
-
-// special8 reports whether any of the eight bytes in v is a quote, a
-// backslash or (with ctl) a control character.
-func special8(v uint64, ctl bool) bool {
-	q := v ^ ('"' * lo8)
-	s := v ^ ('\\' * lo8)
-	r := (q-lo8)&^q | (s-lo8)&^s
-	if ctl {
-		r |= (v - 0x20*lo8) & ^v
-	}
-	return r&hi8 != 0
-}
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
@@ -251,6 +257,11 @@ func newKeySet(names ...string) *keySet {
 		if len(n) > 32 {
 			panic("transcript: key longer than 32 bytes in a keySet")
 		}
+		for _, m := range names[:i] {
+			if strings.EqualFold(m, n) {
+				panic("transcript: two keys of a keySet differ only in case")
+			}
+		}
 		ks.byLen[len(n)] |= 1 << i
 	}
 	return ks
@@ -272,14 +283,18 @@ func (k *keyCheck) add(depth int, parent, key []byte, start int) {
 	for m := names.byLen[len(key)]; m != 0; m &= m - 1 {
 		i := bits.TrailingZeros16(m)
 		n := names.names[i]
-		if key[0]|0x20 != n[0]|0x20 || !bytes.EqualFold(key, []byte(n)) {
-			continue
+		if string(key) == n {
+			if at[i] != 0 {
+				k.bad = true // repeated
+				return
+			}
+			at[i] = start + 1
+			return // (no two names are the same but for case)
 		}
-		if string(key) != n || at[i] != 0 {
-			k.bad = true
+		if key[0]|0x20 == n[0]|0x20 && bytes.EqualFold(key, []byte(n)) {
+			k.bad = true // spelled in another case
 			return
 		}
-		at[i] = start + 1
 	}
 }
 
