@@ -44,7 +44,7 @@ func Write(fsys vfs.FS, path string, perm fs.FileMode, write func(io.Writer) err
 			_ = fsys.Remove(tmp)
 		}
 	}()
-	if err := write(f); err != nil {
+	if err := write(&writeback{f: f}); err != nil {
 		return fmt.Errorf("atomicfile: write %s: %w", tmp, err)
 	}
 	if err := f.Sync(); err != nil {
@@ -70,6 +70,46 @@ func Write(fsys vfs.FS, path string, perm fs.FileMode, write func(io.Writer) err
 		return fmt.Errorf("atomicfile: sync dir %s: %w", dir, err)
 	}
 	return nil
+}
+
+// writebackEvery is how many bytes written start their writeback to disk
+// while the rest is being written, so that the sync at the end of a large
+// file waits for the last of them only.
+const writebackEvery = 8 << 20
+
+// writeback is the temp file as write sees it: every writebackEvery bytes
+// it starts their writeback (vfs.StartWriteback). It passes ReadFrom on to
+// the file, so that a copy from another file stays in the kernel
+// (copy_file_range).
+type writeback struct {
+	f             vfs.File
+	written, from int64 // bytes written; the first not yet handed to writeback
+}
+
+func (w *writeback) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		return n, err
+	}
+	return n, w.advance(int64(n))
+}
+
+func (w *writeback) ReadFrom(r io.Reader) (int64, error) {
+	n, err := io.Copy(w.f, r)
+	if err != nil {
+		return n, err
+	}
+	return n, w.advance(n)
+}
+
+func (w *writeback) advance(n int64) error {
+	w.written += n
+	if w.written-w.from < writebackEvery {
+		return nil
+	}
+	err := vfs.StartWriteback(w.f, w.from, w.written-w.from)
+	w.from = w.written
+	return err
 }
 
 // TempName returns a unique temporary name beside path. Temp names start

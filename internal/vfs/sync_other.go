@@ -5,3 +5,5 @@ package vfs
 import "os"
 
 func datasync(f *os.File) error { return f.Sync() }
+
+func startWriteback(*os.File, int64, int64) error { return nil }

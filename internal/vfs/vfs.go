@@ -74,6 +74,27 @@ type osFile struct{ *os.File }
 
 func (f osFile) Sync() error { return datasync(f.File) }
 
+// StartWriteback implements WritebackStarter.
+func (f osFile) StartWriteback(off, n int64) error { return startWriteback(f.File, off, n) }
+
+// WritebackStarter is a File that can start writing a range of its data
+// to disk without waiting for it.
+type WritebackStarter interface {
+	StartWriteback(off, n int64) error
+}
+
+// StartWriteback asks the system to start writing the file's data in
+// [off, off+n) to disk without waiting for it (sync_file_range on Linux),
+// so that the Sync that follows a large write waits less. It makes nothing
+// durable and changes nothing Sync must do; files of other file systems
+// (test doubles, NoSync) and other systems ignore it.
+func StartWriteback(f File, off, n int64) error {
+	if w, ok := f.(WritebackStarter); ok {
+		return w.StartWriteback(off, n)
+	}
+	return nil
+}
+
 // NoSync is fsys without fsync: Sync and SyncDir do nothing. It is for
 // scratch data that is read back at once or thrown away (benchmark
 // fixtures, transcripts converted through a journal), never for data that

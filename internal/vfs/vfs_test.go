@@ -40,3 +40,32 @@ func TestNoSync(t *testing.T) {
 		t.Fatalf("opening a missing file: %v, want not-exist", err)
 	}
 }
+
+// TestStartWriteback: starting the writeback of a real file's range is
+// accepted (and changes nothing read back); a NoSync file ignores it.
+func TestStartWriteback(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, fsys := range []FS{OS, NoSync(OS)} {
+		path := filepath.Join(dir, "a")
+		f, err := fsys.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte("kept")); err != nil {
+			t.Fatal(err)
+		}
+		if err := StartWriteback(f, 0, 4); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(path); err != nil || string(b) != "kept" {
+			t.Fatalf("read back %q, %v", b, err)
+		}
+	}
+	if _, ok := File(osFile{}).(WritebackStarter); !ok {
+		t.Fatal("an OS file does not start writeback")
+	}
+}
