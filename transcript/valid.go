@@ -63,7 +63,12 @@ func validValue(b []byte, i, depth int, parent []byte, fn keyFunc) (int, bool) {
 					sub, subParent = fn, key
 				}
 			}
-			if i, ok = validValue(b, i, depth+1, subParent, sub); !ok {
+			if i < len(b) && b[i] == '"' {
+				i, ok = validString(b, i) // the common case, without a call down
+			} else {
+				i, ok = validValue(b, i, depth+1, subParent, sub)
+			}
+			if !ok {
 				return i, false
 			}
 			i = skipSpace(b, i)
@@ -86,7 +91,12 @@ func validValue(b []byte, i, depth int, parent []byte, fn keyFunc) (int, bool) {
 		}
 		for {
 			var ok bool
-			if i, ok = validValue(b, i, depth+1, nil, nil); !ok {
+			if i < len(b) && b[i] == '"' {
+				i, ok = validString(b, i)
+			} else {
+				i, ok = validValue(b, i, depth+1, nil, nil)
+			}
+			if !ok {
 				return i, false
 			}
 			i = skipSpace(b, i)
