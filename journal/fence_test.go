@@ -104,3 +104,49 @@ func TestQuarantineFoundByReadSurvivesRestart(t *testing.T) {
 	requireGapFree(t, readAll(t, j), 4)
 	require.NoFileExists(t, filepath.Join(b.dir, QuarantineName))
 }
+
+// TestCommitterStartsWithTheFirstAppend: a journal opened and read (as a
+// store opens every session at start) starts no committer and closes
+// without one; the first append starts it, and what it appended, synced
+// or buffered, is durable after Close.
+func TestCommitterStartsWithTheFirstAppend(t *testing.T) {
+	dir := t.TempDir()
+	j, err := Open(dir, Options{})
+	require.NoError(t, err)
+	_, err = j.Append(context.Background(), Sync, Event{Type: "first"})
+	require.NoError(t, err)
+	require.NoError(t, j.Close())
+
+	j, err = Open(dir, Options{})
+	require.NoError(t, err)
+	evs, err := j.Read(0, 10)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	j.mu.Lock()
+	started := j.committing
+	j.mu.Unlock()
+	require.False(t, started, "reading started a committer")
+	require.NoError(t, j.Close())
+
+	j, err = Open(dir, Options{})
+	require.NoError(t, err)
+	_, err = j.Append(context.Background(), Buffered, Event{Type: "second"})
+	require.NoError(t, err)
+	j.mu.Lock()
+	started = j.committing
+	j.mu.Unlock()
+	require.True(t, started)
+	require.NoError(t, j.Close())
+
+	j, err = Open(dir, Options{})
+	require.NoError(t, err)
+	defer j.Close()
+	evs, err = j.Read(0, 10)
+	require.NoError(t, err)
+	require.Len(t, evs, 2, "the buffered append was committed by Close")
+	_, err = j.Append(context.Background(), Sync, Event{Type: "after"})
+	require.NoError(t, err)
+	require.NoError(t, j.Close())
+	_, err = j.Append(context.Background(), Sync, Event{Type: "closed"})
+	require.ErrorIs(t, err, ErrClosed)
+}

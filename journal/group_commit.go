@@ -134,6 +134,10 @@ func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []E
 		j.nextSeq++
 	}
 	added := len(b.recs) > nrecs
+	if added && !j.committing {
+		j.committing = true
+		go j.flusher()
+	}
 	if added {
 		// Wake the committer only when it has something new to decide: a
 		// batch was started (arm the buffered timer) or needs a sync now.

@@ -104,9 +104,10 @@ type Journal struct {
 	snapSeq    uint64
 	stats      Stats
 
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	kick       chan struct{}
+	stop       chan struct{}
+	done       chan struct{}
+	committing bool // the committer (flusher) was started
 }
 
 // Open opens (creating if needed) the journal in dir and recovers it.
@@ -144,12 +145,16 @@ func Open(dir string, opts Options) (*Journal, error) {
 	if opts.ReadOnly {
 		flag = os.O_RDONLY
 	}
-	_, statErr := j.fsys.Stat(j.path)
-	if opts.MustExist && errors.Is(statErr, fs.ErrNotExist) {
-		return nil, fmt.Errorf("journal: %s is missing: %w", j.path, statErr)
+	created := false
+	if opts.MustExist {
+		flag &^= os.O_CREATE // (a store opening every session skips a stat each)
+	} else if _, statErr := j.fsys.Stat(j.path); errors.Is(statErr, fs.ErrNotExist) && !opts.ReadOnly {
+		created = true
 	}
-	created := errors.Is(statErr, fs.ErrNotExist) && !opts.ReadOnly
 	f, err := j.fsys.OpenFile(j.path, flag, 0o600)
+	if opts.MustExist && errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("journal: %s is missing: %w", j.path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", j.path, err)
 	}
@@ -183,10 +188,12 @@ func Open(dir string, opts Options) (*Journal, error) {
 			return nil, fmt.Errorf("journal: seek %s: %w", j.path, err)
 		}
 		j.cur = newBatch()
+		// The committer starts with the first append (appendEvents): a
+		// journal opened to be read, as a store does with every session at
+		// start, costs no goroutine.
 		j.kick = make(chan struct{}, 1)
 		j.stop = make(chan struct{})
 		j.done = make(chan struct{})
-		go j.flusher()
 	}
 	if j.quarantine != nil {
 		return j, j.quarantine
@@ -400,11 +407,13 @@ func (j *Journal) Close() error {
 		return nil
 	}
 	j.closed = true
-	stop := j.stop
+	stop, running := j.stop, j.committing
 	j.mu.Unlock()
 	if stop != nil {
 		close(stop)
-		<-j.done
+		if running {
+			<-j.done
+		}
 	}
 	j.mu.Lock()
 	j.drained = true

@@ -1,6 +1,9 @@
 package vfs
 
 import (
+	"errors"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -67,5 +70,47 @@ func TestStartWriteback(t *testing.T) {
 	}
 	if _, ok := File(osFile{}).(WritebackStarter); !ok {
 		t.Fatal("an OS file does not start writeback")
+	}
+}
+
+// TestOpenFile: the OS file system's open behaves as os.OpenFile: errors
+// are path errors that match fs.ErrNotExist and fs.ErrExist, a created
+// file gets the permission (less the umask), and the file reads, writes,
+// seeks and syncs.
+func TestOpenFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	_, err := OS.OpenFile(path, os.O_RDWR, 0o600)
+	var pe *fs.PathError
+	if !errors.As(err, &pe) || pe.Path != path || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("open missing: %v", err)
+	}
+	f, err := OS.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(1, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(f, b); err != nil || string(b) != "ello" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode().Perm()&^0o640 != 0 || fi.Size() != 5 {
+		t.Fatalf("stat %v %v", fi, err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OS.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("exclusive create of an existing file: %v", err)
 	}
 }

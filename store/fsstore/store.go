@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -226,7 +227,9 @@ func (s *Store) fence() error {
 // Dir returns the data directory.
 func (s *Store) Dir() string { return s.dir }
 
-// load opens every session in the sessions directory.
+// load opens every session in the sessions directory: on one goroutine
+// per CPU and one more (opening a session is mostly system calls), then
+// indexed in directory order.
 func (s *Store) load() error {
 	root := filepath.Join(s.dir, SessionsName)
 	entries, err := s.fsys.ReadDir(root)
@@ -236,6 +239,7 @@ func (s *Store) load() error {
 	if err != nil {
 		return fmt.Errorf("fsstore: read %s: %w", root, err)
 	}
+	var names []string
 	for _, e := range entries {
 		name := e.Name()
 		switch {
@@ -250,16 +254,39 @@ func (s *Store) load() error {
 		case ids.Check(ids.Session, name) != nil || !e.IsDir():
 			continue // not ours
 		}
-		ss, err := s.openSession(name)
-		if err != nil {
-			// One unreadable session must not keep the others from loading:
-			// it is listed, read-only, with the error as its problem.
-			ss = &session{id: name, dir: filepath.Join(root, name), store: s, st: newState()}
-			ss.st.Session.ID = name
-			ss.setProblem(err)
-		}
+		names = append(names, name)
+	}
+	loaded := make([]*session, len(names))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(names), runtime.GOMAXPROCS(0)+1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(names) {
+					return
+				}
+				ss, err := s.openSession(names[i])
+				if err != nil {
+					// One unreadable session must not keep the others from
+					// loading: it is listed, read-only, with the error as its
+					// problem.
+					ss = &session{id: names[i], dir: filepath.Join(root, names[i]), store: s, st: newState()}
+					ss.st.Session.ID = names[i]
+					ss.setProblem(err)
+				}
+				loaded[i] = ss
+			}
+		}()
+	}
+	wg.Wait()
+	for i, ss := range loaded {
 		if err := s.index(ss); err != nil {
-			_ = ss.close()
+			for _, rest := range loaded[i:] {
+				_ = rest.close()
+			}
 			return err
 		}
 	}
