@@ -94,11 +94,8 @@ func (r *chunkReader) fill(c *lineChunk) error {
 		n := int(min(int64(chunkBytes), r.size-r.pos))
 		c.data = slices.Grow(c.data, n)
 		m, err := r.f.ReadAt(c.data[len(c.data):len(c.data)+n], r.pos)
-		if m < n && err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil && !(errors.Is(err, io.EOF) && m == n) {
-			return fmt.Errorf("transcript: %w", err)
+		if err = r.readErr(m, n, err); err != nil {
+			return err
 		}
 		c.data = c.data[:len(c.data)+m]
 		r.pos += int64(m)
@@ -118,6 +115,18 @@ func (r *chunkReader) fill(c *lineChunk) error {
 	}
 }
 
+// readErr is the error of a read of n bytes that read m: a file cut
+// shorter since the repair began is named as such.
+func (r *chunkReader) readErr(m, n int, err error) error {
+	switch {
+	case m == n:
+		return nil
+	case err == nil || errors.Is(err, io.EOF):
+		return fmt.Errorf("transcript: %s is shorter than the %d bytes it had when the repair began: it changed while being read; nothing was written", r.f.Name(), r.size)
+	}
+	return fmt.Errorf("transcript: %w", err)
+}
+
 // skipLong reads past the end of a line longer than maxLineSize (the
 // chunk holds its start and no newline) and makes the chunk that line.
 func (r *chunkReader) skipLong(c *lineChunk) error {
@@ -127,11 +136,8 @@ func (r *chunkReader) skipLong(c *lineChunk) error {
 	for r.pos < r.size {
 		n := int(min(int64(len(r.skip)), r.size-r.pos))
 		m, err := r.f.ReadAt(r.skip[:n], r.pos)
-		if m < n && err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil && !(errors.Is(err, io.EOF) && m == n) {
-			return fmt.Errorf("transcript: %w", err)
+		if err = r.readErr(m, n, err); err != nil {
+			return err
 		}
 		if i := bytes.IndexByte(r.skip[:m], '\n'); i >= 0 {
 			r.pos += int64(i) + 1

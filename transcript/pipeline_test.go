@@ -136,3 +136,17 @@ func TestChunkReaderEmpty(t *testing.T) {
 		require.Equal(t, scannerLines(t, path), pipelineLines(t, path), "%q", c.data)
 	}
 }
+
+// TestChunkReaderFileShrank: a file cut shorter while it is read is an
+// error that says so, not a short read taken for the end.
+func TestChunkReaderFileShrank(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(path, bytes.Repeat([]byte("line\n"), 1000), 0o600))
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	s := &streamRepair{f: f, size: 5000 + 3*chunkBytes} // as it was when the repair began
+	err = s.eachChunk(func(*lineChunk) {}, func(*lineChunk) error { return nil })
+	require.ErrorContains(t, err, "is shorter than the")
+	require.ErrorContains(t, err, "nothing was written")
+}
