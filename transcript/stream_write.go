@@ -258,6 +258,9 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 				if err != nil {
 					return nil, err
 				}
+				if j == nil || j.r != r {
+					return nil, fmt.Errorf("transcript: internal error: damaged regions taken out of order at line %d; the file was not changed", idx+1)
+				}
 				changes = append(changes, j.changes...)
 				b := s.assemble(j)
 				if len(b) > 0 {
