@@ -173,15 +173,15 @@ func (r *repairer) adjacentAsRead(i, j int) bool {
 }
 
 func (r *repairer) dropInvalidCalls(items []*Message) []*Message {
-	out := items[:0:0]
+	out := make([]*Message, 0, len(items))
 	for _, m := range items {
 		if m.Role != RoleAssistant || m.Errored() {
 			out = append(out, m)
 			continue
 		}
-		var kept []Block
+		var kept []Block // made at the first call dropped: most messages keep all
 		dropped := false
-		for _, b := range m.Blocks {
+		for i, b := range m.Blocks {
 			if b.Type == BlockToolCall {
 				reason := ""
 				switch {
@@ -192,11 +192,16 @@ func (r *repairer) dropInvalidCalls(items []*Message) []*Message {
 				}
 				if reason != "" {
 					r.note(m, Change{Kind: ChangeDropToolCall, CallID: b.ID, Tool: b.Name, Reason: reason})
-					dropped = true
+					if !dropped {
+						kept = append(make([]Block, 0, len(m.Blocks)-1), m.Blocks[:i]...)
+						dropped = true
+					}
 					continue
 				}
 			}
-			kept = append(kept, b)
+			if dropped {
+				kept = append(kept, b)
+			}
 		}
 		if !dropped {
 			out = append(out, m)
