@@ -24,20 +24,27 @@ func (l splitLine) String() string {
 	return fmt.Sprintf("%d-%d long=%v %.20q", l.off, l.fend, l.tooLong, l.line)
 }
 
+// openRepair opens path for a streamRepair that reads it (closed when
+// the test ends).
+func openRepair(t *testing.T, path string) *streamRepair {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	return &streamRepair{f: f, size: fi.Size()}
+}
+
 // pipelineLines returns the lines eachChunk hands to its consumer, and
 // checks that the work function saw the same ones.
 func pipelineLines(t *testing.T, path string) []splitLine {
 	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	fi, err := f.Stat()
-	require.NoError(t, err)
-	s := &streamRepair{f: f, size: fi.Size()}
+	s := openRepair(t, path)
 	var mu sync.Mutex
 	worked := 0
 	var got []splitLine
-	err = s.eachChunk(func(c *lineChunk) {
+	err := s.eachChunk(func(c *lineChunk) {
 		mu.Lock()
 		worked += len(c.recs)
 		mu.Unlock()
@@ -56,12 +63,7 @@ func pipelineLines(t *testing.T, path string) []splitLine {
 // scannerLines returns the lines of the sequential lineScanner.
 func scannerLines(t *testing.T, path string) []splitLine {
 	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	fi, err := f.Stat()
-	require.NoError(t, err)
-	ls := (&streamRepair{f: f, size: fi.Size()}).lines()
+	ls := openRepair(t, path).lines()
 	var out []splitLine
 	for {
 		line, off, end, tooLong, err := ls.next()
