@@ -49,7 +49,13 @@ type RunsConfig struct {
 	// Batch > 0 submits the runs in batches of that many per call
 	// (runtime.SubmitBatch, the path of POST /v1/runs:batch) instead of
 	// one per call.
-	Batch    int
+	Batch int
+	// Paced > 0 runs a second phase after the peak one: the same number
+	// of runs offered at Paced times the peak rate measured, open loop
+	// (each call at its scheduled moment, whatever the calls before it
+	// took; its latency counts from that moment), on the same runtimes
+	// and sessions.
+	Paced    float64
 	Progress func(string)
 }
 
@@ -84,6 +90,13 @@ type RunsResult struct {
 	IdleLoadSeconds   float64 `json:"idle_load_seconds,omitempty"`
 	IdleOpenJournals  int     `json:"idle_open_files,omitempty"`
 	IdleCreateSeconds float64 `json:"idle_create_seconds,omitempty"`
+	// The paced phase (Paced > 0): the fraction of the peak and the rate
+	// offered, and what came of it.
+	Paced           float64 `json:"paced_fraction,omitempty"`
+	PacedOffered    float64 `json:"paced_offered_runs_per_sec,omitempty"`
+	PacedRunsPerSec float64 `json:"paced_runs_per_sec,omitempty"`
+	PacedP50Millis  float64 `json:"paced_submit_to_complete_p50_ms,omitempty"`
+	PacedP99Millis  float64 `json:"paced_submit_to_complete_p99_ms,omitempty"`
 }
 
 // Runs runs the end-to-end runs benchmark: durable no-op runs through the
@@ -168,26 +181,46 @@ func openRunsStore(ctx context.Context, cfg RunsConfig, dir string, commits *ato
 		ObserveSync: func(time.Duration) { commits.Add(1) }})
 }
 
+// runsPhase is one phase of the runs bench: the runs submitted, when each
+// was submitted (or scheduled), and their ends.
+type runsPhase struct {
+	mu       sync.Mutex
+	submitAt map[string]time.Time
+	endAt    map[string]time.Time // runs that ended before their submit returned
+	lat      []float64
+	total    int64
+	ended    atomic.Int64
+	lastEnd  atomic.Int64
+	done     chan struct{}
+}
+
+func newRunsPhase(n int) *runsPhase {
+	return &runsPhase{submitAt: make(map[string]time.Time, n), endAt: map[string]time.Time{}, lat: make([]float64, 0, n), total: int64(n), done: make(chan struct{})}
+}
+
+// end records a run's end. A run that ends before its submit returned has
+// no submit time yet: its end waits for it (submitted).
+func (p *runsPhase) end(run belay.Run) {
+	now := time.Now()
+	p.mu.Lock()
+	if t, ok := p.submitAt[run.ID]; ok {
+		p.lat = append(p.lat, float64(now.Sub(t).Microseconds())/1000)
+	} else {
+		p.endAt[run.ID] = now
+	}
+	p.mu.Unlock()
+	p.lastEnd.Store(now.UnixNano())
+	if p.ended.Add(1) == p.total {
+		close(p.done)
+	}
+}
+
 func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult) error {
 	var commits atomic.Int64
-	var (
-		mu       sync.Mutex
-		submitAt = map[string]time.Time{}
-		lat      = make([]float64, 0, cfg.Runs)
-		ended    atomic.Int64
-		allDone  = make(chan struct{})
-		lastEnd  atomic.Int64
-	)
+	var cur atomic.Pointer[runsPhase]
 	onEnd := func(run belay.Run) {
-		now := time.Now()
-		mu.Lock()
-		if t, ok := submitAt[run.ID]; ok {
-			lat = append(lat, float64(now.Sub(t).Microseconds())/1000)
-		}
-		mu.Unlock()
-		lastEnd.Store(now.UnixNano())
-		if ended.Add(1) == int64(cfg.Runs) {
-			close(allDone)
+		if p := cur.Load(); p != nil {
+			p.end(run)
 		}
 	}
 	// One store and runtime per node, over one database.
@@ -231,6 +264,52 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 		how = fmt.Sprintf("batches of %d", cfg.Batch)
 	}
 	cfg.Progress(fmt.Sprintf("submitting %d runs from %d submitters (%s) to %d node(s)", cfg.Runs, cfg.Submitters, how, cfg.Nodes))
+	p := newRunsPhase(cfg.Runs)
+	cur.Store(p)
+	rate, p50, p99, err := submitPhase(ctx, cfg, rts, sessions, p, 0)
+	if err != nil {
+		return err
+	}
+	res.RunsPerSec, res.P50Millis, res.P99Millis = rate, p50, p99
+	res.SyncsPerRun = float64(totalSeq(ctx, st, sessions)-beforeSeq) / float64(cfg.Runs)
+	res.CommitsPerRun = float64(commits.Load()-beforeCommits) / float64(cfg.Runs)
+
+	if cfg.Paced > 0 {
+		offered := cfg.Paced * res.RunsPerSec
+		cfg.Progress(fmt.Sprintf("offering %d more runs at %.0f runs/s (%.0f%% of the peak), open loop", cfg.Runs, offered, 100*cfg.Paced))
+		p := newRunsPhase(cfg.Runs)
+		cur.Store(p)
+		rate, p50, p99, err := submitPhase(ctx, cfg, rts, sessions, p, offered)
+		if err != nil {
+			return err
+		}
+		res.Paced, res.PacedOffered = cfg.Paced, offered
+		res.PacedRunsPerSec, res.PacedP50Millis, res.PacedP99Millis = rate, p50, p99
+	}
+	return nil
+}
+
+// submitted records when runs were submitted (or scheduled to be).
+func (p *runsPhase) submitted(runs []belay.Run, t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, run := range runs {
+		if e, ok := p.endAt[run.ID]; ok {
+			p.lat = append(p.lat, float64(e.Sub(t).Microseconds())/1000)
+			delete(p.endAt, run.ID)
+			continue
+		}
+		p.submitAt[run.ID] = t
+	}
+}
+
+// submitPhase submits cfg.Runs runs from cfg.Submitters submitters and
+// waits for their ends (recorded in p). With offered > 0 each call is
+// scheduled at start + (its first run's index) / offered and its runs'
+// latency counts from that moment (so a submit that falls behind the
+// schedule shows in the latency: no coordinated omission); else the
+// submitters go as fast as they can and latency counts from each call.
+func submitPhase(ctx context.Context, cfg RunsConfig, rts []*brt.Runtime, sessions []string, p *runsPhase, offered float64) (rate, p50, p99 float64, err error) {
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -252,6 +331,15 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 					reqs[k] = brt.SubmitRequest{Session: sessions[(from+int64(k))%int64(cfg.Sessions)], Prompt: "ok"}
 				}
 				t := time.Now()
+				if offered > 0 {
+					t = start.Add(time.Duration(float64(from) / offered * float64(time.Second)))
+					select {
+					case <-time.After(time.Until(t)):
+					case <-ctx.Done():
+						errc <- ctx.Err()
+						return
+					}
+				}
 				var runs []belay.Run
 				if cfg.Batch > 0 {
 					var errs []error
@@ -270,35 +358,26 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 					}
 					runs = []belay.Run{run}
 				}
-				mu.Lock()
-				for _, run := range runs {
-					submitAt[run.ID] = t
-				}
-				mu.Unlock()
+				p.submitted(runs, t)
 			}
 		}()
 	}
 	wg.Wait()
 	close(errc)
 	if err := <-errc; err != nil {
-		return err
+		return 0, 0, 0, err
 	}
 	select {
-	case <-allDone:
+	case <-p.done:
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, 0, 0, ctx.Err()
 	case <-time.After(10 * time.Minute):
-		return fmt.Errorf("bench: only %d of %d runs finished", ended.Load(), cfg.Runs)
+		return 0, 0, 0, fmt.Errorf("bench: only %d of %d runs finished", p.ended.Load(), cfg.Runs)
 	}
-	elapsed := time.Unix(0, lastEnd.Load()).Sub(start)
-	res.RunsPerSec = float64(cfg.Runs) / elapsed.Seconds()
-	mu.Lock()
-	res.P50Millis = percentile(lat, 0.50)
-	res.P99Millis = percentile(lat, 0.99)
-	mu.Unlock()
-	res.SyncsPerRun = float64(totalSeq(ctx, st, sessions)-beforeSeq) / float64(cfg.Runs)
-	res.CommitsPerRun = float64(commits.Load()-beforeCommits) / float64(cfg.Runs)
-	return nil
+	elapsed := time.Unix(0, p.lastEnd.Load()).Sub(start)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return float64(cfg.Runs) / elapsed.Seconds(), percentile(p.lat, 0.50), percentile(p.lat, 0.99), nil
 }
 
 func totalSeq(ctx context.Context, st store.Store, sessions []string) uint64 {

@@ -34,6 +34,7 @@ type benchRunsOptions struct {
 	Store      string
 	Nodes      int
 	Batch      int
+	Paced      float64
 	Dir        string
 	Data       string
 	JSON       bool
@@ -60,7 +61,13 @@ own connection pool, over that one database (the submitters spread over
 them), as N daemons would.
 
 --batch N submits the runs N at a time (runtime.SubmitBatch, the path of
-POST /v1/runs:batch and belay send --batch) instead of one per call.`,
+POST /v1/runs:batch and belay send --batch) instead of one per call.
+
+--paced 0.5 adds a second phase after the peak one: as many runs again,
+offered at half the peak rate just measured, open loop (each submit at its
+scheduled moment, its latency counted from that moment, so a submit that
+falls behind shows), and reports what came of it: the latency at 50% of
+peak load.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchRuns(cmd, stdio, opts) },
 	}
@@ -73,6 +80,7 @@ POST /v1/runs:batch and belay send --batch) instead of one per call.`,
 	f.StringVar(&opts.Store, "store", "", "store to bench: file: (default) or postgres://USER@HOST/DB (a scratch database)")
 	f.IntVar(&opts.Nodes, "nodes", 1, "runtimes over the one database, each with its own pool (postgres:// only)")
 	f.IntVar(&opts.Batch, "batch", 0, "submit the runs in batches of this many (0: one per call)")
+	f.Float64Var(&opts.Paced, "paced", 0, "then offer as many runs again at this fraction of the peak rate, open loop (0: skip)")
 	f.StringVar(&opts.Dir, "dir", "", "scratch directory (default: inside the data directory)")
 	f.StringVar(&opts.Data, "data", "", "data directory (default $BELAY_HOME, $XDG_STATE_HOME/belay, ~/.local/state/belay)")
 	f.BoolVar(&opts.JSON, "json", false, "print JSON")
@@ -83,6 +91,9 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	if opts.Runs < 1 || opts.Sessions < 1 || opts.Submitters < 1 || opts.Idle < 0 || opts.Nodes < 1 || opts.Batch < 0 {
 		return usagef("belay bench runs --runs 20000 --sessions 1000", "--runs, --sessions, --submitters and --nodes must be at least 1, --idle and --batch at least 0")
 	}
+	if opts.Paced < 0 || opts.Paced >= 1 {
+		return usagef("belay bench runs --paced 0.5", "--paced is a fraction of the peak rate: above 0 and below 1 (0 skips the paced phase)")
+	}
 	if opts.Nodes > 1 && !pgstore.IsURL(opts.Store) {
 		return usagef("belay bench runs --store postgres://USER@HOST/DB --nodes 3", "--nodes above 1 needs --store postgres://... (the file store has one node)")
 	}
@@ -92,7 +103,7 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	}
 	res, err := bench.Runs(cmd.Context(), bench.RunsConfig{
 		Dir: dir, Runs: opts.Runs, Sessions: opts.Sessions, Submitters: opts.Submitters, IdleSessions: opts.Idle, Sync: opts.Sync, Store: opts.Store,
-		Nodes: opts.Nodes, Batch: opts.Batch,
+		Nodes: opts.Nodes, Batch: opts.Batch, Paced: opts.Paced,
 		Progress: func(s string) { fmt.Fprintf(stdio.Err, "… %s\n", s) },
 	})
 	if err != nil {
@@ -113,6 +124,10 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 		commits = fmt.Sprintf("%.2f", res.CommitsPerRun)
 	}
 	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\t%s\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun, commits)
+	if res.Paced > 0 {
+		fmt.Fprintf(w, "\nat %.0f%% of peak\toffered runs/s\truns/s\tp50\tp99\n", 100*res.Paced)
+		fmt.Fprintf(w, "\t%.0f\t%.0f\t%.1f ms\t%.1f ms\n", res.PacedOffered, res.PacedRunsPerSec, res.PacedP50Millis, res.PacedP99Millis)
+	}
 	fmt.Fprintln(w, "\nbaseline (same filesystem, same run)\tfdatasync/s\truns/s ÷ fdatasync/s")
 	fmt.Fprintf(w, "1 file, 4 KiB appends\t%.0f\t%.2f\n", res.FsyncPerSec, res.RunsPerFsync)
 	fmt.Fprintf(w, "%d files at once\t%.0f\t%.2f\n", res.Submitters, res.ParallelFsyncPerSec, res.RunsPerSec/max(res.ParallelFsyncPerSec, 1))
