@@ -539,13 +539,45 @@ func replace(path string, fi fs.FileInfo, rep *FileReport, opts FileOptions, wri
 		write = func(w io.Writer) error { return copyInto(w, journalPath) }
 	}
 	keep := func(tmp string) error {
+		if err := unchanged(path, fi); err != nil {
+			return err
+		}
 		if err := keepModeOwner(tmp, fi); err != nil {
 			return fmt.Errorf("transcript: %s: keep mode and owner: %w; the file was not changed", path, err)
 		}
 		return nil
 	}
-	if err := atomicfile.Write(vfs.OS, path, fi.Mode().Perm(), write, keep); err != nil {
+	err := atomicfile.Write(vfs.OS, path, fi.Mode().Perm(), write, keep)
+	if errors.Is(err, errChanged) {
+		// Nothing was changed: the backup of the file as it was is not
+		// needed (it is a link to the file itself, or a copy).
+		if rep.Backup != "" && os.Remove(rep.Backup) == nil {
+			rep.Backup = ""
+		}
+		rep.Status, rep.Reason = StatusRefused, err.Error()+"; nothing was changed: repair it again once nothing writes it"
+		return fmt.Errorf("%w: %s: %s", ErrRefused, path, rep.Reason)
+	}
+	if err != nil {
 		return fmt.Errorf("transcript: %w", err)
+	}
+	return nil
+}
+
+// errChanged is a file that changed between the start of its repair and
+// the rename that would replace it: an agent still appending to its
+// session, say. Renaming the repaired copy over it would lose what was
+// written meanwhile, so the repair is refused instead.
+var errChanged = errors.New("the file changed while it was being repaired")
+
+// unchanged fails with errChanged if path is no longer the file fi
+// described: another file, another size or another modification time.
+func unchanged(path string, fi fs.FileInfo) error {
+	cur, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("transcript: %w; the file was not changed", err)
+	}
+	if !os.SameFile(fi, cur) || cur.Size() != fi.Size() || !cur.ModTime().Equal(fi.ModTime()) {
+		return fmt.Errorf("%w (%d bytes when it began, %d now): something is still writing it", errChanged, fi.Size(), cur.Size())
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package transcript
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -286,4 +287,54 @@ func TestRepairFileBackup(t *testing.T) {
 	got, err = os.ReadFile(rep.Backup)
 	require.NoError(t, err)
 	require.Equal(t, before, got)
+}
+
+// TestRepairRefusesAFileWrittenMeanwhile: a file appended to while its
+// repair runs (an agent still writing its session) is not replaced: the
+// repaired copy would lose what was appended. The repair is refused, the
+// file keeps every byte, and no backup or temp file is left.
+func TestRepairRefusesAFileWrittenMeanwhile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte("line 1\n"), 0o600))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	rep := &FileReport{Path: path}
+	err = replace(path, fi, rep, FileOptions{Now: time.Now}, func(w io.Writer) error {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := f.WriteString("line 2, written during the repair\n"); err != nil {
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		_, err = w.Write([]byte("repaired\n"))
+		return err
+	})
+	require.ErrorIs(t, err, ErrRefused)
+	require.ErrorContains(t, err, "changed while it was being repaired")
+	require.Equal(t, StatusRefused, rep.Status)
+	require.Empty(t, rep.Backup)
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "line 1\nline 2, written during the repair\n", string(got))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no backup, no temp file")
+
+	// Unchanged meanwhile, the same replace goes through.
+	fi, err = os.Stat(path)
+	require.NoError(t, err)
+	rep = &FileReport{Path: path}
+	require.NoError(t, replace(path, fi, rep, FileOptions{Now: time.Now}, func(w io.Writer) error {
+		_, err := w.Write([]byte("repaired\n"))
+		return err
+	}))
+	got, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "repaired\n", string(got))
+	require.NotEmpty(t, rep.Backup)
 }
