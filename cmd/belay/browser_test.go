@@ -428,7 +428,11 @@ func TestBrowserDeadlinePassesThenRetryReads(t *testing.T) {
 	require.Equal(t, "sent", rep.Browser.SendPhase)
 
 	site.FinishHeld()
-	out = belayCmd(t, bin, dir, strings.Fields(rep.Command)[1:]...)
+	// The doctor's command as it says, with a deadline longer than the
+	// 15 s the retry would keep: reading the answer back must not race a
+	// browser start on a loaded machine (what is under test is that the
+	// retry reads, not how fast).
+	out = belayCmd(t, bin, dir, append(strings.Fields(rep.Command)[1:], "--deadline", "2m")...)
 	retried := strings.Fields(out)[0]
 	r2, err := c.WaitRun(ctx, retried, time.Minute)
 	require.NoError(t, err)

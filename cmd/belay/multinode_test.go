@@ -312,7 +312,11 @@ func TestMultiNodeSIGKILL(t *testing.T) {
 	hookMu.Unlock()
 	repeats := 0
 	for id, c := range ids {
-		delivery := strings.TrimPrefix(id[:strings.LastIndexByte(id, '_')], "msg_")
+		// msg_<delivery>_<11 characters of base64url, which may hold '_'>
+		// (runtime.NotificationID).
+		const suffix = len("_") + 11
+		require.True(t, strings.HasPrefix(id, "msg_dlv_") && len(id) > len("msg_")+suffix, "webhook-id %q", id)
+		delivery := id[len("msg_") : len(id)-suffix]
 		rows, err := db.Query(ctx, `SELECT type, coalesce(data::jsonb->>'owner', ''), epoch FROM belay_events
 			WHERE type IN ('notify.claimed', 'notify.settled') AND data::jsonb->>'delivery' = $1 ORDER BY seq`, delivery)
 		require.NoError(t, err)
