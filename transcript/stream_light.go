@@ -76,6 +76,19 @@ func (ll *lightLine) read(f Format, line []byte) {
 	})
 }
 
+// lightKeys are where keyCheck records the values readChecked takes, as
+// indexes of a format's key sets (-1: the format does not use it).
+type lightKeys struct {
+	typ, role, content, stop, callID, respID int
+}
+
+var (
+	piLight = lightKeys{typ: piLineKeys.at("type"), role: piMsgKeys.at("role"), content: piMsgKeys.at("content"),
+		stop: piMsgKeys.at("stopReason"), callID: piMsgKeys.at("toolCallId"), respID: -1}
+	ccLight = lightKeys{typ: ccLineKeys.at("type"), role: ccMsgKeys.at("role"), content: ccMsgKeys.at("content"),
+		stop: ccMsgKeys.at("stop_reason"), callID: -1, respID: ccMsgKeys.at("id")}
+)
+
 // readChecked is read on a line the scan has just checked with k: the
 // values it needs are where k found them, so that only the content is
 // walked again. A line with ambiguous keys (k.bad: which value of a key
@@ -86,19 +99,21 @@ func (ll *lightLine) readChecked(f Format, line []byte, k *keyCheck) {
 		return
 	}
 	*ll = lightLine{blocks: ll.blocks[:0]}
-	ll.typ = value(line, k.topAt[0])
-	var role, content, stop, callID, respID int
-	if f == FormatPi {
-		// piLineKeys, piMsgKeys
-		role, content, callID, stop = k.subAt[0], k.subAt[1], k.subAt[2], k.subAt[5]
-	} else {
-		// ccLineKeys, ccMsgKeys
-		respID, role, content, stop = k.subAt[0], k.subAt[1], k.subAt[2], k.subAt[4]
+	lk := piLight
+	if f != FormatPi {
+		lk = ccLight
 		ll.apiError = k.apiErrorAt != 0 && line[k.apiErrorAt-1] == 't'
 	}
-	ll.role, ll.stop, ll.callID, ll.respID = value(line, role), value(line, stop), value(line, callID), value(line, respID)
-	if content != 0 {
-		ll.blocks, _ = lightBlocks(line, content-1, ll.blocks[:0])
+	sub := func(i int) []byte {
+		if i < 0 {
+			return nil
+		}
+		return value(line, k.subAt[i])
+	}
+	ll.typ = value(line, k.topAt[lk.typ])
+	ll.role, ll.stop, ll.callID, ll.respID = sub(lk.role), sub(lk.stop), sub(lk.callID), sub(lk.respID)
+	if at := k.subAt[lk.content]; at != 0 {
+		ll.blocks, _ = lightBlocks(line, at-1, ll.blocks[:0])
 	}
 }
 

@@ -122,7 +122,7 @@ const regionBytesAhead = 16 << 20
 // regionPipe repairs the damaged regions on one goroutine per CPU and
 // hands them out repaired, in file order. Regions are prepared (read, and
 // their lines looked up in the line table) on the goroutine that calls
-// next, ahead of it while their bytes stay within regionBytesAhead.
+// take, ahead of it while their bytes stay within regionBytesAhead.
 type regionPipe struct {
 	s       *streamRepair
 	todo    chan *regionJob

@@ -277,6 +277,17 @@ func newKeySet(names ...string) *keySet {
 	return ks
 }
 
+// at returns the index of name in the set, where keyCheck records its
+// value (topAt, subAt). A name not in the set is a programming error.
+func (ks *keySet) at(name string) int {
+	for i, n := range ks.names {
+		if n == name {
+			return i
+		}
+	}
+	panic("transcript: key " + name + " is not in the keySet")
+}
+
 func (k *keyCheck) add(depth int, parent, key []byte, start int) {
 	names, at := k.top, &k.topAt
 	if depth == 1 {
