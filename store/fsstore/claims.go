@@ -3,6 +3,7 @@ package fsstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -43,6 +44,14 @@ func (c *claims) init() {
 	c.sched = newScheduler(store.Limits{})
 	c.owners = map[string]*store.Owner{}
 	c.rescueNow = true
+}
+
+// rearm makes the next claim look for runs to rescue again: this one
+// stopped before it had looked at every run it listed.
+func (c *claims) rearm() {
+	c.mu.Lock()
+	c.rescueNow = true
+	c.mu.Unlock()
 }
 
 // noteExpiry makes the next claim look for runs to rescue at t.
@@ -286,12 +295,21 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 	var firstErr error
 	for _, id := range s.rescuable() {
 		if len(out) >= max {
+			// The rest are the next claim's: the look is not over.
+			s.claims.rearm()
 			break
 		}
 		run, ok, err := s.rescue(ctx, id, c.Owner, c.TTL)
 		switch {
-		case err != nil && firstErr == nil:
-			firstErr = err
+		case err != nil:
+			if !errors.Is(err, belay.ErrReadOnly) {
+				// Looked at again by the next claim (a quarantined session,
+				// or a store that lost its lock, stays as it is).
+				s.claims.rearm()
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
 		case ok:
 			out = append(out, store.Claimed{Run: run, Rescued: true})
 		}

@@ -190,6 +190,32 @@ func testClaimRescue(t *testing.T, h Harness) {
 	b.finish(cs4[0])
 }
 
+// testRescueBeyondOneClaim: a gone owner's runs, more than one claim
+// takes, are all rescued by the claims that follow, a claim's Max at a
+// time: none is left running under the dead owner's lease (a daemon
+// killed with more runs in flight than its claim batch).
+func testRescueBeyondOneClaim(t *testing.T, h Harness) {
+	b := setup(t, h)
+	const n = 5
+	want := map[string]bool{}
+	for range n {
+		r := b.submit(b.session().ID, belay.PolicyEnqueue, "")
+		want[r.Run.ID] = true
+	}
+	require.Len(t, b.claim("dead", n, store.Limits{}), n)
+	require.NoError(t, b.s.RetireOwner(b.ctx, "dead"))
+	got := map[string]bool{}
+	for range n {
+		cs := b.claim("alive", 2, store.Limits{})
+		require.LessOrEqual(t, len(cs), 2)
+		for _, c := range cs {
+			require.True(t, c.Rescued)
+			got[c.Run.ID] = true
+		}
+	}
+	require.Equal(t, want, got, "every run of the gone owner rescued")
+}
+
 func testRequestCancel(t *testing.T, h Harness) {
 	b := setup(t, h)
 	sess := b.session()

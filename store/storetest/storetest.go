@@ -79,6 +79,7 @@ func Run(t *testing.T, h Harness) {
 		"FeedLeavesOutSteps":   testFeedLeavesOutSteps,
 		"ClaimOrderAndCaps":    testClaimOrderAndCaps,
 		"ClaimRescue":          testClaimRescue,
+		"RescueBeyondOneClaim": testRescueBeyondOneClaim,
 		"ClaimRace":            testClaimRace,
 		"ClaimWhileSubmitting": testClaimWhileSubmitting,
 		"RequestCancel":        testRequestCancel,
