@@ -78,12 +78,12 @@ func (p *Provider) Check(ctx context.Context, siteName, url string) (*CheckRepor
 		return nil, err
 	}
 	start := time.Now()
-	b, err := startChrome(ctx, chromium, profile, true, p.cfg.Args, filepath.Join(profile, "chrome.log"))
+	b, err := startChrome(ctx, chromium, profile, true, p.cfg.Args, filepath.Join(profile, "chrome.log"), p.cfg.StartTimeout)
 	if err != nil {
 		return nil, err
 	}
 	defer b.kill()
-	t, err := attach(ctx, b, "")
+	t, err := attach(ctx, b, "", p.cfg.StartTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -197,12 +197,12 @@ func (p *Provider) headedLogin(ctx context.Context, site *Site, seed string, ope
 	if err := os.MkdirAll(seed, 0o700); err != nil {
 		return err
 	}
-	b, err := startChrome(ctx, chromium, seed, false, p.cfg.Args, filepath.Join(p.cfg.Dir, "seeds", site.Name+"-login.log"))
+	b, err := startChrome(ctx, chromium, seed, false, p.cfg.Args, filepath.Join(p.cfg.Dir, "seeds", site.Name+"-login.log"), p.cfg.StartTimeout)
 	if err != nil {
 		return fmt.Errorf("browser: open a window (is there a display?): %w", err)
 	}
 	defer b.kill()
-	t, err := attach(ctx, b, "")
+	t, err := attach(ctx, b, "", p.cfg.StartTimeout)
 	if err != nil {
 		return err
 	}

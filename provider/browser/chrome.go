@@ -138,8 +138,8 @@ func chromeArgs(profile string, headless bool, extra []string) []string {
 }
 
 // startChrome starts a detached browser on profile and waits for its
-// DevTools address.
-func startChrome(ctx context.Context, path, profile string, headless bool, extra []string, logPath string) (*chrome, error) {
+// DevTools address, for at most timeout.
+func startChrome(ctx context.Context, path, profile string, headless bool, extra []string, logPath string, timeout time.Duration) (*chrome, error) {
 	_ = os.Remove(filepath.Join(profile, "DevToolsActivePort"))
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -158,7 +158,7 @@ func startChrome(ctx context.Context, path, profile string, headless bool, extra
 	go func() { exited <- cmd.Wait() }()
 	c := &chrome{PID: cmd.Process.Pid, Profile: profile}
 	c.Token, _ = proc.StartTime(c.PID)
-	deadline := time.NewTimer(30 * time.Second)
+	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -179,7 +179,7 @@ func startChrome(ctx context.Context, path, profile string, headless bool, extra
 			return nil, fmt.Errorf("browser exited before it listened (%v): %s", err, lastLines(tail, 5))
 		case <-deadline.C:
 			c.kill()
-			return nil, errors.New("browser did not open its DevTools port within 30s")
+			return nil, fmt.Errorf("browser did not open its DevTools port within %s", timeout)
 		case <-ctx.Done():
 			c.kill()
 			return nil, ctx.Err()

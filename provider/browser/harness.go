@@ -16,7 +16,7 @@ import (
 // CrashTarget crashes the renderer of a target, as an out-of-memory kill
 // of the tab would.
 func CrashTarget(ctx context.Context, ws, id string) error {
-	t, err := attach(ctx, &chrome{WS: ws}, id)
+	t, err := attach(ctx, &chrome{WS: ws}, id, DefaultStartTimeout)
 	if err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func CrashTarget(ctx context.Context, ws, id string) error {
 // NavigateTarget points a target at another URL, as a person clicking
 // another conversation in the run's tab would.
 func NavigateTarget(ctx context.Context, ws, id, url string) error {
-	t, err := attach(ctx, &chrome{WS: ws}, id)
+	t, err := attach(ctx, &chrome{WS: ws}, id, DefaultStartTimeout)
 	if err != nil {
 		return err
 	}

@@ -64,12 +64,12 @@ func (b *bundle) ownTab(t *testing.T, name string) *tab {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	br, err := startChrome(ctx, chromium, filepath.Join(b.dir, name), true, nil, filepath.Join(b.dir, name+".log"))
+	br, err := startChrome(ctx, chromium, filepath.Join(b.dir, name), true, nil, filepath.Join(b.dir, name+".log"), DefaultStartTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(br.kill)
-	tb, err := attach(ctx, br, "")
+	tb, err := attach(ctx, br, "", DefaultStartTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

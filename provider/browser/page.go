@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -26,12 +27,16 @@ type tab struct {
 	allocCancel context.CancelFunc
 }
 
-// attachNew connects to the browser and opens a new page target.
-func attachNew(ctx context.Context, b *chrome) (*tab, error) { return connect(ctx, b, "") }
+// attachNew connects to the browser and opens a new page target, within
+// timeout.
+func attachNew(ctx context.Context, b *chrome, timeout time.Duration) (*tab, error) {
+	return connect(ctx, b, "", timeout)
+}
 
 // attach connects to the browser at ws and to its page target id; an
-// empty id takes the browser's first page, or opens one.
-func attach(ctx context.Context, b *chrome, id string) (*tab, error) {
+// empty id takes the browser's first page, or opens one. A browser that
+// does not answer within timeout is given up.
+func attach(ctx context.Context, b *chrome, id string, timeout time.Duration) (*tab, error) {
 	if id == "" {
 		ts, err := b.targets(ctx)
 		if err != nil {
@@ -44,12 +49,12 @@ func attach(ctx context.Context, b *chrome, id string) (*tab, error) {
 			}
 		}
 	}
-	return connect(ctx, b, id)
+	return connect(ctx, b, id, timeout)
 }
 
 // connect attaches to target id of the browser, or to a new one if id is
 // empty.
-func connect(ctx context.Context, b *chrome, id string) (*tab, error) {
+func connect(ctx context.Context, b *chrome, id string, timeout time.Duration) (*tab, error) {
 	// The connection lives until close, not as long as ctx.
 	allocCtx, allocCancel := remote.NewAllocator(context.WithoutCancel(ctx), b.WS, remote.NoModifyURL)
 	opts := []chromedp.ContextOption{chromedp.WithDetachOnCancel()}
@@ -61,11 +66,18 @@ func connect(ctx context.Context, b *chrome, id string) (*tab, error) {
 	// The first Run binds the connection to the context it gets: it must
 	// be the tab's own, not one with a timeout. A stuck attach is bounded
 	// by closing the tab.
-	stuck := time.AfterFunc(15*time.Second, cancel)
+	var stuck atomic.Bool
+	timer := time.AfterFunc(timeout, func() {
+		stuck.Store(true)
+		cancel()
+	})
 	err := chromedp.Do(tctx)
-	stuck.Stop()
+	timer.Stop()
 	if err != nil {
 		t.close()
+		if stuck.Load() && ctx.Err() == nil {
+			return nil, fmt.Errorf("the browser did not answer in %s", timeout)
+		}
 		return nil, err
 	}
 	t.id = string(chromedp.FromContext(tctx).Target.TargetID)

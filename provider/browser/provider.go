@@ -27,6 +27,7 @@ const (
 	DefaultReadyTimeout  = 30 * time.Second
 	DefaultProgressEvery = 20 * time.Second
 	DefaultArtifactTime  = 30 * time.Minute
+	DefaultStartTimeout  = 30 * time.Second
 )
 
 // Config configures a browser provider. It is decoded from the daemon's
@@ -60,6 +61,10 @@ type Config struct {
 	PollInterval time.Duration `toml:"poll_interval"`
 	// SendTimeout bounds the wait for a send to show (default 30s).
 	SendTimeout time.Duration `toml:"send_timeout"`
+	// StartTimeout bounds a browser's start (until it opens its DevTools
+	// port) and, again, the first connection to it (default 30s; a loaded
+	// machine can take many seconds).
+	StartTimeout time.Duration `toml:"start_timeout"`
 	// ReadyTimeout bounds the wait for a page to be ready (default 30s).
 	ReadyTimeout time.Duration `toml:"ready_timeout"`
 	// ProgressEvery: while the site visibly works (a stop control or a
@@ -86,7 +91,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: dir: %v", ErrConfig, err)
 	}
 	c.Dir = abs
-	if c.PollInterval < 0 || c.SendTimeout < 0 || c.ReadyTimeout < 0 || c.ProgressEvery < 0 || c.Settle < 0 {
+	if c.PollInterval < 0 || c.SendTimeout < 0 || c.ReadyTimeout < 0 || c.StartTimeout < 0 || c.ProgressEvery < 0 || c.Settle < 0 {
 		return c, fmt.Errorf("%w: durations must not be negative", ErrConfig)
 	}
 	if c.PollInterval == 0 {
@@ -94,6 +99,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SendTimeout == 0 {
 		c.SendTimeout = DefaultSendTimeout
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
 	}
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = DefaultReadyTimeout

@@ -226,7 +226,7 @@ func TestOrphanedBrowsersAreReaped(t *testing.T) {
 		if err := os.MkdirAll(profile, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		b, err := startChrome(context.Background(), chromium, profile, true, nil, filepath.Join(dir, run+".log"))
+		b, err := startChrome(context.Background(), chromium, profile, true, nil, filepath.Join(dir, run+".log"), DefaultStartTimeout)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -207,52 +207,71 @@ func (r *runState) launch(ctx context.Context, url string) error {
 	if err := os.MkdirAll(r.runDir, 0o700); err != nil {
 		return internal(err, "create run directory")
 	}
-	profile, err := os.MkdirTemp(r.runDir, fmt.Sprintf("profile%d-", max(r.req.Attempt, 1)))
-	if err != nil {
-		return internal(err, "create profile directory")
-	}
-	if err := cloneSeed(r.p.cfg.Dir, r.site.Name, profile); err != nil {
-		_ = removeProfile(profile)
-		return internal(err, "clone the seed profile")
-	}
-	var b *chrome
+	var (
+		b *chrome
+		t *tab
+	)
 	for try := 0; ; try++ {
-		b, err = startChrome(ctx, chromium, profile, !r.p.cfg.Headed, r.p.cfg.Args, filepath.Join(r.runDir, "chrome.log"))
+		b, t, err = r.start(ctx, chromium)
 		if err == nil || ctx.Err() != nil || try == 1 {
 			break
 		}
-		// Chromium sometimes dies while starting on a loaded machine:
-		// nothing was typed, so once more.
+		var pe *provider.Error
+		if !errors.As(err, &pe) || pe.Class != belay.ClassTransient {
+			break
+		}
+		// Chromium sometimes dies while starting, or does not answer
+		// in time, on a loaded machine: nothing was typed, so once more
+		// with a fresh profile.
 	}
 	if err != nil {
-		_ = removeProfile(profile)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return &provider.Error{Class: belay.ClassTransient, Message: "browser: " + err.Error(), Err: err}
-	}
-	if err := writeRecord(r.runDir, b); err != nil {
-		b.kill()
-		_ = removeProfile(profile)
-		return internal(err, "record the browser")
+		return err
 	}
 	r.b = b
 	r.cur.Chrome = *b
-	t, err := attach(ctx, b, "")
-	if err != nil {
-		// A browser that started but does not answer (a loaded machine):
-		// nothing was typed, so a retry is safe.
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return &provider.Error{Class: belay.ClassTransient, Message: "browser: attach to the new browser: " + err.Error(), Err: err}
-	}
 	r.t = t
 	if err := t.navigate(ctx, url); err != nil {
 		return &provider.Error{Class: belay.ClassTransient, Message: fmt.Sprintf("browser: open %s: %v", url, err), Err: err}
 	}
 	r.url = url
 	return nil
+}
+
+// start starts one browser on a fresh clone of the site's seed profile,
+// records it for the reaper and attaches to its first page. On an error
+// nothing is left behind: no browser, no profile, no record.
+func (r *runState) start(ctx context.Context, chromium string) (*chrome, *tab, error) {
+	profile, err := os.MkdirTemp(r.runDir, fmt.Sprintf("profile%d-", max(r.req.Attempt, 1)))
+	if err != nil {
+		return nil, nil, internal(err, "create profile directory")
+	}
+	if err := cloneSeed(r.p.cfg.Dir, r.site.Name, profile); err != nil {
+		_ = removeProfile(profile)
+		return nil, nil, internal(err, "clone the seed profile")
+	}
+	b, err := startChrome(ctx, chromium, profile, !r.p.cfg.Headed, r.p.cfg.Args, filepath.Join(r.runDir, "chrome.log"), r.p.cfg.StartTimeout)
+	if err != nil {
+		_ = removeProfile(profile)
+		return nil, nil, &provider.Error{Class: belay.ClassTransient, Message: "browser: " + err.Error(), Err: err}
+	}
+	if err := writeRecord(r.runDir, b); err != nil {
+		b.kill()
+		_ = removeProfile(profile)
+		return nil, nil, internal(err, "record the browser")
+	}
+	t, err := attach(ctx, b, "", r.p.cfg.StartTimeout)
+	if err != nil {
+		b.kill()
+		removeRecord(r.runDir)
+		_ = removeProfile(profile)
+		// A browser that started but does not answer (a loaded
+		// machine): nothing was typed, so a retry is safe.
+		return nil, nil, &provider.Error{Class: belay.ClassTransient, Message: "browser: attach to the new browser: " + err.Error(), Err: err}
+	}
+	return b, t, nil
 }
 
 // ref journals the run's binding and cursor (a Sync write).
@@ -505,7 +524,7 @@ func (r *runState) reattach(ctx context.Context) error {
 		}
 		r.b = &old
 		if r.req.Ref.Target != "" && old.hasTarget(ctx, r.req.Ref.Target) {
-			t, err := attach(ctx, &old, r.req.Ref.Target)
+			t, err := attach(ctx, &old, r.req.Ref.Target, r.p.cfg.StartTimeout)
 			if err == nil {
 				r.t = t
 				// Reattached to the same target: the binding is reported
@@ -539,7 +558,7 @@ func (r *runState) rebind(ctx context.Context, why string) error {
 		url = r.site.StartURL
 	}
 	if r.b != nil && r.b.alive() {
-		t, err := attachNew(ctx, r.b)
+		t, err := attachNew(ctx, r.b, r.p.cfg.StartTimeout)
 		if err == nil {
 			r.t = t
 		}
