@@ -127,7 +127,7 @@ func (anthropicCodec) build(d *Document) error {
 		}
 		e.parts = len(msgs)
 		for i, m := range msgs {
-			m.seal(e, i)
+			d.seal(m, e, i)
 			d.items = append(d.items, m)
 		}
 	}

@@ -113,7 +113,7 @@ func (claudeCodec) build(d *Document) error {
 	add := func(e *entry, msgs []*Message) {
 		e.parts = len(msgs)
 		for i, m := range msgs {
-			m.seal(e, i)
+			d.seal(m, e, i)
 			d.items = append(d.items, m)
 		}
 	}

@@ -169,10 +169,14 @@ func fingerprint(v any) uint64 {
 	return h.Sum64() | 1 // never 0: 0 means "not read from a document"
 }
 
-// seal records m (and its blocks) as read, so that a writer can tell an
-// unchanged message and write it back byte for byte.
-func (m *Message) seal(src *entry, part int) {
+// seal records m (and its blocks) as read from part of src, so that a
+// writer can tell an unchanged message and write it back byte for byte. A
+// region of a dry run is never written: it skips the fingerprints.
+func (d *Document) seal(m *Message, src *entry, part int) {
 	m.src, m.part = src, part
+	if d.region != nil && d.region.dryRun {
+		return
+	}
 	for i := range m.Blocks {
 		m.Blocks[i].fp = fingerprint(&m.Blocks[i])
 	}
@@ -221,13 +225,15 @@ func contentBlocks(c json.RawMessage, block func(raw json.RawMessage) Block) []B
 		s, _ := jsonString(c)
 		return []Block{{Type: BlockText, Text: s}}
 	}
-	var raws []json.RawMessage
-	if json.Unmarshal(c, &raws) != nil {
+	// What json.Unmarshal into []json.RawMessage takes, split with the
+	// package's own scanner (a block's bytes are decoded once, by block).
+	if i := skipSpace(c, 0); i >= len(c) || c[i] != '[' || !validJSON(c) {
 		return nil
 	}
-	out := make([]Block, 0, len(raws))
-	for _, raw := range raws {
-		out = append(out, block(raw))
+	elems := arrayElems(c)
+	out := make([]Block, 0, len(elems))
+	for _, e := range elems {
+		out = append(out, block(json.RawMessage(c[e[0]:e[1]:e[1]])))
 	}
 	return out
 }

@@ -73,7 +73,7 @@ func (openaiCodec) build(d *Document) error {
 		}
 		e.path = true
 		m := openaiMessage(e.raw)
-		m.seal(e, 0)
+		d.seal(m, e, 0)
 		e.parts = 1
 		d.items = append(d.items, m)
 	}

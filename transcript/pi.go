@@ -154,7 +154,7 @@ func (piCodec) build(d *Document) error {
 	for _, e := range path {
 		e.path = true
 		m := piEntryMessage(e)
-		m.seal(e, 0)
+		d.seal(m, e, 0)
 		e.parts = 1
 		d.items = append(d.items, m)
 	}

@@ -20,6 +20,7 @@ type regionOpts struct {
 	path   map[int]bool   // local line -> on the path
 	relink map[int]string // local line -> the parent it is relinked to
 	skip   map[int]bool   // local lines dropped by the scan
+	dryRun bool           // only the changes are wanted: nothing is rendered
 }
 
 // regionJob is one damaged region on its way through repair: prepared
@@ -164,6 +165,7 @@ func (p *regionPipe) take() (*regionJob, error) {
 			return nil, err
 		}
 		j.done, j.render = make(chan struct{}), p.render
+		j.d.region.dryRun = !p.render
 		p.queue = append(p.queue, j)
 		p.ahead += r.end - r.off
 		p.next++

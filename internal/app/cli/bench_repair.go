@@ -26,8 +26,9 @@ func newBenchRepairCmd(stdio Stdio) *cobra.Command {
 		Long: `Generates a pi session and a Claude Code session of --size (and of a tenth
 of that), damaged every 1000 lines or so: a torn line, a lost line (its
 child's parent link breaks) and a tool result that answers no call. Each is
-repaired three ways from the same damaged bytes, in one run, --rounds times
-each (the ways alternating; each reports its median round):
+repaired three ways from the same damaged bytes (copied and synced to disk
+before each timed repair), in one run, --rounds times each (the ways
+alternating; each reports its median round):
   lines_only  belay repair --lines-only (the baseline)
   check       belay repair --dry-run (everything but writing)
   default     belay repair: line and message level, backup, temp file,
