@@ -23,7 +23,7 @@ type pruneFacts struct {
 }
 
 const pruneFactsQuery = `SELECT s.id, greatest(s.updated_at, s.last_event_at),
-	`+sessionActive+`,
+	` + sessionActive + `,
 	EXISTS (SELECT 1 FROM belay_runs r WHERE r.session = s.id AND r.status IN ('failed', 'stranded')),
 	EXISTS (SELECT 1 FROM belay_deliveries d WHERE d.session = s.id AND d.status IN ('pending', 'leased')),
 	(SELECT max(d.settled_at) FROM belay_deliveries d WHERE d.session = s.id)

@@ -57,7 +57,6 @@ const sessionActive = `(EXISTS (SELECT 1 FROM belay_runs r WHERE r.session = s.i
 const sessionCols = `s.id, s.provider, s.model, s.labels, s.options, s.ref, s.last_seq, s.created_at, s.updated_at,
 	` + sessionActive
 
-
 func scanSession(row pgx.Row) (belay.Session, error) {
 	var sess belay.Session
 	var labels, ref []byte
