@@ -40,7 +40,7 @@ func browserSetup(t *testing.T, speed float64) (*chatsite.Site, string, string) 
 	require.NoError(t, err)
 	t.Cleanup(func() { site.Close() })
 	dir := t.TempDir()
-	cfg := "[providers.browser]\ntype = \"browser\"\npoll_interval = \"50ms\"\nsettle = \"150ms\"\nprogress_every = \"1s\"\n" +
+	cfg := "[providers.browser]\ntype = \"browser\"\npoll_interval = \"50ms\"\nsettle = \"150ms\"\nprogress_every = \"1s\"\nstart_timeout = \"45s\"\n" +
 		"[retry]\nbase = \"100ms\"\n"
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600))
 	bin := filepath.Join(t.TempDir(), "belay")

@@ -34,8 +34,9 @@ type bundle struct {
 	dir  string
 }
 
-// setup starts a loopback chat site at speed and a provider bound to it.
-func setup(t *testing.T, speed float64) *bundle {
+// setup starts a loopback chat site at speed and a provider bound to it;
+// each tweak changes the provider's config first.
+func setup(t *testing.T, speed float64, tweak ...func(*Config)) *bundle {
 	t.Helper()
 	needChromium(t)
 	site, err := chatsite.Start(chatsite.Options{Speed: speed})
@@ -44,11 +45,15 @@ func setup(t *testing.T, speed float64) *bundle {
 	}
 	t.Cleanup(func() { site.Close() })
 	dir := t.TempDir()
-	p, err := New("browser", Config{
+	cfg := Config{
 		Site: "loopback", SiteURL: site.URL() + "/", Dir: dir,
 		PollInterval: 50 * time.Millisecond, Settle: 150 * time.Millisecond, ProgressEvery: time.Second,
 		SendTimeout: 5 * time.Second, ReadyTimeout: 10 * time.Second,
-	})
+	}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	p, err := New("browser", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -36,14 +37,7 @@ func devtoolsStub(t *testing.T, hang bool) *httptest.Server {
 	return srv
 }
 
-func stubPort(t *testing.T, srv *httptest.Server) int {
-	t.Helper()
-	port, err := strconv.Atoi(srv.URL[strings.LastIndexByte(srv.URL, ':')+1:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
+func stubPort(srv *httptest.Server) int { return srv.Listener.Addr().(*net.TCPAddr).Port }
 
 // TestAttachGivesUpOnABrowserThatDoesNotAnswer: a browser whose DevTools
 // connection never completes is given up after the timeout, with an
@@ -51,7 +45,7 @@ func stubPort(t *testing.T, srv *httptest.Server) int {
 func TestAttachGivesUpOnABrowserThatDoesNotAnswer(t *testing.T) {
 	t.Parallel()
 	srv := devtoolsStub(t, true)
-	ws := fmt.Sprintf("ws://127.0.0.1:%d/devtools/browser/stub", stubPort(t, srv))
+	ws := fmt.Sprintf("ws://127.0.0.1:%d/devtools/browser/stub", stubPort(srv))
 	_, err := attach(context.Background(), &chrome{WS: ws}, "", 300*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "the browser did not answer in 300ms") {
 		t.Fatalf("err %v", err)
@@ -82,37 +76,24 @@ if mkdir %q 2>/dev/null; then
 	exec sleep 600
 fi
 exec %q "$@"
-`, mark, pidFile, stubPort(t, srv), real)
+`, mark, pidFile, stubPort(srv), real)
 	fake := filepath.Join(tmp, "chromium")
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	site, err := chatsite.Start(chatsite.Options{Speed: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { site.Close() })
-	dir := t.TempDir()
-	p, err := New("browser", Config{
-		Site: "loopback", SiteURL: site.URL() + "/", Dir: dir, Chromium: fake,
-		PollInterval: 50 * time.Millisecond, Settle: 150 * time.Millisecond, ProgressEvery: time.Second,
-		SendTimeout: 5 * time.Second, ReadyTimeout: 10 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := setup(t, 8, func(c *Config) { c.Chromium = fake })
 	prompt := "Start again. [[think=1s stream=1s words=20]]"
 	var rec recorder
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := p.Run(ctx, provider.Request{Session: "ses_s", Run: "run_s", Prompt: prompt, Attempt: 1}, rec.emit); err != nil {
+	if err := b.p.Run(ctx, provider.Request{Session: "ses_s", Run: "run_s", Prompt: prompt, Attempt: 1}, rec.emit); err != nil {
 		t.Fatal(err)
 	}
 	want, _ := chatsite.AnswerText(prompt)
 	if got := rec.answer(); got != want {
 		t.Fatalf("answer %q, want %q", got, want)
 	}
-	if n := site.Count(prompt); n != 1 {
+	if n := b.site.Count(prompt); n != 1 {
 		t.Fatalf("sent %d times", n)
 	}
 	data, err := os.ReadFile(pidFile)
@@ -127,12 +108,12 @@ exec %q "$@"
 		ok, err := proc.Alive(pid)
 		return err == nil && !ok
 	}, "the browser that did not answer was not ended")
-	if n := chromiumCount(t, dir); n != 0 {
+	if n := chromiumCount(t, b.dir); n != 0 {
 		t.Fatalf("%d browser processes left", n)
 	}
 	// Only the run's own directory is left of the two profiles: the first
 	// was removed when its browser was given up, the second at the end.
-	profiles, _ := filepath.Glob(filepath.Join(dir, "runs", "*", "*", "profile*"))
+	profiles, _ := filepath.Glob(filepath.Join(b.dir, "runs", "*", "*", "profile*"))
 	if len(profiles) != 0 {
 		t.Fatalf("profiles left: %v", profiles)
 	}
