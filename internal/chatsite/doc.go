@@ -23,5 +23,7 @@
 // think, preamble, pause and stream are site durations ("20m", "3s");
 // words is the answer's length; error=1 ends in an error turn with Retry;
 // artifacts=name,... attaches files ("slow.bin" takes 45 s of site time,
-// "broken.bin" fails, "page-*" and "gated-*" need the page: see File).
+// "broken.bin" fails, "page-*" and "gated-*" need the page: see File);
+// stopdelay is the site time the page waits after its stop control is
+// clicked before it tells the server.
 package chatsite

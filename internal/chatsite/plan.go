@@ -20,6 +20,10 @@ type Plan struct {
 	Words    int
 	Error    bool     // the turn ends in an error with Retry
 	Artifact []string // file names attached to the finished turn
+	// StopDelay is how long the page takes, after its stop control is
+	// clicked, before it tells the server (as a site whose stop handler
+	// first finishes its own work).
+	StopDelay time.Duration
 }
 
 // DefaultPlan answers in 4 s of site time: 1 s thinking, a preamble, a
@@ -59,6 +63,8 @@ func ParsePlan(prompt string) (Plan, error) {
 			p.Error = v == "1" || v == "true"
 		case "artifacts":
 			p.Artifact = strings.Split(v, ",")
+		case "stopdelay":
+			p.StopDelay, err = time.ParseDuration(v)
 		default:
 			err = fmt.Errorf("unknown key")
 		}

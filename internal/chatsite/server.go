@@ -283,10 +283,13 @@ type turnView struct {
 	Text  string `json:"text"`
 	// Markdown is the source of a finished turn, what its copy button
 	// copies.
-	Markdown  string     `json:"markdown,omitempty"`
-	Stopped   bool       `json:"stopped,omitempty"`
-	ActionBar bool       `json:"actionBar,omitempty"`
-	Artifacts []artifact `json:"artifacts,omitempty"`
+	Markdown string `json:"markdown,omitempty"`
+	Stopped  bool   `json:"stopped,omitempty"`
+	// StopDelayMS is the real time the page waits, after its stop
+	// control is clicked, before it posts the stop.
+	StopDelayMS int64      `json:"stopDelayMs,omitempty"`
+	ActionBar   bool       `json:"actionBar,omitempty"`
+	Artifacts   []artifact `json:"artifacts,omitempty"`
 }
 
 type artifact struct {
@@ -307,6 +310,7 @@ func (s *Site) view(c *conv, t *turn, now time.Time) turnView {
 	p := t.plan
 	toks := tokens(t.prompt, p.Words)
 	v := turnView{Role: "assistant", Stopped: !t.stopped.IsZero()}
+	v.StopDelayMS = time.Duration(float64(p.StopDelay) / s.opts.Speed).Milliseconds()
 	if t.held && t.stopped.IsZero() {
 		// Held: the answer thinks until FinishHeld.
 		v.State = "thinking"

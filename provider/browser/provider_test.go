@@ -216,11 +216,13 @@ func TestLostTabIsRecoveredByURL(t *testing.T) {
 }
 
 // TestCancelStopsTheSite: cancelling a run (not detaching) stops the
-// answer on the site too and closes the browser.
+// answer on the site too and closes the browser. The page takes its time
+// (stopdelay) before it tells its server: a browser closed right after
+// the click would take the stop with it.
 func TestCancelStopsTheSite(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 8)
-	prompt := "Cancel me. [[think=1s pause=500ms stream=5m words=200]]"
+	prompt := "Cancel me. [[think=1s pause=500ms stream=5m words=200 stopdelay=4s]]"
 	var rec recorder
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -783,10 +783,7 @@ func (r *runState) finish(ctx context.Context, err error) {
 	detach := provider.Detached(ctx) || errors.Is(err, provider.ErrDetach)
 	cancelled := !detach && !r.done && ctx.Err() != nil && !provider.PastDeadline(ctx)
 	if cancelled && r.t != nil && r.cur.Phase == phaseSent && r.site.Selectors.Stop != "" {
-		if ok, _ := r.t.click(context.Background(), r.site.Selectors.Stop); ok {
-			r.cur.Phase = phaseStopped
-			_ = r.ref() // a note: without it, a retry would find the stopped answer and read it
-		}
+		r.stop()
 	}
 	if r.t != nil {
 		r.t.close()
@@ -797,6 +794,35 @@ func (r *runState) finish(ctx context.Context, err error) {
 	r.b.kill()
 	_ = removeProfile(r.b.Profile)
 	removeRecord(r.runDir)
+}
+
+// stopWait bounds the stop click of a cancelled run and the wait for the
+// site to take it.
+const stopWait = 10 * time.Second
+
+// stop clicks the site's stop control and waits, at most stopWait, for the
+// page to drop it: the click only starts the page's own request to its
+// server, and a browser closed at once can take that request with it. The
+// answer is noted stopped once clicked, so no retry adopts it.
+func (r *runState) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), stopWait)
+	defer cancel()
+	if ok, _ := r.t.click(ctx, r.site.Selectors.Stop); !ok {
+		return
+	}
+	r.cur.Phase = phaseStopped
+	r.cur.Evidence = fmt.Sprintf("stop clicked; the site did not drop its stop control in %s", stopWait)
+	for {
+		ts, err := r.t.turn(ctx, r.site, r.cur.Baseline)
+		if err == nil && !ts.Stop {
+			r.cur.Evidence = "stop clicked; the site stopped the answer"
+			break
+		}
+		if sleep(ctx, r.p.cfg.PollInterval) != nil {
+			break
+		}
+	}
+	_ = r.ref() // a note: without it, a retry would find the stopped answer and read it
 }
 
 // lost is a failure to talk to the bound target.

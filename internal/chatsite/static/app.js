@@ -15,6 +15,7 @@
   let files = []; // names of the uploaded files the next send attaches
   let conv = location.pathname.startsWith("/c/") ? location.pathname.slice(3) : "";
   let timer = null;
+  let stopDelay = 0; // ms the page waits after a stop click before it posts the stop
 
   function showError(msg) { $("#error").textContent = msg; }
 
@@ -140,7 +141,7 @@
         thread.appendChild(node);
       }
       renderTurn(node, t);
-      if (t.state === "thinking" || t.state === "streaming") busy = true;
+      if (t.state === "thinking" || t.state === "streaming") { busy = true; stopDelay = t.stopDelayMs || 0; }
     });
     stopBtn.hidden = !busy;
     decoy.hidden = !busy;
@@ -191,7 +192,10 @@
     }
   }
   form.addEventListener("submit", send);
-  stopBtn.addEventListener("click", () => post("/api/stop"));
+  stopBtn.addEventListener("click", async () => {
+    if (stopDelay) await new Promise((r) => setTimeout(r, stopDelay));
+    post("/api/stop");
+  });
   const dismiss = $("#dismiss");
   if (dismiss) dismiss.onclick = async () => {
     await fetch("/api/dismiss", { method: "POST" });
