@@ -134,28 +134,22 @@ func (s *Store) submit(t *tx, in store.SubmitInput, id string, res *store.Submit
 			if active != "" {
 				res.Interrupted = active
 				if !activeAsked {
-					if err := s.requestCancel(t, active, "interrupted by run "+id, id); err != nil {
+					if err := s.requestCancel(t, &lockedRun{}, active, "interrupted by run "+id, id); err != nil {
 						return err
 					}
 				}
 			}
 		}
 	}
-	if err := s.createRun(t, id, in.RunInput, t.provider, t.model, front); err != nil {
+	if err := s.createRun(t, id, in.RunInput, t.provider, t.model, front, &res.Run); err != nil {
 		return err
 	}
-	t.tail = append(t.tail, func(b *pgx.Batch) {
-		b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
-			res.Run, err = scanRun(row)
-			return err
-		})
-	})
 	res.Created = true
 	return nil
 }
 
 // requestCancel journals run.cancel_requested on a running run in t.
-func (s *Store) requestCancel(t *tx, id, reason, by string) error {
+func (s *Store) requestCancel(t *tx, r *lockedRun, id, reason, by string) error {
 	data, err := marshal(belay.CancelRequestedData{Reason: reason, By: by})
 	if err != nil {
 		return err
@@ -163,7 +157,7 @@ func (s *Store) requestCancel(t *tx, id, reason, by string) error {
 	if _, err := t.emit(belay.Event{Type: belay.EventRunCancelRequested, Run: id, Data: data}); err != nil {
 		return err
 	}
-	t.queue(`UPDATE belay_runs SET cancel_reason = $2, cancel_by = $3, cancel_at = $4, updated_at = $4 WHERE id = $1`, id, reason, by, t.now)
+	r.set(t, `UPDATE belay_runs SET cancel_reason = $2, cancel_by = $3, cancel_at = $4, updated_at = $4 WHERE id = $1`, id, reason, by, t.now)
 	return nil
 }
 
@@ -187,7 +181,7 @@ func (s *Store) RequestCancel(ctx context.Context, id, reason string) (belay.Run
 				Error: &belay.RunError{Class: belay.ClassCancelled, Message: reason},
 			})
 		}
-		return s.requestCancel(t, id, reason, "")
+		return s.requestCancel(t, r, id, reason, "")
 	})
 	if err != nil {
 		return belay.Run{}, err
@@ -201,8 +195,9 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 		return store.Counts{}, belay.ErrStoreClosed
 	}
 	var c store.Counts
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'queued'), count(*) FILTER (WHERE status = 'running')
-		FROM belay_runs WHERE status IN ('queued', 'running')`).Scan(&c.Queued, &c.Running)
+	// One count per status, each from its partial index.
+	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM belay_runs WHERE status = 'queued'),
+		(SELECT count(*) FROM belay_runs WHERE status = 'running')`).Scan(&c.Queued, &c.Running)
 	return c, s.wrap(err)
 }
 

@@ -137,12 +137,32 @@ func TestDatabaseClock(t *testing.T) {
 	require.Equal(t, l.Lease.GrantedAt.Add(time.Hour), l.Lease.ExpiresAt)
 }
 
+// rowsOf counts a session's rows in each table that holds them.
+func rowsOf(t *testing.T, s *pgstore.Store, session string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, table := range []string{"belay_events", "belay_runs", "belay_deliveries", "belay_notifications"} {
+		var n int
+		require.NoError(t, s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+table+` WHERE session = $1`, session).Scan(&n))
+		out[table] = n
+	}
+	return out
+}
+
 // TestDeleteSession: a session with an active run is kept; a finished one
-// goes with all its rows.
+// goes with all its rows (its own delete: no foreign key cascades), and
+// another session's rows stay.
 func TestDeleteSession(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, database(t), nil)
 	defer s.Close()
+	other, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+	_, _, err = s.CreateRun(ctx, belay.RunInput{Session: other.ID})
+	require.NoError(t, err)
+	_, _, err = s.PostDelivery(ctx, belay.DeliveryInput{Session: other.ID, Type: "t", Key: "k"})
+	require.NoError(t, err)
+	kept := rowsOf(t, s, other.ID)
 	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
 	require.NoError(t, err)
 	r, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
@@ -158,9 +178,11 @@ func TestDeleteSession(t *testing.T) {
 	require.ErrorIs(t, err, belay.ErrNotFound)
 	_, err = s.Run(ctx, r.ID)
 	require.ErrorIs(t, err, belay.ErrNotFound)
-	var n int
-	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM belay_events`).Scan(&n))
-	require.Zero(t, n)
+	require.Equal(t, map[string]int{"belay_events": 0, "belay_runs": 0, "belay_deliveries": 0, "belay_notifications": 0}, rowsOf(t, s, sess.ID))
+	require.Equal(t, kept, rowsOf(t, s, other.ID))
+	require.NotZero(t, kept["belay_events"])
+	require.NotZero(t, kept["belay_runs"])
+	require.NotZero(t, kept["belay_deliveries"])
 }
 
 // TestDatabaseRestart: the database crashing and coming back under an
@@ -235,4 +257,7 @@ func TestPruneOnTwoNodes(t *testing.T) {
 		}
 	}
 	require.Len(t, seen, n)
+	for id := range seen {
+		require.Equal(t, map[string]int{"belay_events": 0, "belay_runs": 0, "belay_deliveries": 0, "belay_notifications": 0}, rowsOf(t, a, id))
+	}
 }

@@ -101,7 +101,7 @@ func (s *Store) Prune(ctx context.Context, p store.PrunePolicy) (belay.PruneRepo
 				if ok, _ := again.verdict(p, now); !ok {
 					return nil
 				}
-				_, err = t.Exec(ctx, `DELETE FROM belay_sessions WHERE id = $1`, f.id)
+				err = deleteSession(t, f.id)
 				pruned = err == nil
 				return err
 			})

@@ -107,7 +107,7 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 
 // createRun journals run.created and inserts the run row in t. A front
 // run goes ahead of the session's queued runs.
-func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, sessModel string, front bool) error {
+func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, sessModel string, front bool, out *belay.Run) error {
 	p := belay.RunCreatedData{
 		ID: id, Key: in.IdempotencyKey, Priority: in.Priority,
 		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input, Front: front,
@@ -141,7 +141,8 @@ func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, ses
 	if len(in.Meta) > 0 {
 		meta = in.Meta
 	}
-	t.queue(`INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front, tags, meta)
+	r := lockedRun{out: out}
+	r.set(t, `INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front, tags, meta)
 		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)`,
 		p.ID, t.session, key, p.Priority, p.Provider, p.Model, int64(seq), nullTime(p.Deadline), t.now, front, tags, meta)
 	s.remember(s.runSessions, p.ID, t.session)
@@ -269,6 +270,27 @@ type lockedRun struct {
 	expiry *time.Time
 	// cancelRequested says the run carries a cancel request.
 	cancelRequested bool
+	// out is the run as the write leaves it; returned says set read it
+	// back with the write's own statement.
+	out      *belay.Run
+	returned bool
+}
+
+// set queues the statement that changes the run's row (an INSERT or an
+// UPDATE of it by id, the write's last change to the row) with the row it leaves
+// returned: the write needs no read of the final state after it. A
+// lockedRun without out is changed without a read.
+func (r *lockedRun) set(t *tx, sql string, args ...any) {
+	if r.out == nil {
+		// A run the write changes beside the one it returns.
+		t.queue(sql, args...)
+		return
+	}
+	t.queue(sql+` RETURNING `+runCols, args...).QueryRow(func(row pgx.Row) (err error) {
+		*r.out, err = scanRun(row)
+		return err
+	})
+	r.returned = true
 }
 
 // withRun runs fn under the lock of the session that holds run id, with
@@ -295,7 +317,7 @@ func (s *Store) withRunOpen(ctx context.Context, id string, extra func(b *pgx.Ba
 		s.remember(s.runSessions, id, session)
 	}
 	var out belay.Run
-	var r lockedRun
+	r := lockedRun{out: &out}
 	err := s.shared(ctx, session, belay.Sync, fmt.Errorf("%w: run %s", belay.ErrNotFound, id), func(b *pgx.Batch, t *tx) {
 		// Read after the lock is granted (statements of a pipeline run in
 		// order), so the run is as the last writer left it.
@@ -314,6 +336,9 @@ func (s *Store) withRunOpen(ctx context.Context, id string, extra func(b *pgx.Ba
 	}, func(t *tx) error {
 		if err := fn(t, &r); err != nil {
 			return err
+		}
+		if r.returned {
+			return nil
 		}
 		t.tail = append(t.tail, func(b *pgx.Batch) {
 			b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
@@ -348,7 +373,7 @@ func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.
 		if _, err := t.emit(belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return err
 		}
-		t.queue(`UPDATE belay_runs SET epoch = $2, lease_owner = $3, lease_granted_at = $4, lease_expires_at = $5, updated_at = $4,
+		r.set(t, `UPDATE belay_runs SET epoch = $2, lease_owner = $3, lease_granted_at = $4, lease_expires_at = $5, updated_at = $4,
 			phase = CASE WHEN phase = 'queued' THEN 'admitted' ELSE phase END,
 			status = CASE WHEN phase = 'queued' THEN 'running' ELSE status END,
 			started_at = CASE WHEN phase = 'queued' THEN $4 ELSE started_at END
@@ -400,7 +425,7 @@ func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl 
 		if _, err := t.emit(belay.Event{Type: belay.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return err
 		}
-		t.queue(`UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3, activity = coalesce($4::jsonb, activity) WHERE id = $1`,
+		r.set(t, `UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3, activity = coalesce($4::jsonb, activity) WHERE id = $1`,
 			id, p.ExpiresAt, t.now, activity)
 		return nil
 	})
@@ -415,7 +440,7 @@ func (s *Store) ReleaseRunLease(ctx context.Context, id string, epoch uint64) (b
 		if _, err := t.emit(belay.Event{Type: belay.EventRunReleased, Run: id, Epoch: epoch, Data: json.RawMessage(`{}`)}); err != nil {
 			return err
 		}
-		t.queue(`UPDATE belay_runs SET lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL, updated_at = $2 WHERE id = $1`, id, t.now)
+		r.set(t, `UPDATE belay_runs SET lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL, updated_at = $2 WHERE id = $1`, id, t.now)
 		return nil
 	})
 }
@@ -478,7 +503,7 @@ func (s *Store) updateRun(t *tx, id string, epoch uint64, r *lockedRun, u belay.
 		ref = string(raw)
 	}
 	terminal := status.Terminal()
-	t.queue(`UPDATE belay_runs SET phase = $2, status = $3,
+	r.set(t, `UPDATE belay_runs SET phase = $2, status = $3,
 		attempt = CASE WHEN $4 <> 0 THEN $4 ELSE attempt END,
 		error_class = coalesce($5, error_class), error_message = CASE WHEN $5::text IS NOT NULL THEN $6 ELSE error_message END,
 		reason = CASE WHEN $7 <> '' THEN $7 ELSE reason END,

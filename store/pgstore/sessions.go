@@ -142,7 +142,7 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 			return err
 		}
 		if in.FirstRun != nil {
-			if err := s.createRun(t, ids.New(ids.Run), *in.FirstRun, in.Provider, in.Model, false); err != nil {
+			if err := s.createRun(t, ids.New(ids.Run), *in.FirstRun, in.Provider, in.Model, false, nil); err != nil {
 				return err
 			}
 		}
@@ -488,7 +488,8 @@ func (s *Store) DeleteSession(ctx context.Context, id string, force bool) error 
 		var active bool
 		var unsettled string
 		err := t.QueryRow(ctx, `SELECT
-			EXISTS (SELECT 1 FROM belay_runs WHERE session = $1 AND status IN ('queued', 'running')),
+			EXISTS (SELECT 1 FROM belay_runs WHERE session = $1 AND status = 'queued')
+				OR EXISTS (SELECT 1 FROM belay_runs WHERE session = $1 AND status = 'running'),
 			coalesce((SELECT min(id) FROM belay_deliveries WHERE session = $1 AND status IN ('pending', 'leased')), '')`, id).Scan(&active, &unsettled)
 		if err != nil {
 			return err
@@ -499,7 +500,18 @@ func (s *Store) DeleteSession(ctx context.Context, id string, force bool) error 
 		if unsettled != "" && !force {
 			return fmt.Errorf("%w: session %s has unsettled delivery %s; settle it, or delete anyway with --force", belay.ErrActive, id, unsettled)
 		}
-		_, err = t.Exec(ctx, `DELETE FROM belay_sessions WHERE id = $1`, id)
-		return err
+		return deleteSession(t, id)
 	})
+}
+
+// deleteSession deletes session id and its rows in t, which holds its
+// lock: no write adds a row of it meanwhile (migration 10 dropped the
+// foreign keys whose cascade did this). Its notifications go with its
+// deliveries.
+func deleteSession(t *tx, id string) error {
+	_, err := t.Exec(t.ctx, `WITH e AS (DELETE FROM belay_events WHERE session = $1),
+			r AS (DELETE FROM belay_runs WHERE session = $1),
+			d AS (DELETE FROM belay_deliveries WHERE session = $1)
+		DELETE FROM belay_sessions WHERE id = $1`, id)
+	return err
 }
