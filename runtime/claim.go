@@ -172,8 +172,7 @@ func (r *Runtime) claim(ctx context.Context) (full, ok bool) {
 		if c.Rescued {
 			mode = startReclaim
 		}
-		run := c.Run
-		r.startLocked(run.ID, mode, &run)
+		r.startLocked(c.Run.ID, mode, &c)
 	}
 	return len(cs) == claimBatch, true
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/internal/jsonx"
 	"github.com/belayhq/belay/provider"
+	"github.com/belayhq/belay/store"
 )
 
 // startMode says how a runner begins.
@@ -47,9 +48,10 @@ type runner struct {
 	id   string
 	mode startMode
 	done chan struct{}
-	// claimed is the run as the store leased it to this runtime, when a
-	// claim started the runner.
-	claimed *belay.Run
+	// claimed is the run as the store leased it to this runtime (with its
+	// input and session when the claim read them), when a claim started
+	// the runner.
+	claimed *store.Claimed
 	// since is when the runner started: the run's activity until its
 	// first attempt arms a watchdog.
 	since time.Time
@@ -93,7 +95,7 @@ func (rn *runner) canResume() bool {
 // startLocked starts a runner for a run: claimed is the run as the store
 // leased it to this runtime (a claim), nil when the runner takes its own
 // lease (startRetry, startAdopt). r.mu is held.
-func (r *Runtime) startLocked(id string, mode startMode, claimed *belay.Run) {
+func (r *Runtime) startLocked(id string, mode startMode, claimed *store.Claimed) {
 	rn := &runner{r: r, id: id, mode: mode, done: make(chan struct{}), since: r.clk.Now(), claimed: claimed}
 	r.runners[id] = rn
 	if _, ok := r.cancelSeen[id]; ok {
@@ -170,8 +172,8 @@ func (rn *runner) unreachable(err error) bool {
 func (rn *runner) execute() {
 	r := rn.r
 	if c := rn.claimed; c != nil {
-		rn.run, rn.epoch = *c, c.Epoch
-		rn.setPhase(c.Phase)
+		rn.run, rn.epoch = c.Run, c.Run.Epoch
+		rn.setPhase(c.Run.Phase)
 	} else if !rn.takeLease() {
 		return
 	}
@@ -200,7 +202,12 @@ func (rn *runner) execute() {
 	rn.resumable = rn.canResume()
 	rn.mu.Unlock()
 
-	input, err := r.store.RunInput(bgCtx, rn.id)
+	var input json.RawMessage
+	if c := rn.claimed; c != nil && c.Input != nil {
+		input = c.Input // read by the claim
+	} else {
+		input, err = r.store.RunInput(bgCtx, rn.id)
+	}
 	var in belay.InputData
 	if err == nil {
 		err = json.Unmarshal(input, &in)
@@ -213,7 +220,9 @@ func (rn *runner) execute() {
 		return
 	}
 
-	if sess, err := r.store.Session(bgCtx, rn.run.Session); err == nil {
+	if c := rn.claimed; c != nil && c.Session != nil {
+		rn.sessionOptions, rn.sessionRef = c.Session.Options, c.Session.Ref // read by the claim
+	} else if sess, err := r.store.Session(bgCtx, rn.run.Session); err == nil {
 		rn.sessionOptions, rn.sessionRef = sess.Options, sess.Ref
 	}
 	stopTimers := rn.startTimers()

@@ -209,6 +209,12 @@ type Claim struct {
 type Claimed struct {
 	Run     belay.Run
 	Rescued bool
+	// Input is what RunInput returns for the run, and Session the run's
+	// session, both read by the claim itself (under the session's lock),
+	// so that the runner need not read them again; nil when the store did
+	// not read them.
+	Input   json.RawMessage
+	Session *belay.Session
 }
 
 // Owner is a runtime instance's liveness record.

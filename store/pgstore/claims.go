@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -533,14 +534,23 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 		FROM unnest($4::text[], $5::bigint[]) AS g(id, epoch) WHERE r.id = g.id`, owner, now, expires, runs, epochs)
 	b.Queue(`UPDATE belay_sessions s SET last_seq = c.seq, updated_at = $1, last_event_at = $1
 		FROM unnest($2::text[], $3::bigint[]) AS c(id, seq) WHERE s.id = c.id`, now, sessions, counters)
-	byID := map[string]belay.Run{}
-	b.Queue(`SELECT `+runCols+` FROM belay_runs WHERE id = ANY($1)`, runs).Query(func(rows pgx.Rows) error {
+	// The runs as leased, with what their runners read first: the input
+	// (from its run.created event) and the session (locked here).
+	byID := map[string]store.Claimed{}
+	b.Queue(`SELECT r.*, (SELECT e.data::text FROM belay_events e WHERE e.session = r.run_session AND e.seq = r.run_input AND e.type = $2),
+			`+sessionCols+`
+		FROM (SELECT `+runCols+`, session AS run_session, input_seq AS run_input FROM belay_runs WHERE id = ANY($1)) r
+		JOIN belay_sessions s ON s.id = r.run_session`, runs, belay.EventRunCreated).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			r, err := scanRun(rows)
+			var c claimedRow
+			if err := rows.Scan(c.dest()...); err != nil {
+				return err
+			}
+			cl, err := c.claimed()
 			if err != nil {
 				return err
 			}
-			byID[r.ID] = r
+			byID[cl.Run.ID] = cl
 		}
 		return rows.Err()
 	})
@@ -551,13 +561,51 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 	}
 	out := make([]store.Claimed, 0, n)
 	for _, g := range grants {
-		r, ok := byID[g.id]
+		c, ok := byID[g.id]
 		if !ok {
 			return nil, nil, nil, fmt.Errorf("pgstore: claimed run %s vanished", g.id)
 		}
-		out = append(out, store.Claimed{Run: r, Rescued: g.rescued})
+		c.Rescued = g.rescued
+		out = append(out, c)
 	}
 	return out, sessions, changes, nil
+}
+
+// claimedRow is a run as a claim reads it back: its runCols, its session
+// and input seq again (the join's), its run.created data and its session.
+type claimedRow struct {
+	run        runRow
+	runSession string
+	runInput   int64
+	created    *string
+	sess       sessionRow
+}
+
+func (c *claimedRow) dest() []any {
+	d := append(c.run.dest(), &c.runSession, &c.runInput, &c.created)
+	return append(d, c.sess.dest()...)
+}
+
+// claimed decodes the row; a run whose run.created event is not where its
+// input_seq says is claimed without its input (the runner's own read
+// reports it).
+func (c *claimedRow) claimed() (store.Claimed, error) {
+	r, err := c.run.run()
+	if err != nil {
+		return store.Claimed{}, err
+	}
+	sess, err := c.sess.session()
+	if err != nil {
+		return store.Claimed{}, err
+	}
+	out := store.Claimed{Run: r, Session: &sess}
+	if c.created != nil {
+		var p belay.RunCreatedData
+		if err := json.Unmarshal([]byte(*c.created), &p); err == nil {
+			out.Input = p.Input
+		}
+	}
+	return out, nil
 }
 
 // maxBatchSessions bounds the sessions of one SubmitBatch transaction.

@@ -21,53 +21,69 @@ const runCols = `id, session, coalesce(idem_key, ''), status, phase, priority, p
 	deadline, input_seq, ref, created_at, updated_at, started_at, ended_at,
 	cancel_reason, cancel_by, cancel_at, activity, tags, meta`
 
-func scanRun(row pgx.Row) (belay.Run, error) {
-	var r belay.Run
-	var epoch, inputSeq int64
-	var owner, errClass, errMsg *string
-	var granted, expires, deadline, started, ended *time.Time
-	var ref, activity, meta []byte
-	var cancelReason *string
-	var cancelBy string
-	var cancelAt *time.Time
-	err := row.Scan(&r.ID, &r.Session, &r.IdempotencyKey, &r.Status, &r.Phase, &r.Priority, &r.Provider, &r.Model, &epoch,
-		&owner, &granted, &expires, &r.Attempt, &errClass, &errMsg, &r.Reason,
-		&deadline, &inputSeq, &ref, &r.CreatedAt, &r.UpdatedAt, &started, &ended,
-		&cancelReason, &cancelBy, &cancelAt, &activity, &r.Tags, &meta)
-	if err != nil {
-		return r, err
-	}
+// runRow is a row of runCols as scanned, before it is decoded.
+type runRow struct {
+	r                                   belay.Run
+	epoch, inputSeq                     int64
+	owner, errClass, errMsg             *string
+	granted, expires, deadline, started *time.Time
+	ended                               *time.Time
+	ref, activity, meta                 []byte
+	cancelReason                        *string
+	cancelBy                            string
+	cancelAt                            *time.Time
+}
+
+func (x *runRow) dest() []any {
+	r := &x.r
+	return []any{&r.ID, &r.Session, &r.IdempotencyKey, &r.Status, &r.Phase, &r.Priority, &r.Provider, &r.Model, &x.epoch,
+		&x.owner, &x.granted, &x.expires, &r.Attempt, &x.errClass, &x.errMsg, &r.Reason,
+		&x.deadline, &x.inputSeq, &x.ref, &r.CreatedAt, &r.UpdatedAt, &x.started, &x.ended,
+		&x.cancelReason, &x.cancelBy, &x.cancelAt, &x.activity, &r.Tags, &x.meta}
+}
+
+// run decodes the scanned row.
+func (x *runRow) run() (belay.Run, error) {
+	r := x.r
 	if len(r.Tags) == 0 {
 		r.Tags = nil
 	}
-	if len(meta) > 0 && string(meta) != "null" {
-		if err := json.Unmarshal(meta, &r.Meta); err != nil {
+	if len(x.meta) > 0 && string(x.meta) != "null" {
+		if err := json.Unmarshal(x.meta, &r.Meta); err != nil {
 			return r, fmt.Errorf("%w: run %s meta: %v", belay.ErrCorruptRecord, r.ID, err)
 		}
 	}
-	if cancelReason != nil {
-		r.CancelRequest = &belay.CancelRequest{Reason: *cancelReason, By: cancelBy, At: utc(cancelAt)}
+	if x.cancelReason != nil {
+		r.CancelRequest = &belay.CancelRequest{Reason: *x.cancelReason, By: x.cancelBy, At: utc(x.cancelAt)}
 	}
-	if len(activity) > 0 {
+	if len(x.activity) > 0 {
 		r.Activity = &belay.RunActivity{}
-		if err := json.Unmarshal(activity, r.Activity); err != nil {
+		if err := json.Unmarshal(x.activity, r.Activity); err != nil {
 			return r, fmt.Errorf("%w: run %s activity: %v", belay.ErrCorruptRecord, r.ID, err)
 		}
 		r.Activity.LastProgress = r.Activity.LastProgress.UTC()
 	}
-	r.Epoch, r.InputSeq = uint64(epoch), uint64(inputSeq)
-	if owner != nil {
-		r.Lease = &belay.Lease{Owner: *owner, Epoch: r.Epoch, GrantedAt: utc(granted), ExpiresAt: utc(expires)}
+	r.Epoch, r.InputSeq = uint64(x.epoch), uint64(x.inputSeq)
+	if x.owner != nil {
+		r.Lease = &belay.Lease{Owner: *x.owner, Epoch: r.Epoch, GrantedAt: utc(x.granted), ExpiresAt: utc(x.expires)}
 	}
-	if errClass != nil {
-		r.Error = &belay.RunError{Class: belay.ErrorClass(*errClass), Message: deref(errMsg)}
+	if x.errClass != nil {
+		r.Error = &belay.RunError{Class: belay.ErrorClass(*x.errClass), Message: deref(x.errMsg)}
 	}
-	if err := json.Unmarshal(ref, &r.Ref); err != nil {
+	if err := json.Unmarshal(x.ref, &r.Ref); err != nil {
 		return r, fmt.Errorf("%w: run %s ref: %v", belay.ErrCorruptRecord, r.ID, err)
 	}
-	r.Deadline, r.StartedAt, r.EndedAt = utc(deadline), utc(started), utc(ended)
+	r.Deadline, r.StartedAt, r.EndedAt = utc(x.deadline), utc(x.started), utc(x.ended)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	return r, nil
+}
+
+func scanRun(row pgx.Row) (belay.Run, error) {
+	var x runRow
+	if err := row.Scan(x.dest()...); err != nil {
+		return x.r, err
+	}
+	return x.run()
 }
 
 func utc(t *time.Time) time.Time {

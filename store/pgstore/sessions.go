@@ -57,33 +57,47 @@ const sessionActive = `(EXISTS (SELECT 1 FROM belay_runs r WHERE r.session = s.i
 const sessionCols = `s.id, s.provider, s.model, s.labels, s.options, s.ref, s.last_seq, s.created_at, s.updated_at,
 	` + sessionActive
 
-func scanSession(row pgx.Row) (belay.Session, error) {
-	var sess belay.Session
-	var labels, ref []byte
-	var options []byte
-	var last int64
-	var active bool
-	if err := row.Scan(&sess.ID, &sess.Provider, &sess.Model, &labels, &options, &ref, &last, &sess.CreatedAt, &sess.UpdatedAt, &active); err != nil {
-		return sess, err
-	}
-	if len(labels) > 0 && string(labels) != "null" {
-		if err := json.Unmarshal(labels, &sess.Labels); err != nil {
+// sessionRow is a row of sessionCols as scanned, before it is decoded.
+type sessionRow struct {
+	sess                 belay.Session
+	labels, ref, options []byte
+	last                 int64
+	active               bool
+}
+
+func (x *sessionRow) dest() []any {
+	return []any{&x.sess.ID, &x.sess.Provider, &x.sess.Model, &x.labels, &x.options, &x.ref, &x.last, &x.sess.CreatedAt, &x.sess.UpdatedAt, &x.active}
+}
+
+// session decodes the scanned row.
+func (x *sessionRow) session() (belay.Session, error) {
+	sess := x.sess
+	if len(x.labels) > 0 && string(x.labels) != "null" {
+		if err := json.Unmarshal(x.labels, &sess.Labels); err != nil {
 			return sess, fmt.Errorf("%w: session %s labels: %v", belay.ErrCorruptRecord, sess.ID, err)
 		}
 	}
-	if len(options) > 0 {
-		sess.Options = json.RawMessage(options)
+	if len(x.options) > 0 {
+		sess.Options = json.RawMessage(x.options)
 	}
-	if err := json.Unmarshal(ref, &sess.Ref); err != nil {
+	if err := json.Unmarshal(x.ref, &sess.Ref); err != nil {
 		return sess, fmt.Errorf("%w: session %s ref: %v", belay.ErrCorruptRecord, sess.ID, err)
 	}
-	sess.LastSeq = uint64(last)
+	sess.LastSeq = uint64(x.last)
 	sess.CreatedAt, sess.UpdatedAt = sess.CreatedAt.UTC(), sess.UpdatedAt.UTC()
 	sess.State = belay.SessionIdle
-	if active {
+	if x.active {
 		sess.State = belay.SessionActive
 	}
 	return sess, nil
+}
+
+func scanSession(row pgx.Row) (belay.Session, error) {
+	var x sessionRow
+	if err := row.Scan(x.dest()...); err != nil {
+		return x.sess, err
+	}
+	return x.session()
 }
 
 // CreateSession inserts the session and journals session.created (and its

@@ -32,7 +32,29 @@ func (b *bundle) claim(owner string, max int, l store.Limits) []store.Claimed {
 	require.NoError(b.t, b.s.HeartbeatOwner(b.ctx, owner, time.Hour))
 	cs, err := b.s.ClaimRuns(b.ctx, store.Claim{Owner: owner, Max: max, TTL: time.Minute, Limits: l})
 	require.NoError(b.t, err)
+	for _, c := range cs {
+		b.checkClaimed(c)
+	}
 	return cs
+}
+
+// checkClaimed holds what a claim read besides the run to what the store
+// says of it: the runner uses them instead of reading them.
+func (b *bundle) checkClaimed(c store.Claimed) {
+	b.t.Helper()
+	if c.Input != nil {
+		in, err := b.s.RunInput(b.ctx, c.Run.ID)
+		require.NoError(b.t, err)
+		require.JSONEq(b.t, string(in), string(c.Input), "the claimed run's input")
+	}
+	if c.Session != nil {
+		sess, err := b.s.Session(b.ctx, c.Run.Session)
+		require.NoError(b.t, err)
+		require.Equal(b.t, sess.ID, c.Session.ID)
+		require.Equal(b.t, sess.Provider, c.Session.Provider)
+		require.Equal(b.t, string(sess.Options), string(c.Session.Options))
+		require.Equal(b.t, sess.Ref, c.Session.Ref)
+	}
 }
 
 func claimedIDs(cs []store.Claimed) []string {
