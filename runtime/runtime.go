@@ -95,6 +95,12 @@ type Runtime struct {
 	wg       sync.WaitGroup // runners and background work
 	stopBg   context.CancelFunc
 
+	// known holds what a submit reads of a session and never changes
+	// once it is created (id, provider, model, options), so that a
+	// submit to a known session does not read it again (session).
+	knownMu sync.Mutex
+	known   map[string]belay.Session
+
 	inbox  inbox
 	notify notifier
 	// wake asks the claim loop to claim runs now (claim.go).
@@ -148,12 +154,41 @@ func New(opts Options) (*Runtime, error) {
 		stallErr: map[string]error{},
 
 		cancelSeen: map[string]struct{}{},
+		known:      map[string]belay.Session{},
 	}
 	r.inbox.init(r)
 	if err := r.notify.init(r); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// maxKnownSessions bounds Runtime.known; a full one starts over.
+const maxKnownSessions = 1 << 16
+
+// session returns what a submit needs of a session: its id, provider,
+// model and options, none of which changes after the session is created
+// (a session deleted since is refused by the store's submit, which locks
+// it). Only those fields are set.
+func (r *Runtime) session(ctx context.Context, id string) (belay.Session, error) {
+	r.knownMu.Lock()
+	sess, ok := r.known[id]
+	r.knownMu.Unlock()
+	if ok {
+		return sess, nil
+	}
+	full, err := r.store.Session(ctx, id)
+	if err != nil {
+		return belay.Session{}, err
+	}
+	sess = belay.Session{ID: full.ID, Provider: full.Provider, Model: full.Model, Options: full.Options}
+	r.knownMu.Lock()
+	if len(r.known) >= maxKnownSessions {
+		clear(r.known)
+	}
+	r.known[id] = sess
+	r.knownMu.Unlock()
+	return sess, nil
 }
 
 // Incarnation returns the id this runtime leases runs under.
@@ -316,7 +351,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (belay.Run, err
 			first = &runs[0]
 		}
 	}
-	sess, err := r.store.Session(ctx, sessionID)
+	sess, err := r.session(ctx, sessionID)
 	if err != nil {
 		return belay.Run{}, err
 	}
@@ -422,7 +457,7 @@ func (r *Runtime) SubmitBatch(ctx context.Context, reqs []SubmitRequest) ([]bela
 	}
 	for _, id := range ids {
 		jobs <- func() {
-			sess, err := r.store.Session(ctx, id)
+			sess, err := r.session(ctx, id)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

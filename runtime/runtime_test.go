@@ -251,6 +251,23 @@ func TestSubmitIsIdempotent(t *testing.T) {
 	require.Len(t, sessions, 1)
 }
 
+// TestSubmitToADeletedSession: a submit reads a session it knows from
+// memory (what it needs never changes), but a session deleted since is
+// still refused, by the store's submit, and so is its batch.
+func TestSubmitToADeletedSession(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Options{}, &funcProvider{name: "echo", run: echo})
+	first := b.submit(SubmitRequest{Provider: "echo", Prompt: "one"})
+	b.waitStatus(first.ID, belay.RunComplete)
+	second := b.submit(SubmitRequest{Session: first.Session, Prompt: "two"})
+	b.waitStatus(second.ID, belay.RunComplete)
+	require.NoError(t, b.st.DeleteSession(context.Background(), first.Session, true))
+	_, err := b.rt.Submit(context.Background(), SubmitRequest{Session: first.Session, Prompt: "three"})
+	require.ErrorIs(t, err, belay.ErrNotFound)
+	_, errs := b.rt.SubmitBatch(context.Background(), []SubmitRequest{{Session: first.Session, Prompt: "four"}})
+	require.ErrorIs(t, errs[0], belay.ErrNotFound)
+}
+
 func TestSubmitErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Options{}, &funcProvider{name: "echo", run: echo})
