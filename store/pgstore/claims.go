@@ -567,6 +567,9 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 		}
 		c.Rescued = g.rescued
 		out = append(out, c)
+		// Its runner's writes find its session without a read, on
+		// whichever node the run was submitted.
+		s.remember(s.runSessions, g.id, g.session)
 	}
 	return out, sessions, changes, nil
 }

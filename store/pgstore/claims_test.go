@@ -669,3 +669,59 @@ func TestClaimSkipsABusySession(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{held.ID}, claimIDs(got))
 }
+
+// TestSequencerLeavesItsRowsToTheBusyOne: a node's sequencer that finds
+// another's pass under way does not wait for it; the pass under way looks
+// again once it has let the lock go and numbers the rows committed while
+// it held it, so the feed misses nothing.
+func TestSequencerLeavesItsRowsToTheBusyOne(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b := open(t, url, nil)
+	defer b.Close()
+	sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	_, err = pgstore.SequenceNow(ctx, a, true)
+	require.NoError(t, err)
+	// What a commit leaves before its node numbers it: one row for a's
+	// pass, then one committed while that pass holds the lock.
+	_, err = a.Pool().Exec(ctx, `INSERT INTO belay_changes (session, seq, type) VALUES ($1, 2, 'run.created')`, sess.ID)
+	require.NoError(t, err)
+	held, release := make(chan struct{}), make(chan struct{})
+	var released sync.Once
+	defer released.Do(func() { close(release) }) // a failed check still lets a's pass end
+	var once sync.Once
+	pgstore.OnSequenced(a, func() {
+		once.Do(func() {
+			close(held)
+			<-release
+		})
+	})
+	done := make(chan error, 1)
+	var numbered int64
+	go func() {
+		var err error
+		numbered, err = pgstore.SequenceNow(ctx, a, false)
+		done <- err
+	}()
+	<-held
+	_, err = b.Pool().Exec(ctx, `INSERT INTO belay_changes (session, seq, type) VALUES ($1, 3, 'run.leased')`, sess.ID)
+	require.NoError(t, err)
+	n, err := pgstore.SequenceNow(ctx, b, false)
+	require.NoError(t, err)
+	require.Zero(t, n, "b found a's pass under way and left its row to it")
+	var unnumbered int
+	require.NoError(t, b.Pool().QueryRow(ctx, `SELECT count(*) FROM belay_changes WHERE cursor IS NULL`).Scan(&unnumbered))
+	require.Equal(t, 2, unnumbered, "a's pass has not committed, and b numbered nothing")
+	released.Do(func() { close(release) })
+	require.NoError(t, <-done)
+	require.Equal(t, int64(2), numbered, "a numbered its row, then b's")
+	changes, _, err := b.Changes(ctx, 1, 0)
+	require.NoError(t, err)
+	require.Equal(t, []store.Change{
+		{Cursor: 2, Session: sess.ID, Seq: 2, Type: belay.EventRunCreated},
+		{Cursor: 3, Session: sess.ID, Seq: 3, Type: belay.EventRunLeased},
+	}, changes)
+}

@@ -49,3 +49,12 @@ func ShareNow(s *Store, d belay.Durability, ws []SharedAppend) []error {
 	}
 	return errs
 }
+
+// SequenceNow makes a sequencer pass (see sequence).
+func SequenceNow(ctx context.Context, s *Store, wait bool) (int64, error) {
+	return s.sequence(ctx, wait)
+}
+
+// OnSequenced sets a hook called in each sequencer pass after it numbered
+// rows, before its commit lets the lock go.
+func OnSequenced(s *Store, f func()) { s.sequencedHook.Store(&f) }

@@ -91,17 +91,32 @@ const sequenceLock int64 = 0x62656c6179_04 // "belay", 4
 // sequenceBatch bounds the rows one sequencer statement numbers.
 const sequenceBatch = 10000
 
+// sequenceRechecks bounds the passes a sequencer makes, past a backlog,
+// for the rows committed while it numbered (see sequence).
+const sequenceRechecks = 4
+
 // sequence numbers the committed changes that have no cursor yet and
 // returns how many it numbered. It is cheap when there are none.
-// A closed store numbers nothing; the other nodes do.
-// One pass at a time per node: the others wait and then find nothing.
-func (s *Store) sequence(ctx context.Context) (int64, error) {
+// A closed store numbers nothing; the other nodes do. One pass at a time
+// per node; across nodes, passes take turns on an advisory lock.
+//
+// With wait, it waits for its turn: every change committed before the
+// call is numbered when it returns (readers: Changes, ChangeHead). Without
+// (the notifier, after this node's commits), a sequencer that finds
+// another's pass under way leaves its rows to that pass's sequencer
+// instead of waiting with a connection held: every sequencer looks again
+// after each pass it makes, once its commit has let the lock go, so it
+// sees every row committed before another's attempt at the lock failed,
+// and numbers them in up to sequenceRechecks more passes (past that, the
+// next commit's notifier or any reader does).
+func (s *Store) sequence(ctx context.Context, wait bool) (int64, error) {
 	if s.writable() != nil {
 		return 0, nil
 	}
 	s.seqMu.Lock()
 	defer s.seqMu.Unlock()
 	var total int64
+	rechecks := 0
 	for {
 		var pending bool
 		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM belay_changes WHERE cursor IS NULL)`).Scan(&pending); err != nil {
@@ -111,13 +126,25 @@ func (s *Store) sequence(ctx context.Context) (int64, error) {
 			return total, nil
 		}
 		var n int64
+		busy := false
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, sequenceLock); err != nil {
-				return err
+			if wait {
+				if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, sequenceLock); err != nil {
+					return err
+				}
+			} else {
+				var got bool
+				if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, sequenceLock).Scan(&got); err != nil {
+					return err
+				}
+				if !got {
+					busy = true // its holder looks again once it lets go
+					return nil
+				}
 			}
 			// A statement after the lock: its snapshot holds every row the
 			// previous sequencer numbered.
-			return tx.QueryRow(ctx, `WITH todo AS (
+			err := tx.QueryRow(ctx, `WITH todo AS (
 					SELECT id, row_number() OVER (ORDER BY id) AS n FROM belay_changes WHERE cursor IS NULL ORDER BY id LIMIT $1
 				), h AS (
 					UPDATE belay_change_head SET head = head + (SELECT count(*) FROM todo) RETURNING head
@@ -125,16 +152,28 @@ func (s *Store) sequence(ctx context.Context) (int64, error) {
 					UPDATE belay_changes c SET cursor = h.head - (SELECT count(*) FROM todo) + todo.n
 					FROM todo, h WHERE c.id = todo.id RETURNING 1
 				) SELECT count(*) FROM numbered`, sequenceBatch).Scan(&n)
+			if err == nil {
+				if h := s.sequencedHook.Load(); h != nil {
+					(*h)()
+				}
+			}
+			return err
 		})
 		if err != nil {
 			return total, s.wrap(err)
+		}
+		if busy {
+			return total, nil
 		}
 		total += n
 		if n > 0 {
 			s.sequenced(n)
 		}
 		if n < sequenceBatch {
-			return total, nil
+			// Past the backlog: what came in meanwhile, a few times.
+			if rechecks++; rechecks > sequenceRechecks {
+				return total, nil
+			}
 		}
 	}
 }
@@ -163,7 +202,7 @@ func (s *Store) Changes(ctx context.Context, after uint64, max int) ([]store.Cha
 	}
 	// Number what was committed before this call, so that every write
 	// that returned is in the feed.
-	if _, err := s.sequence(ctx); err != nil {
+	if _, err := s.sequence(ctx, true); err != nil {
 		return nil, after, err
 	}
 	limit := "ALL"
@@ -222,7 +261,7 @@ func (s *Store) ChangeHead(ctx context.Context) (uint64, error) {
 	if s.isClosed() {
 		return 0, belay.ErrStoreClosed
 	}
-	if _, err := s.sequence(ctx); err != nil {
+	if _, err := s.sequence(ctx, true); err != nil {
 		return 0, err
 	}
 	var head int64
@@ -273,7 +312,7 @@ func (s *Store) WaitChanges(ctx context.Context, after uint64) error {
 // head's lock for a moment, so the floor it sets and the rows it deletes
 // agree for every reader; rows not yet numbered are kept.
 func (s *Store) trimChanges(ctx context.Context) error {
-	if _, err := s.sequence(ctx); err != nil {
+	if _, err := s.sequence(ctx, true); err != nil {
 		return err
 	}
 	_, err := s.pool.Exec(ctx, `WITH f AS (UPDATE belay_change_head SET floor = greatest(floor, head - $1) RETURNING floor)

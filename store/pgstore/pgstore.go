@@ -118,6 +118,9 @@ type Store struct {
 	// seqMu makes this node's sequencer passes take turns, claimMu its
 	// claims.
 	seqMu, claimMu sync.Mutex
+	// sequencedHook, if set (tests), is called in a sequencer pass after its
+	// statement, before its commit lets the lock go.
+	sequencedHook atomic.Pointer[func()]
 	// sequenceDue asks the notifier to number committed changes, trimDue
 	// to trim the change feed.
 	sequenceDue, trimDue atomic.Bool
@@ -627,7 +630,7 @@ func (s *Store) notifier(ctx context.Context) {
 		if s.sequenceDue.Swap(false) {
 			// A failed pass leaves the rows to the next one, or to any
 			// reader (readers number before they read).
-			_, _ = s.sequence(ctx)
+			_, _ = s.sequence(ctx, false)
 		}
 		s.notifyMu.Lock()
 		batch := make([]string, 0, len(s.toNotify))
