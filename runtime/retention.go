@@ -14,7 +14,13 @@ import (
 func (r *Runtime) Prune(ctx context.Context, dryRun bool) (belay.PruneReport, error) {
 	p := r.opts.Retention
 	p.DryRun = dryRun
-	return r.store.Prune(ctx, p)
+	rep, err := r.store.Prune(ctx, p)
+	if !dryRun {
+		for _, s := range rep.Pruned {
+			r.forgetSession(s.ID)
+		}
+	}
+	return rep, err
 }
 
 // DeleteSession deletes one session now (store.SessionDeleter): one with a
@@ -25,5 +31,7 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string, force bool) erro
 	if !ok {
 		return fmt.Errorf("%w: this store does not delete single sessions", belay.ErrInvalid)
 	}
+	// Forgotten whatever the outcome: a failed delete may have deleted.
+	defer r.forgetSession(id)
 	return d.DeleteSession(ctx, id, force)
 }

@@ -163,13 +163,19 @@ func New(opts Options) (*Runtime, error) {
 	return r, nil
 }
 
-// maxKnownSessions bounds Runtime.known; a full one starts over.
-const maxKnownSessions = 1 << 16
+// maxKnownSessions bounds Runtime.known; a full one starts over. A
+// session whose options are larger than maxKnownOptions is read each time.
+const (
+	maxKnownSessions = 1 << 16
+	maxKnownOptions  = 4 << 10
+)
 
 // session returns what a submit needs of a session: its id, provider,
 // model and options, none of which changes after the session is created
 // (a session deleted since is refused by the store's submit, which locks
-// it). Only those fields are set.
+// it; one deleted through this runtime is forgotten, so that an id the
+// store lets a caller choose again is read again). Only those fields are
+// set.
 func (r *Runtime) session(ctx context.Context, id string) (belay.Session, error) {
 	r.knownMu.Lock()
 	sess, ok := r.known[id]
@@ -182,6 +188,9 @@ func (r *Runtime) session(ctx context.Context, id string) (belay.Session, error)
 		return belay.Session{}, err
 	}
 	sess = belay.Session{ID: full.ID, Provider: full.Provider, Model: full.Model, Options: full.Options}
+	if len(sess.Options) > maxKnownOptions {
+		return sess, nil
+	}
 	r.knownMu.Lock()
 	if len(r.known) >= maxKnownSessions {
 		clear(r.known)
@@ -189,6 +198,13 @@ func (r *Runtime) session(ctx context.Context, id string) (belay.Session, error)
 	r.known[id] = sess
 	r.knownMu.Unlock()
 	return sess, nil
+}
+
+// forgetSession drops what session knows of a deleted session.
+func (r *Runtime) forgetSession(id string) {
+	r.knownMu.Lock()
+	delete(r.known, id)
+	r.knownMu.Unlock()
 }
 
 // Incarnation returns the id this runtime leases runs under.

@@ -256,7 +256,7 @@ func TestSubmitIsIdempotent(t *testing.T) {
 // still refused, by the store's submit, and so is its batch.
 func TestSubmitToADeletedSession(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Options{}, &funcProvider{name: "echo", run: echo})
+	b := setup(t, Options{}, &funcProvider{name: "echo", run: echo}, &funcProvider{name: "echo2", run: echo})
 	first := b.submit(SubmitRequest{Provider: "echo", Prompt: "one"})
 	b.waitStatus(first.ID, belay.RunComplete)
 	second := b.submit(SubmitRequest{Session: first.Session, Prompt: "two"})
@@ -266,6 +266,17 @@ func TestSubmitToADeletedSession(t *testing.T) {
 	require.ErrorIs(t, err, belay.ErrNotFound)
 	_, errs := b.rt.SubmitBatch(context.Background(), []SubmitRequest{{Session: first.Session, Prompt: "four"}})
 	require.ErrorIs(t, errs[0], belay.ErrNotFound)
+
+	// A session deleted through the runtime is forgotten: the store lets
+	// a caller create one with the same id again, for another provider.
+	third := b.submit(SubmitRequest{Provider: "echo", Prompt: "five"})
+	b.waitStatus(third.ID, belay.RunComplete)
+	require.NoError(t, b.rt.DeleteSession(context.Background(), third.Session, true))
+	_, err = b.st.CreateSession(context.Background(), belay.SessionInput{ID: third.Session, Provider: "echo2"})
+	require.NoError(t, err)
+	again := b.submit(SubmitRequest{Session: third.Session, Prompt: "six"})
+	require.Equal(t, "echo2", again.Provider)
+	b.waitStatus(again.ID, belay.RunComplete)
 }
 
 func TestSubmitErrors(t *testing.T) {

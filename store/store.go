@@ -196,6 +196,19 @@ type Limits struct {
 	PerProvider map[string]int `json:"perProvider,omitempty"`
 }
 
+// Capped reports whether l caps anything.
+func (l Limits) Capped() bool {
+	if l.Global > 0 {
+		return true
+	}
+	for _, c := range l.PerProvider {
+		if c > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Claim asks ClaimRuns for runs.
 type Claim struct {
 	Owner  string

@@ -20,10 +20,12 @@ import (
 // run per session, owner records and the rescue of their runs, durable
 // cancel requests. Each is one transaction; every time is the database's.
 
-// claimLock is the advisory lock key that serializes claims across nodes:
-// a claim counts the running runs (the caps, one per session) from the
-// claims committed before it. Claims are short; a session busy with
-// another write is skipped (SKIP LOCKED), not waited for.
+// claimLock is the advisory lock key that serializes claims across nodes
+// when caps are set: such a claim counts the running runs from the claims
+// committed before it. One running run per session needs no such lock: a
+// claim decides on a session under its row lock, on a snapshot taken
+// after it got it. Claims are short; a session busy with another write is
+// skipped (SKIP LOCKED), not waited for.
 const claimLock int64 = 0x62656c6179_03 // "belay", 3
 
 // defaultClaimMax bounds one claim when the caller names no maximum, as
@@ -86,8 +88,13 @@ func (s *Store) submit(t *tx, in store.SubmitInput, id string, res *store.Submit
 	}
 	front := false
 	if p := in.Policy; p == belay.PolicyReject || p == belay.PolicyReplace || p == belay.PolicyInterrupt {
-		rows, err := t.Query(t.ctx, `SELECT id, status, cancel_reason IS NOT NULL FROM belay_runs
-			WHERE session = $1 AND status IN ('queued', 'running') ORDER BY status = 'running' DESC, `+queuedOrder, in.Session)
+		// One probe per status, each on its partial index: a status IN
+		// (...) walks every run the session ever had.
+		rows, err := t.Query(t.ctx, `SELECT id, status, asked FROM (
+				SELECT id, status, cancel_reason IS NOT NULL AS asked, front, ord FROM belay_runs WHERE session = $1 AND status = 'running'
+				UNION ALL
+				SELECT id, status, cancel_reason IS NOT NULL, front, ord FROM belay_runs WHERE session = $1 AND status = 'queued'
+			) a ORDER BY status = 'running' DESC, `+queuedOrder, in.Session)
 		if err != nil {
 			return err
 		}
@@ -292,10 +299,14 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 			return err
 		}
 		var now time.Time
-		// The clock is read once the lock is held: a claim that waited
-		// for it judges expiry and grants leases as of now, not as of
-		// when it began.
-		if err := q.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), coalesce($2::timestamptz, clock_timestamp())`, claimLock, s.nowArg()).Scan(nil, &now); err != nil {
+		if c.Limits.Capped() {
+			// The clock is read once the lock is held: a claim that waited
+			// for it judges expiry and grants leases as of now, not as of
+			// when it began.
+			if err := q.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), coalesce($2::timestamptz, clock_timestamp())`, claimLock, s.nowArg()).Scan(nil, &now); err != nil {
+				return err
+			}
+		} else if err := q.QueryRow(ctx, `SELECT coalesce($1::timestamptz, clock_timestamp())`, s.nowArg()).Scan(&now); err != nil {
 			return err
 		}
 		now = now.UTC()
@@ -379,22 +390,26 @@ type candidate struct {
 // candidate's session, skipping sessions busy with another write.
 func (s *Store) claimable(ctx context.Context, q *pgx.Conn, lim store.Limits, max int, rescued []grant) ([]grant, error) {
 	running, byProvider := 0, map[string]int{}
-	rows, err := q.Query(ctx, `SELECT provider, count(*) FROM belay_runs WHERE status = 'running' GROUP BY provider`)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var p string
-		var n int
-		if err := rows.Scan(&p, &n); err != nil {
-			rows.Close()
+	if lim.Capped() {
+		// The caps count every owner's running runs (the claim holds
+		// claimLock: no other claim commits meanwhile).
+		rows, err := q.Query(ctx, `SELECT provider, count(*) FROM belay_runs WHERE status = 'running' GROUP BY provider`)
+		if err != nil {
 			return nil, err
 		}
-		byProvider[p], running = n, running+n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
+		for rows.Next() {
+			var p string
+			var n int
+			if err := rows.Scan(&p, &n); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			byProvider[p], running = n, running+n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
 	}
 	full := func(p string) bool {
 		c := lim.PerProvider[p]

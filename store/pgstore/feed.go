@@ -107,8 +107,10 @@ const sequenceRechecks = 4
 // instead of waiting with a connection held: every sequencer looks again
 // after each pass it makes, once its commit has let the lock go, so it
 // sees every row committed before another's attempt at the lock failed,
-// and numbers them in up to sequenceRechecks more passes (past that, the
-// next commit's notifier or any reader does).
+// and numbers them in up to sequenceRechecks more passes (past that, it
+// asks the notifier for another). A pass that fails leaves them to the
+// next pass or reader: every node's feed reader numbers what is pending
+// at least every poll interval.
 func (s *Store) sequence(ctx context.Context, wait bool) (int64, error) {
 	if s.writable() != nil {
 		return 0, nil
@@ -170,8 +172,15 @@ func (s *Store) sequence(ctx context.Context, wait bool) (int64, error) {
 			s.sequenced(n)
 		}
 		if n < sequenceBatch {
-			// Past the backlog: what came in meanwhile, a few times.
+			// Past the backlog: what came in meanwhile, a few times; then
+			// the notifier's next pass, which looks again, in case a busy
+			// loser's rows came in during the last one.
 			if rechecks++; rechecks > sequenceRechecks {
+				s.sequenceDue.Store(true)
+				select {
+				case s.notifyKick <- struct{}{}:
+				default:
+				}
 				return total, nil
 			}
 		}

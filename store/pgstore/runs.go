@@ -350,6 +350,9 @@ func (s *Store) withRunOpen(ctx context.Context, id string, extra func(b *pgx.Ba
 			extra(b, t)
 		}
 	}, func(t *tx) error {
+		// A write made again alone after its shared transaction failed
+		// starts over: what the failed attempt set was never committed.
+		r.returned, out = false, belay.Run{}
 		if err := fn(t, &r); err != nil {
 			return err
 		}
