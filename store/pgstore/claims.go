@@ -20,12 +20,14 @@ import (
 // run per session, owner records and the rescue of their runs, durable
 // cancel requests. Each is one transaction; every time is the database's.
 
-// claimLock is the advisory lock key that serializes claims across nodes
-// when caps are set: such a claim counts the running runs from the claims
-// committed before it. One running run per session needs no such lock: a
+// claimLock is the advisory lock key that serializes claims across nodes:
+// with caps set, a claim counts the running runs from the claims
+// committed before it. One running run per session does not need it (a
 // claim decides on a session under its row lock, on a snapshot taken
-// after it got it. Claims are short; a session busy with another write is
-// skipped (SKIP LOCKED), not waited for.
+// after it got it), but claims taking turns cost less than claims racing
+// for the same candidates: measured with 3 nodes and no caps, 931 and 841
+// runs/s with the lock, 742 and 759 without. Claims are short; a session
+// busy with another write is skipped (SKIP LOCKED), not waited for.
 const claimLock int64 = 0x62656c6179_03 // "belay", 3
 
 // defaultClaimMax bounds one claim when the caller names no maximum, as
@@ -299,14 +301,10 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 			return err
 		}
 		var now time.Time
-		if c.Limits.Capped() {
-			// The clock is read once the lock is held: a claim that waited
-			// for it judges expiry and grants leases as of now, not as of
-			// when it began.
-			if err := q.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), coalesce($2::timestamptz, clock_timestamp())`, claimLock, s.nowArg()).Scan(nil, &now); err != nil {
-				return err
-			}
-		} else if err := q.QueryRow(ctx, `SELECT coalesce($1::timestamptz, clock_timestamp())`, s.nowArg()).Scan(&now); err != nil {
+		// The clock is read once the lock is held: a claim that waited
+		// for it judges expiry and grants leases as of now, not as of
+		// when it began.
+		if err := q.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), coalesce($2::timestamptz, clock_timestamp())`, claimLock, s.nowArg()).Scan(nil, &now); err != nil {
 			return err
 		}
 		now = now.UTC()

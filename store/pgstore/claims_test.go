@@ -165,8 +165,8 @@ func TestSubmitPolicies(t *testing.T) {
 
 // TestClaimRace: claimers on two stores (two nodes, two pools) race while
 // runs finish; the caps and one running run per session are never
-// exceeded and no run is claimed twice. Without caps the claims take no
-// advisory lock: the session locks alone keep one run per session.
+// exceeded and no run is claimed twice, with caps and without (when
+// claims count nothing).
 func TestClaimRace(t *testing.T) {
 	t.Run("caps", func(t *testing.T) {
 		claimRace(t, store.Limits{Global: 5, PerProvider: map[string]int{"p": 2, "q": 1}})
