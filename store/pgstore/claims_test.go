@@ -176,11 +176,7 @@ func TestClaimRace(t *testing.T) {
 
 func claimRace(t *testing.T, lim store.Limits) {
 	ctx := context.Background()
-	url := database(t)
-	a := open(t, url, nil)
-	defer a.Close()
-	b := open(t, url, nil)
-	defer b.Close()
+	a, b := twoNodes(t)
 	const sessions, perSession = 12, 4
 	for i := 0; i < sessions; i++ {
 		sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: []string{"p", "q", "r"}[i%3]})
@@ -339,11 +335,7 @@ func TestRescue(t *testing.T) {
 // once the owner's short record has expired.
 func TestRescueByDatabaseClock(t *testing.T) {
 	ctx := context.Background()
-	url := database(t)
-	a := open(t, url, nil)
-	defer a.Close()
-	b := open(t, url, nil)
-	defer b.Close()
+	a, b := twoNodes(t)
 	sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "p"})
 	require.NoError(t, err)
 	r, _, err := a.CreateRun(ctx, belay.RunInput{Session: sess.ID})
@@ -550,11 +542,7 @@ func TestFeedTrim(t *testing.T) {
 // visible from another node, and journaled in run.renewed.
 func TestActivityAcrossNodes(t *testing.T) {
 	ctx := context.Background()
-	url := database(t)
-	a := open(t, url, nil)
-	defer a.Close()
-	b := open(t, url, nil)
-	defer b.Close()
+	a, b := twoNodes(t)
 	sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "p"})
 	require.NoError(t, err)
 	_, _, err = a.CreateRun(ctx, belay.RunInput{Session: sess.ID})
@@ -685,11 +673,7 @@ func TestClaimSkipsABusySession(t *testing.T) {
 // it held it, so the feed misses nothing.
 func TestSequencerLeavesItsRowsToTheBusyOne(t *testing.T) {
 	ctx := context.Background()
-	url := database(t)
-	a := open(t, url, nil)
-	defer a.Close()
-	b := open(t, url, nil)
-	defer b.Close()
+	a, b := twoNodes(t)
 	sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "p"})
 	require.NoError(t, err)
 	_, err = pgstore.SequenceNow(ctx, a, true)

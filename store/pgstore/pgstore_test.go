@@ -64,6 +64,19 @@ func database(t *testing.T) string {
 	return cluster.Database(t)
 }
 
+// twoNodes opens two stores (two pools, two listeners) on one fresh
+// database, as two nodes are; they are closed when the test ends.
+func twoNodes(t *testing.T) (a, b *pgstore.Store) {
+	t.Helper()
+	url := database(t)
+	a, b = open(t, url, nil), open(t, url, nil)
+	t.Cleanup(func() {
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+	})
+	return a, b
+}
+
 func open(t *testing.T, url string, clk clock.Clock) *pgstore.Store {
 	t.Helper()
 	s, err := pgstore.Open(context.Background(), url, pgstore.Options{Clock: clk, Migrate: true, MaxConns: 4})
