@@ -550,8 +550,9 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 	// The runs as leased, with what their runners read first: the input
 	// (from its run.created event) and the session (locked here).
 	byID := map[string]store.Claimed{}
+	// The session is active: the claimed run is running in it (no probe).
 	b.Queue(`SELECT r.*, (SELECT e.data::text FROM belay_events e WHERE e.session = r.run_session AND e.seq = r.run_input AND e.type = $2),
-			`+sessionCols+`
+			`+sessionColsActive+`
 		FROM (SELECT `+runCols+`, session AS run_session, input_seq AS run_input FROM belay_runs WHERE id = ANY($1)) r
 		JOIN belay_sessions s ON s.id = r.run_session`, runs, belay.EventRunCreated).Query(func(rows pgx.Rows) error {
 		for rows.Next() {

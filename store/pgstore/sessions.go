@@ -54,8 +54,13 @@ func isUnique(err error, constraint string) bool {
 const sessionActive = `(EXISTS (SELECT 1 FROM belay_runs r WHERE r.session = s.id AND r.status = 'running')
 	OR EXISTS (SELECT 1 FROM belay_runs r WHERE r.session = s.id AND r.status = 'queued'))`
 
-const sessionCols = `s.id, s.provider, s.model, s.labels, s.options, s.ref, s.last_seq, s.created_at, s.updated_at,
-	` + sessionActive
+const sessionCols = sessionColsBare + sessionActive
+
+// sessionColsActive are sessionCols of a session known to be active.
+const sessionColsActive = sessionColsBare + `true`
+
+const sessionColsBare = `s.id, s.provider, s.model, s.labels, s.options, s.ref, s.last_seq, s.created_at, s.updated_at,
+	`
 
 // sessionRow is a row of sessionCols as scanned, before it is decoded.
 type sessionRow struct {

@@ -54,6 +54,7 @@ func (b *bundle) checkClaimed(c store.Claimed) {
 		require.Equal(b.t, sess.Provider, c.Session.Provider)
 		require.Equal(b.t, string(sess.Options), string(c.Session.Options))
 		require.Equal(b.t, sess.Ref, c.Session.Ref)
+		require.Equal(b.t, belay.SessionActive, c.Session.State, "its claimed run runs in it")
 	}
 }
 
