@@ -150,8 +150,9 @@ func rowsOf(t *testing.T, s *pgstore.Store, session string) map[string]int {
 }
 
 // TestDeleteSession: a session with an active run is kept; a finished one
-// goes with all its rows (its own delete: no foreign key cascades), and
-// another session's rows stay.
+// goes with all its rows (migration 10's trigger, not foreign keys), and
+// another session's rows stay; so does one deleted by hand, as an
+// operator or a node of an older belay would.
 func TestDeleteSession(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, database(t), nil)
@@ -183,6 +184,9 @@ func TestDeleteSession(t *testing.T) {
 	require.NotZero(t, kept["belay_events"])
 	require.NotZero(t, kept["belay_runs"])
 	require.NotZero(t, kept["belay_deliveries"])
+	_, err = s.Pool().Exec(ctx, `DELETE FROM belay_sessions WHERE id = $1`, other.ID)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"belay_events": 0, "belay_runs": 0, "belay_deliveries": 0, "belay_notifications": 0}, rowsOf(t, s, other.ID))
 }
 
 // TestDatabaseRestart: the database crashing and coming back under an

@@ -523,14 +523,11 @@ func (s *Store) DeleteSession(ctx context.Context, id string, force bool) error 
 	})
 }
 
-// deleteSession deletes session id and its rows in t, which holds its
-// lock: no write adds a row of it meanwhile (migration 10 dropped the
-// foreign keys whose cascade did this). Its notifications go with its
+// deleteSession deletes session id in t, which holds its lock, so no
+// write adds a row of it meanwhile; its events, runs and deliveries go
+// with it (migration 10's trigger), its notifications with its
 // deliveries.
 func deleteSession(t *tx, id string) error {
-	_, err := t.Exec(t.ctx, `WITH e AS (DELETE FROM belay_events WHERE session = $1),
-			r AS (DELETE FROM belay_runs WHERE session = $1),
-			d AS (DELETE FROM belay_deliveries WHERE session = $1)
-		DELETE FROM belay_sessions WHERE id = $1`, id)
+	_, err := t.Exec(t.ctx, `DELETE FROM belay_sessions WHERE id = $1`, id)
 	return err
 }
