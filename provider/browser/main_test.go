@@ -82,6 +82,18 @@ func (b *bundle) ownTab(t *testing.T, name string) *tab {
 	return tb
 }
 
+// answeredOnce fails t unless got is the site's whole answer to prompt and
+// the site received prompt exactly once.
+func (b *bundle) answeredOnce(t *testing.T, prompt, got string) {
+	t.Helper()
+	if want, _ := chatsite.AnswerText(prompt); got != want {
+		t.Fatalf("answer:\n got %q\nwant %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+}
+
 // recorder collects a run's events like the runtime journals them.
 type recorder struct {
 	mu     sync.Mutex

@@ -28,13 +28,7 @@ func TestRunAnswersOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := chatsite.AnswerText(prompt)
-	if got := rec.answer(); got != want {
-		t.Fatalf("answer:\n got %q\nwant %q", got, want)
-	}
-	if n := b.site.Count(prompt); n != 1 {
-		t.Fatalf("the site received the prompt %d times", n)
-	}
+	b.answeredOnce(t, prompt, rec.answer())
 	c := refCursor(*rec.ref.Ref)
 	if c.Phase != phaseDone || rec.ref.Ref.ID == "" || rec.ref.Ref.Target == "" {
 		t.Fatalf("final ref %+v cursor %+v", rec.ref.Ref, c)
@@ -99,15 +93,9 @@ func TestResumeAfterDetachReadsOn(t *testing.T) {
 		t.Fatal("the browser did not outlive the detach")
 	}
 	rec := resume(t, b, req, ref, len(text))
-	want, _ := chatsite.AnswerText(prompt)
-	if got := text + rec.answer(); got != want {
-		t.Fatalf("answer:\n got %q\nwant %q", got, want)
-	}
+	b.answeredOnce(t, prompt, text+rec.answer())
 	if rec.ref.Ref.Target != ref.Ref.Target {
 		t.Fatalf("resumed in target %s, not the bound %s", rec.ref.Ref.Target, ref.Ref.Target)
-	}
-	if n := b.site.Count(prompt); n != 1 {
-		t.Fatalf("the site received the prompt %d times", n)
 	}
 	if n := chromiumCount(t, b.dir); n != 0 {
 		t.Fatalf("%d browser processes left", n)
@@ -125,13 +113,7 @@ func TestResumeAfterIntentFindsTheSentPrompt(t *testing.T) {
 		t.Fatalf("journaled phase %q", phaseOf(ref))
 	}
 	rec := resume(t, b, req, ref, 0)
-	want, _ := chatsite.AnswerText(prompt)
-	if got := rec.answer(); got != want {
-		t.Fatalf("answer:\n got %q\nwant %q", got, want)
-	}
-	if n := b.site.Count(prompt); n != 1 {
-		t.Fatalf("the site received the prompt %d times", n)
-	}
+	b.answeredOnce(t, prompt, rec.answer())
 }
 
 func TestResumeAfterIntentSendsWhatWasNotSent(t *testing.T) {
@@ -150,13 +132,7 @@ func TestResumeAfterIntentSendsWhatWasNotSent(t *testing.T) {
 	})
 	// The journal holds the intent (the detach came after its write).
 	rec := resume(t, b, req, intent, 0)
-	want, _ := chatsite.AnswerText(prompt)
-	if got := rec.answer(); got != want {
-		t.Fatalf("answer:\n got %q\nwant %q", got, want)
-	}
-	if n := b.site.Count(prompt); n != 1 {
-		t.Fatalf("the site received the prompt %d times", n)
-	}
+	b.answeredOnce(t, prompt, rec.answer())
 }
 
 // TestLostTabIsRecoveredByURL: the run's tab is closed, its renderer
@@ -439,13 +415,7 @@ func TestDeadlinePassesWhileTheSiteWorks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := chatsite.AnswerText(prompt)
-	if got := rec2.answer(); got != want {
-		t.Fatalf("answer %q, want %q", got, want)
-	}
-	if n := b.site.Count(prompt); n != 1 {
-		t.Fatalf("the site received the prompt %d times", n)
-	}
+	b.answeredOnce(t, prompt, rec2.answer())
 	c := refCursor(*rec2.ref.Ref)
 	if c.Run != "run_dl2" || c.Phase != phaseDone || !strings.Contains(c.Evidence, "adopted the send of run run_dl1") || rec2.ref.Ref.ID != conv {
 		t.Fatalf("ref %+v cursor %+v", rec2.ref.Ref, c)

@@ -49,7 +49,14 @@ func startFake(t *testing.T, profile string, setsid bool) *fakeBrowser {
 	if err := os.MkdirAll(profile, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("sh", "-c", "sleep 300 & echo $!; wait", "sh", "--user-data-dir="+profile)
+	return startShell(t, setsid, "sleep 300 & echo $!; wait", "--user-data-dir="+profile)
+}
+
+// startShell runs script in bash (its $1 is arg); the script starts a
+// child and prints its pid first.
+func startShell(t *testing.T, setsid bool, script, arg string) *fakeBrowser {
+	t.Helper()
+	cmd := exec.Command("bash", "-c", script, "bash", arg)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -264,9 +264,7 @@ func (r *runState) start(ctx context.Context, chromium string) (*chrome, *tab, e
 	}
 	t, err := attach(ctx, b, "", r.p.cfg.StartTimeout)
 	if err != nil {
-		b.kill()
-		removeRecord(r.runDir)
-		_ = removeProfile(profile)
+		r.discard(b)
 		// A browser that started but does not answer (a loaded
 		// machine): nothing was typed, so a retry is safe.
 		return nil, nil, &provider.Error{Class: belay.ClassTransient, Message: "browser: attach to the new browser: " + err.Error(), Err: err}
@@ -791,8 +789,13 @@ func (r *runState) finish(ctx context.Context, err error) {
 	if detach || r.b == nil {
 		return
 	}
-	r.b.kill()
-	_ = removeProfile(r.b.Profile)
+	r.discard(r.b)
+}
+
+// discard ends browser b of this run and deletes its profile and record.
+func (r *runState) discard(b *chrome) {
+	b.kill()
+	_ = removeProfile(b.Profile)
 	removeRecord(r.runDir)
 }
 

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/belayhq/belay/internal/chatsite"
 	"github.com/belayhq/belay/internal/proc"
 	"github.com/belayhq/belay/provider"
 )
@@ -89,13 +88,7 @@ exec %q "$@"
 	if err := b.p.Run(ctx, provider.Request{Session: "ses_s", Run: "run_s", Prompt: prompt, Attempt: 1}, rec.emit); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := chatsite.AnswerText(prompt)
-	if got := rec.answer(); got != want {
-		t.Fatalf("answer %q, want %q", got, want)
-	}
-	if n := b.site.Count(prompt); n != 1 {
-		t.Fatalf("sent %d times", n)
-	}
+	b.answeredOnce(t, prompt, rec.answer())
 	data, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatalf("the first start did not run the stub: %v", err)
