@@ -47,7 +47,7 @@ func (e *QuarantineError) Is(target error) bool {
 // the cause (a syscall.Errno such as ENOSPC) stays in the chain.
 type CommitError struct {
 	Path string
-	Op   string // "write" or "fdatasync"
+	Op   string // "write", "fdatasync", or "commit" (through a commit log)
 	Err  error
 }
 

@@ -257,8 +257,9 @@ func (j *Journal) commitNext(force bool, timer *time.Timer) bool {
 		}
 	}
 	j.cur = newBatch()
+	off := j.durable.size
 	j.mu.Unlock()
-	err := j.commit(b)
+	err := j.commit(b, off)
 	j.mu.Lock()
 	j.settle(b, err)
 	j.mu.Unlock()
@@ -268,8 +269,8 @@ func (j *Journal) commitNext(force bool, timer *time.Timer) bool {
 	return true
 }
 
-// commit writes one batch and syncs it.
-func (j *Journal) commit(b *batch) error {
+// commit writes one batch at off, the end of the file, and syncs it.
+func (j *Journal) commit(b *batch, off int64) error {
 	// The last moment before the bytes leave this process: a writer that
 	// can no longer prove it owns the data directory writes nothing.
 	if err := j.checkFence(); err != nil {
@@ -283,15 +284,21 @@ func (j *Journal) commit(b *batch) error {
 		return &CommitError{Path: j.path, Op: "write", Err: err}
 	}
 	start := time.Now()
-	sync := j.f.Sync
-	if j.syncer != nil {
-		sync = func() error { return j.syncer.Sync(j.f) }
-	}
-	if err := sync(); err != nil {
-		return &CommitError{Path: j.path, Op: "fdatasync", Err: err}
+	if j.log != nil {
+		if err := j.log.Commit(j.logName, off, b.buf); err != nil {
+			return &CommitError{Path: j.path, Op: "commit", Err: err}
+		}
+	} else {
+		sync := j.f.Sync
+		if j.syncer != nil {
+			sync = func() error { return j.syncer.Sync(j.f) }
+		}
+		if err := sync(); err != nil {
+			return &CommitError{Path: j.path, Op: "fdatasync", Err: err}
+		}
 	}
 	took := time.Since(start)
-	if j.observe != nil {
+	if j.observe != nil && j.log == nil {
 		j.observe(took)
 	}
 	j.mu.Lock()

@@ -36,6 +36,14 @@ type Options struct {
 	// fdatasync on the journal's file: a store shares one among its
 	// journals to make one filesystem sync serve many of them.
 	Syncer Syncer
+	// Log, if set, makes commits durable in a store-wide commit log
+	// instead: a batch is written to the journal's file, not synced, and
+	// handed to Log under LogName with the offset it was written at. The
+	// log replays it into the file after a power cut (see package
+	// commitlog); Syncer is then not used.
+	Log Log
+	// LogName names the journal in Log.
+	LogName string
 	// Fence, if set, is called before every write to the journal's files
 	// (each commit, each snapshot, a torn-tail truncation). An error means
 	// this process may no longer write (it cannot prove it owns the data
@@ -84,6 +92,8 @@ type Journal struct {
 	recovery Recovery
 	observe  func(time.Duration)
 	syncer   Syncer
+	log      Log
+	logName  string
 	fence    func() error
 	onCommit func()
 	// snapIndexMax bounds the index entries a snapshot keeps (tests lower it).
@@ -134,6 +144,8 @@ func Open(dir string, opts Options) (*Journal, error) {
 		readOnly: opts.ReadOnly,
 		observe:  opts.ObserveSync,
 		syncer:   opts.Syncer,
+		log:      opts.Log,
+		logName:  opts.LogName,
 		fence:    opts.Fence,
 		onCommit: opts.OnCommit,
 		changed:  make(chan struct{}),
@@ -388,7 +400,15 @@ func (j *Journal) Rollback() error {
 	if failed == nil {
 		return nil
 	}
-	err := j.f.Truncate(size)
+	var err error
+	if j.log != nil {
+		// The log may hold the failed batch: record the cut first, so that
+		// a replay takes the batch back too.
+		err = j.log.Cut(j.logName, size)
+	}
+	if err == nil {
+		err = j.f.Truncate(size)
+	}
 	if err == nil {
 		err = j.f.Sync()
 	}

@@ -12,6 +12,17 @@ type Syncer interface {
 	Sync(f vfs.File) error
 }
 
+// Log is a store-wide commit log that journals commit through
+// (Options.Log); package commitlog implements it.
+type Log interface {
+	// Commit returns once data, just written at off to the journal's file,
+	// is durable in the log.
+	Commit(name string, off int64, data []byte) error
+	// Cut returns once it is durable that the journal's file is being cut
+	// back to size.
+	Cut(name string, size int64) error
+}
+
 // GroupSyncer makes every waiting journal's writes durable with one
 // filesystem-wide sync (syncfs(2) on Linux) instead of one fdatasync per
 // journal: when many sessions commit at once, one sync serves them all.

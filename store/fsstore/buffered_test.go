@@ -2,7 +2,6 @@ package fsstore
 
 import (
 	"context"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -103,50 +102,55 @@ func TestBufferedUpdateFoldsOnItsOwn(t *testing.T) {
 // journal.
 func TestBufferedUpdateLostWithItsCommit(t *testing.T) {
 	t.Parallel()
-	ffs := vfstest.New(nil)
-	dir := t.TempDir()
-	opts := Options{FS: ffs, BufferedDelay: time.Hour}
-	s := openStore(t, dir, opts)
-	ctx := context.Background()
-	sess, r := startedRun(t, s)
-	before, err := s.Session(ctx, sess.ID)
-	require.NoError(t, err)
+	for _, c := range commitFaults {
+		t.Run(c.mode, func(t *testing.T) {
+			t.Parallel()
+			ffs := vfstest.New(nil)
+			dir := t.TempDir()
+			opts := Options{FS: ffs, BufferedDelay: time.Hour, Sync: c.mode}
+			s := openStore(t, dir, opts)
+			ctx := context.Background()
+			sess, r := startedRun(t, s)
+			before, err := s.Session(ctx, sess.ID)
+			require.NoError(t, err)
 
-	_, err = s.UpdateRun(ctx, r.ID, r.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true})
-	require.NoError(t, err)
-	ffs.Set(vfstest.Faults{Sync: func(name string) error {
-		if strings.Contains(name, sess.ID) {
-			return syscall.EIO
-		}
-		return nil
-	}})
-	_, err = s.RenewRunLease(ctx, r.ID, r.Epoch, time.Minute, nil)
-	require.ErrorIs(t, err, belay.ErrReadOnly)
-	ffs.Set(vfstest.Faults{})
+			_, err = s.UpdateRun(ctx, r.ID, r.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true})
+			require.NoError(t, err)
+			ffs.Set(vfstest.Faults{Sync: func(name string) error {
+				if c.synced(name, sess.ID) {
+					return syscall.EIO
+				}
+				return nil
+			}})
+			_, err = s.RenewRunLease(ctx, r.ID, r.Epoch, time.Minute, nil)
+			require.ErrorIs(t, err, belay.ErrReadOnly)
+			ffs.Set(vfstest.Faults{})
 
-	// The heal cuts the journal back to what was acknowledged: the phase
-	// change went with it and was never folded.
-	_, err = s.RenewRunLease(ctx, r.ID, r.Epoch, time.Minute, nil)
-	require.NoError(t, err)
-	stored, err := s.Run(ctx, r.ID)
-	require.NoError(t, err)
-	require.Equal(t, belay.PhaseAwaitingResponse, stored.Phase)
-	evs, err := s.Events(ctx, sess.ID, before.LastSeq, 10)
-	require.NoError(t, err)
-	require.Len(t, evs, 1)
-	require.Equal(t, belay.EventRunRenewed, evs[0].Type)
-	require.Equal(t, before.LastSeq+1, evs[0].Seq)
+			// The heal cuts the journal back to what was acknowledged: the phase
+			// change went with it and was never folded.
+			_, err = s.RenewRunLease(ctx, r.ID, r.Epoch, time.Minute, nil)
+			require.NoError(t, err)
+			stored, err := s.Run(ctx, r.ID)
+			require.NoError(t, err)
+			require.Equal(t, belay.PhaseAwaitingResponse, stored.Phase)
+			evs, err := s.Events(ctx, sess.ID, before.LastSeq, 10)
+			require.NoError(t, err)
+			require.Len(t, evs, 1)
+			require.Equal(t, belay.EventRunRenewed, evs[0].Type)
+			require.Equal(t, before.LastSeq+1, evs[0].Seq)
 
-	// Buffered changes after the heal fold as usual.
-	_, err = s.UpdateRun(ctx, r.ID, r.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true})
-	require.NoError(t, err)
-	_, err = s.UpdateRun(ctx, r.ID, r.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
-	require.NoError(t, err)
-	live := capture(t, s)
-	require.NoError(t, s.Close())
-	removeSnapshots(t, dir)
-	fromJournal := openStore(t, dir, Options{})
-	require.Equal(t, live, capture(t, fromJournal))
+			// Buffered changes after the heal fold as usual.
+			_, err = s.UpdateRun(ctx, r.ID, r.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true})
+			require.NoError(t, err)
+			_, err = s.UpdateRun(ctx, r.ID, r.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+			require.NoError(t, err)
+			live := capture(t, s)
+			require.NoError(t, s.Close())
+			removeSnapshots(t, dir)
+			fromJournal := openStore(t, dir, Options{Sync: c.mode})
+			require.Equal(t, live, capture(t, fromJournal))
+		})
+	}
 }
 
 func TestBufferedUpdateRefusesDecisions(t *testing.T) {

@@ -155,44 +155,78 @@ func TestFoldErrorQuarantines(t *testing.T) {
 	require.ErrorIs(t, err, belay.ErrReadOnly)
 }
 
-// TestFailedJournalDoesNotBlockOthers fails one session's fsync and checks
-// that the others keep leasing and expiring deliveries.
+// commitFaults are the sync modes the fault tests run in, each with the
+// file whose sync makes a session's commit durable: the commit log's
+// segment (SyncLog, shared by every session committing at that moment)
+// or the session's own journal (SyncFile).
+var commitFaults = []struct {
+	mode string
+	// synced reports whether a sync of name makes session's commits durable.
+	synced func(name, session string) bool
+}{
+	{SyncLog, func(name, _ string) bool {
+		return strings.Contains(name, string(filepath.Separator)+LogName+string(filepath.Separator))
+	}},
+	{SyncFile, func(name, session string) bool {
+		return strings.Contains(name, session) && strings.HasSuffix(name, journal.FileName)
+	}},
+}
+
+// TestFailedJournalDoesNotBlockOthers fails one session's commit and
+// checks that the others keep leasing and expiring deliveries. With the
+// commit log the sync is shared, so the fault is the session's write.
 func TestFailedJournalDoesNotBlockOthers(t *testing.T) {
 	t.Parallel()
-	ffs := vfstest.New(nil)
-	clk := clock.NewFake(storetest.Start)
-	s := openStore(t, t.TempDir(), Options{FS: ffs, Clock: clk})
-	ctx := context.Background()
-	bad, good := newSession(t, s), newSession(t, s)
-	for _, id := range []string{bad.ID, good.ID} {
-		_, _, err := s.PostDelivery(ctx, belay.DeliveryInput{Session: id, Type: "t", Priority: 1})
-		require.NoError(t, err)
+	for _, mode := range []string{SyncLog, SyncFile} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ffs := vfstest.New(nil)
+			clk := clock.NewFake(storetest.Start)
+			s := openStore(t, t.TempDir(), Options{FS: ffs, Clock: clk, Sync: mode})
+			ctx := context.Background()
+			bad, good := newSession(t, s), newSession(t, s)
+			for _, id := range []string{bad.ID, good.ID} {
+				_, _, err := s.PostDelivery(ctx, belay.DeliveryInput{Session: id, Type: "t", Priority: 1})
+				require.NoError(t, err)
+			}
+			_, err := s.LeaseDeliveries(ctx, good.ID, "agent", time.Minute, 1)
+			require.NoError(t, err)
+			op := "fdatasync"
+			if mode == SyncLog {
+				op = "write"
+				ffs.Set(vfstest.Faults{Write: func(name string, p []byte) (int, error) {
+					if strings.Contains(name, bad.ID) {
+						return 0, syscall.EIO
+					}
+					return len(p), nil
+				}})
+			} else {
+				ffs.Set(vfstest.Faults{Sync: func(name string) error {
+					if strings.Contains(name, bad.ID) {
+						return syscall.EIO
+					}
+					return nil
+				}})
+			}
+			_, err = s.Append(ctx, bad.ID, belay.Sync, belay.Event{Type: "note"})
+			require.ErrorIs(t, err, belay.ErrReadOnly)
+
+			got, err := s.Session(ctx, bad.ID)
+			require.NoError(t, err)
+			require.Equal(t, belay.SessionIdle, got.State, "a failed write is not damage")
+			require.Contains(t, got.Problem, op)
+
+			clk.Advance(time.Minute)
+			expired, _, err := s.ExpireDeliveryLeases(ctx)
+			require.NoError(t, err)
+			require.Len(t, expired, 1)
+			require.Equal(t, good.ID, expired[0].Session)
+			leased, err := s.LeaseDeliveries(ctx, "", "agent", time.Minute, 5)
+			require.NoError(t, err)
+			require.Len(t, leased, 1)
+			require.Equal(t, good.ID, leased[0].Session)
+		})
 	}
-	_, err := s.LeaseDeliveries(ctx, good.ID, "agent", time.Minute, 1)
-	require.NoError(t, err)
-	ffs.Set(vfstest.Faults{Sync: func(name string) error {
-		if strings.Contains(name, bad.ID) {
-			return syscall.EIO
-		}
-		return nil
-	}})
-	_, err = s.Append(ctx, bad.ID, belay.Sync, belay.Event{Type: "note"})
-	require.ErrorIs(t, err, belay.ErrReadOnly)
-
-	got, err := s.Session(ctx, bad.ID)
-	require.NoError(t, err)
-	require.Equal(t, belay.SessionIdle, got.State, "a failed write is not damage")
-	require.Contains(t, got.Problem, "fdatasync")
-
-	clk.Advance(time.Minute)
-	expired, _, err := s.ExpireDeliveryLeases(ctx)
-	require.NoError(t, err)
-	require.Len(t, expired, 1)
-	require.Equal(t, good.ID, expired[0].Session)
-	leased, err := s.LeaseDeliveries(ctx, "", "agent", time.Minute, 5)
-	require.NoError(t, err)
-	require.Len(t, leased, 1)
-	require.Equal(t, good.ID, leased[0].Session)
 }
 
 func TestPruneRenameFailureKeepsSession(t *testing.T) {
@@ -228,30 +262,36 @@ func TestPruneRenameFailureKeepsSession(t *testing.T) {
 // without reopening the store.
 func TestDiskFullHeals(t *testing.T) {
 	t.Parallel()
-	for _, fault := range []struct {
+	type fault struct {
 		name   string
+		mode   string
 		faults vfstest.Faults
-	}{
-		{"ENOSPC on write", vfstest.Faults{Write: func(name string, p []byte) (int, error) {
-			if strings.HasSuffix(name, "journal.jsonl") {
-				return len(p) / 2, syscall.ENOSPC
-			}
-			return len(p), nil
-		}}},
-		{"ENOSPC on fdatasync", vfstest.Faults{Sync: func(name string) error {
-			if strings.HasSuffix(name, "journal.jsonl") {
-				return syscall.ENOSPC
-			}
-			return nil
-		}}},
-		{"EDQUOT on write", vfstest.Faults{Write: func(name string, p []byte) (int, error) {
-			return 0, syscall.EDQUOT
-		}}},
-	} {
-		t.Run(fault.name, func(t *testing.T) {
+	}
+	var faults []fault
+	for _, c := range commitFaults {
+		faults = append(faults,
+			fault{"ENOSPC on write", c.mode, vfstest.Faults{Write: func(name string, p []byte) (int, error) {
+				if strings.HasSuffix(name, "journal.jsonl") {
+					return len(p) / 2, syscall.ENOSPC
+				}
+				return len(p), nil
+			}}},
+			fault{"ENOSPC on fdatasync", c.mode, vfstest.Faults{Sync: func(name string) error {
+				if c.synced(name, "") {
+					return syscall.ENOSPC
+				}
+				return nil
+			}}},
+			fault{"EDQUOT on write", c.mode, vfstest.Faults{Write: func(name string, p []byte) (int, error) {
+				return 0, syscall.EDQUOT
+			}}},
+		)
+	}
+	for _, fault := range faults {
+		t.Run(fault.mode+"/"+fault.name, func(t *testing.T) {
 			t.Parallel()
 			ffs := vfstest.New(nil)
-			s := openStore(t, t.TempDir(), Options{FS: ffs})
+			s := openStore(t, t.TempDir(), Options{FS: ffs, Sync: fault.mode})
 			ctx := context.Background()
 			sess := newSession(t, s)
 			_, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "kept"})

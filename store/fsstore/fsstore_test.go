@@ -43,7 +43,13 @@ func harness(sync string) storetest.Harness {
 	}
 }
 
-func TestConformance(t *testing.T) { storetest.Run(t, harness(SyncFile)) }
+// TestConformance runs the suite with the default: commits made durable
+// in the store's commit log.
+func TestConformance(t *testing.T) { storetest.Run(t, harness("")) }
+
+// TestConformanceFileSync runs the suite with one fdatasync per journal
+// commit.
+func TestConformanceFileSync(t *testing.T) { storetest.Run(t, harness(SyncFile)) }
 
 // TestConformanceSharedSync runs the suite with commits made durable by
 // shared filesystem syncs.

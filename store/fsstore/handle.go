@@ -59,6 +59,7 @@ func (ss *session) acquire() (*journal.Journal, error) {
 	}
 	jo := ss.store.journalOptions(ss.store.opts.ReadOnly)
 	jo.MustExist = true // a deleted journal is missing, never silently empty
+	jo.LogName = ss.id
 	jo.OnCommit = ss.committed
 	j, err := journal.Open(ss.dir, jo)
 	var q *journal.QuarantineError

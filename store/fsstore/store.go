@@ -18,6 +18,7 @@ import (
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/journal"
+	"github.com/belayhq/belay/journal/commitlog"
 	"github.com/belayhq/belay/lock"
 	"github.com/belayhq/belay/store"
 )
@@ -28,10 +29,12 @@ var _ store.Store = (*Store)(nil)
 const (
 	LockName     = "belay.lock"
 	SessionsName = "sessions"
+	LogName      = "commitlog"
 )
 
 // Sync modes.
 const (
+	SyncLog        = "log"
 	SyncFile       = "file"
 	SyncFilesystem = "filesystem"
 )
@@ -62,13 +65,18 @@ type Options struct {
 	BufferedDelay time.Duration
 	// ObserveSync, if set, is told how long each journal fdatasync took.
 	ObserveSync func(time.Duration)
-	// Sync is how commits are made durable: SyncFile (the default), one
-	// fdatasync per journal commit; or SyncFilesystem, one syncfs(2) shared
-	// by every journal committing at that moment, which serves many
-	// concurrent sessions with far fewer syncs but waits for all the
-	// filesystem's dirty data, so it suits a filesystem belay has mostly to
-	// itself.
+	// Sync is how commits are made durable: SyncLog (the default), one
+	// store-wide commit log that every journal's commits go through, one
+	// fdatasync of it per group of commits across sessions (the journals
+	// are synced in the background and repaired from the log after a
+	// power cut); SyncFile, one fdatasync per journal commit; or
+	// SyncFilesystem, one syncfs(2) shared by every journal committing at
+	// that moment, which waits for all the filesystem's dirty data, so it
+	// suits a filesystem belay has mostly to itself.
 	Sync string
+	// LogSegmentSize is the commit log's segment size
+	// (commitlog.DefaultSegmentSize if 0; tests lower it).
+	LogSegmentSize int64
 	// MaxOpen is how many idle session journals stay open
 	// (DefaultMaxOpen if 0); journals in use are never closed.
 	MaxOpen int
@@ -101,6 +109,9 @@ type Store struct {
 
 	syncer      journal.Syncer
 	closeSyncer func() error
+	log         *commitlog.Log   // SyncLog
+	replayed    commitlog.Replay // what opening the log found
+	logPending  []string         // read-only: sessions whose journals lack what the log holds
 
 	claims  claims         // admission, owners, rescue (claims.go)
 	feed    feed           // the change feed (claims.go)
@@ -146,7 +157,10 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	s.claims.init()
 	s.feed.init()
 	switch opts.Sync {
-	case "", SyncFile:
+	case "", SyncLog:
+		opts.Sync = SyncLog
+		s.opts.Sync = SyncLog
+	case SyncFile:
 	case SyncFilesystem:
 		if !opts.ReadOnly {
 			if err := s.fsys.MkdirAll(dir, 0o700); err != nil {
@@ -159,7 +173,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 			s.syncer, s.closeSyncer = journal.NewGroupSyncer(syncfs), closeFn
 		}
 	default:
-		return nil, fmt.Errorf("%w: sync mode %q is not %q or %q", belay.ErrInvalid, opts.Sync, SyncFile, SyncFilesystem)
+		return nil, fmt.Errorf("%w: sync mode %q is not %q, %q or %q", belay.ErrInvalid, opts.Sync, SyncLog, SyncFile, SyncFilesystem)
 	}
 	if !opts.ReadOnly {
 		if err := s.fsys.MkdirAll(filepath.Join(dir, SessionsName), 0o700); err != nil {
@@ -181,6 +195,10 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		}
 		s.hb = hb
 	}
+	if err := s.openLog(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	if err := s.load(); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -192,6 +210,50 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	s.schedule(all)
 	return s, nil
+}
+
+// logDir is where the commit log's segments are.
+func (s *Store) logDir() string { return filepath.Join(s.dir, LogName) }
+
+// journalPath is the journal file of a session: what the commit log's
+// records under the session's id apply to.
+func (s *Store) journalPath(id string) string {
+	return filepath.Join(s.dir, SessionsName, id, journal.FileName)
+}
+
+// openLog replays the commit log into the journals before any is opened,
+// and starts it (SyncLog). Opened read-only, the store changes nothing: it
+// only finds the sessions whose journals lack what the log holds (a power
+// cut the log was not yet replayed after) and reports them as a problem.
+// Another mode finding segments left by SyncLog replays them and leaves no
+// log running.
+func (s *Store) openLog() error {
+	if s.opts.Sync != SyncLog {
+		if segs, err := commitlog.Segments(s.fsys, s.logDir()); err != nil || len(segs) == 0 {
+			return err
+		}
+	}
+	if s.opts.ReadOnly {
+		pending, err := commitlog.Pending(s.fsys, s.logDir(), s.journalPath)
+		if err != nil {
+			return fmt.Errorf("fsstore: %w", err)
+		}
+		s.logPending = pending
+		return nil
+	}
+	log, rep, err := commitlog.Open(s.logDir(), commitlog.Options{
+		FS: s.fsys, Path: s.journalPath, SegmentSize: s.opts.LogSegmentSize,
+		Fence: s.fence, ObserveSync: s.opts.ObserveSync,
+	})
+	if err != nil {
+		return fmt.Errorf("fsstore: %w", err)
+	}
+	s.replayed = rep
+	if s.opts.Sync != SyncLog {
+		return log.Close()
+	}
+	s.log = log
+	return nil
 }
 
 // onLockLost turns the store read-only for good, once, and tells the
@@ -282,6 +344,13 @@ func (s *Store) load() error {
 		}()
 	}
 	wg.Wait()
+	for _, id := range s.logPending {
+		for _, ss := range loaded {
+			if ss.id == id {
+				ss.setProblem(fmt.Errorf("%w: the journal of session %s lacks events the store's commit log holds (the machine stopped before they reached it); opening the store for writing puts them back: belay daemon start", belay.ErrReadOnly, id))
+			}
+		}
+	}
 	for i, ss := range loaded {
 		if err := s.index(ss); err != nil {
 			for _, rest := range loaded[i:] {
@@ -332,6 +401,10 @@ func (s *Store) Close() error {
 		errs = append(errs, ss.close())
 	}
 	s.folds.Wait()
+	if s.log != nil {
+		// After the journals: it checkpoints what they committed.
+		errs = append(errs, s.log.Close())
+	}
 	if s.hb != nil {
 		errs = append(errs, s.hb.Stop(context.Background()))
 	}
@@ -462,7 +535,11 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 		_ = s.fsys.RemoveAll(tmp)
 		return nil, err
 	}
-	j, err := journal.Open(tmp, s.journalOptions(false))
+	// The new journal syncs its own file: its one commit is not worth a
+	// log record under a name that is not yet in place.
+	jo := s.journalOptions(false)
+	jo.Log, jo.LogName = nil, ""
+	j, err := journal.Open(tmp, jo)
 	if err != nil {
 		return fail(err)
 	}
@@ -505,6 +582,9 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 
 func (s *Store) journalOptions(readOnly bool) journal.Options {
 	o := journal.Options{FS: s.fsys, Now: s.clock.Now, BufferedDelay: s.opts.BufferedDelay, ReadOnly: readOnly, ObserveSync: s.opts.ObserveSync, Syncer: s.syncer}
+	if s.log != nil && !readOnly {
+		o.Log = s.log
+	}
 	if !readOnly && s.lock != nil {
 		o.Fence = s.fence
 	}

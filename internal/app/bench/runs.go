@@ -36,7 +36,7 @@ type RunsConfig struct {
 	// IdleSessions is how many idle sessions to load for the memory
 	// measurement (0 skips it).
 	IdleSessions int
-	// Sync is the store's sync mode (fsstore.SyncFile or SyncFilesystem).
+	// Sync is the store's sync mode (fsstore.SyncLog, SyncFile or SyncFilesystem).
 	Sync string
 	// Store is "" or "file:" (the embedded store in a scratch directory)
 	// or a postgres:// URL (pgstore; migrated if needed, its sessions
@@ -120,7 +120,7 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 	}
 	defer os.RemoveAll(root)
 	if cfg.Sync == "" {
-		cfg.Sync = fsstore.SyncFile
+		cfg.Sync = fsstore.SyncLog
 	}
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = 1

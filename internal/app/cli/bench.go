@@ -76,7 +76,7 @@ peak load.`,
 	f.IntVar(&opts.Sessions, "sessions", 1000, "sessions the runs are spread over")
 	f.IntVar(&opts.Submitters, "submitters", 16, "concurrent submitters")
 	f.IntVar(&opts.Idle, "idle", 100000, "idle sessions for the memory measurement (0 to skip)")
-	f.StringVar(&opts.Sync, "sync", "file", "store sync mode: file (fdatasync per journal) or filesystem (shared syncfs)")
+	f.StringVar(&opts.Sync, "sync", "log", "store sync mode: log (the store-wide commit log), file (fdatasync per journal) or filesystem (shared syncfs)")
 	f.StringVar(&opts.Store, "store", "", "store to bench: file: (default) or postgres://USER@HOST/DB (a scratch database)")
 	f.IntVar(&opts.Nodes, "nodes", 1, "runtimes over the one database, each with its own pool (postgres:// only)")
 	f.IntVar(&opts.Batch, "batch", 0, "submit the runs in batches of this many (0: one per call)")

@@ -25,7 +25,7 @@ const ConfigName = "config.toml"
 // Config is <data>/config.toml. Every part is optional.
 type Config struct {
 	Store struct {
-		// Sync is "file" (default) or "filesystem" (see fsstore.Options.Sync).
+		// Sync is "log" (default), "file" or "filesystem" (see fsstore.Options.Sync).
 		Sync string `toml:"sync"`
 		// LockTTL is how long the data dir lock's owner record stays valid
 		// without a heartbeat (default 15s); the daemon stops writing if it

@@ -1,0 +1,251 @@
+package commitlog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/belayhq/belay/internal/vfs"
+)
+
+// target is a journal file a replay writes to.
+type target struct {
+	f        vfs.File
+	missing  bool
+	repaired bool
+}
+
+// replay applies every segment in order to the journals' files, syncs
+// them, and removes the segments. It returns the highest segment number
+// seen. Every segment is checked before anything is written, so a damaged
+// log changes nothing.
+func (l *Log) replay() (Replay, uint64, error) {
+	start := time.Now()
+	var rep Replay
+	nos, err := Segments(l.fsys, l.dir)
+	if err != nil || len(nos) == 0 {
+		return rep, 0, err
+	}
+	last := nos[len(nos)-1]
+	// First pass: validate, so that damage is reported before any change.
+	for _, no := range nos {
+		if _, err := l.scanFile(no, func(record) error { return nil }); err != nil {
+			return rep, last, err
+		}
+	}
+	if l.opts.Fence != nil {
+		if err := l.opts.Fence(); err != nil {
+			return rep, last, fmt.Errorf("commit log: not replaying: %w", err)
+		}
+	}
+	targets := map[string]*target{}
+	defer func() {
+		for _, t := range targets {
+			if t.f != nil {
+				_ = t.f.Close()
+			}
+		}
+	}()
+	var cmp []byte
+	apply := func(r record) error {
+		t := targets[r.name]
+		if t == nil {
+			t = &target{}
+			targets[r.name] = t
+			f, err := l.fsys.OpenFile(l.opts.Path(r.name), os.O_RDWR, 0)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				t.missing = true
+			case err != nil:
+				return fmt.Errorf("commit log: replay into %s: %w", l.opts.Path(r.name), err)
+			default:
+				t.f = f
+			}
+		}
+		if t.missing {
+			return nil
+		}
+		switch r.kind {
+		case kindWrite:
+			if cap(cmp) < len(r.data) {
+				cmp = make([]byte, len(r.data))
+			}
+			cmp = cmp[:len(r.data)]
+			n, err := t.f.ReadAt(cmp, r.off)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("commit log: replay: read %s: %w", t.f.Name(), err)
+			}
+			if n == len(cmp) && bytes.Equal(cmp, r.data) {
+				return nil
+			}
+			t.repaired = true
+			if _, err := t.f.Seek(r.off, io.SeekStart); err != nil {
+				return fmt.Errorf("commit log: replay: seek %s: %w", t.f.Name(), err)
+			}
+			if _, err := t.f.Write(r.data); err != nil {
+				return fmt.Errorf("commit log: replay: write %s: %w", t.f.Name(), err)
+			}
+		case kindCut:
+			fi, err := t.f.Stat()
+			if err != nil {
+				return fmt.Errorf("commit log: replay: stat %s: %w", t.f.Name(), err)
+			}
+			if fi.Size() > r.off {
+				t.repaired = true
+				if err := t.f.Truncate(r.off); err != nil {
+					return fmt.Errorf("commit log: replay: cut %s: %w", t.f.Name(), err)
+				}
+			}
+		}
+		return nil
+	}
+	for _, no := range nos {
+		res, err := l.scanFile(no, apply)
+		if err != nil {
+			return rep, last, err
+		}
+		rep.Segments++
+		rep.Batches += res.batches
+		rep.Records += res.records
+		if res.torn != "" {
+			rep.Torn = fmt.Sprintf("%s at byte %d: %s", segName(no), res.end, res.torn)
+		}
+	}
+	// The files may hold the log's bytes only in the page cache (the last
+	// process died, the machine did not): sync every one before the
+	// segments go.
+	for _, t := range targets {
+		switch {
+		case t.missing:
+			rep.Missing++
+			continue
+		case t.repaired:
+			rep.Repaired++
+		}
+		if err := t.f.Sync(); err != nil {
+			return rep, last, fmt.Errorf("commit log: replay: fdatasync %s: %w", t.f.Name(), err)
+		}
+	}
+	for _, no := range nos {
+		if err := l.fsys.Remove(filepath.Join(l.dir, segName(no))); err != nil {
+			return rep, last, fmt.Errorf("commit log: remove %s: %w", segName(no), err)
+		}
+	}
+	if err := l.fsys.SyncDir(l.dir); err != nil {
+		return rep, last, fmt.Errorf("commit log: sync %s: %w", l.dir, err)
+	}
+	rep.Took = time.Since(start)
+	return rep, last, nil
+}
+
+func (l *Log) scanFile(no uint64, fn func(record) error) (scanResult, error) {
+	path := filepath.Join(l.dir, segName(no))
+	f, err := l.fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return scanResult{}, fmt.Errorf("commit log: open %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return scanResult{}, fmt.Errorf("commit log: stat %s: %w", path, err)
+	}
+	return scanSegment(f, path, no, fi.Size(), fn)
+}
+
+// Pending reports, without changing anything, whether the segments in dir
+// hold bytes the journals' files lack (what a replay would repair): the
+// names of those journals. Offline readers use it to say that a store
+// needs to be opened for writing before its journals are whole.
+func Pending(fsys vfs.FS, dir string, path func(name string) string) ([]string, error) {
+	if fsys == nil {
+		fsys = vfs.OS
+	}
+	nos, err := Segments(fsys, dir)
+	if err != nil || len(nos) == 0 {
+		return nil, err
+	}
+	l := &Log{fsys: fsys, dir: dir, opts: Options{Path: path}}
+	// A write that a later cut took back is not expected in the file.
+	type cut struct {
+		at   int
+		size int64
+	}
+	cuts := map[string][]cut{}
+	at := 0
+	for _, no := range nos {
+		_, err := l.scanFile(no, func(r record) error {
+			at++
+			if r.kind == kindCut {
+				cuts[r.name] = append(cuts[r.name], cut{at, r.off})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	cutBack := func(name string, at int, end int64) bool {
+		for _, c := range cuts[name] {
+			if c.at > at && c.size < end {
+				return true
+			}
+		}
+		return false
+	}
+	lacking := map[string]bool{}
+	files := map[string]vfs.File{}
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+	}()
+	var cmp []byte
+	var names []string
+	at = 0
+	for _, no := range nos {
+		_, err := l.scanFile(no, func(r record) error {
+			at++
+			if r.kind != kindWrite || lacking[r.name] || cutBack(r.name, at, r.off+int64(len(r.data))) {
+				return nil
+			}
+			f, seen := files[r.name]
+			if !seen {
+				f, err = fsys.OpenFile(path(r.name), os.O_RDONLY, 0)
+				if errors.Is(err, fs.ErrNotExist) {
+					f, err = nil, nil
+				}
+				if err != nil {
+					return fmt.Errorf("commit log: open %s: %w", path(r.name), err)
+				}
+				files[r.name] = f
+			}
+			if f == nil {
+				return nil
+			}
+			if cap(cmp) < len(r.data) {
+				cmp = make([]byte, len(r.data))
+			}
+			cmp = cmp[:len(r.data)]
+			n, rerr := f.ReadAt(cmp, r.off)
+			if rerr != nil && !errors.Is(rerr, io.EOF) {
+				return fmt.Errorf("commit log: read %s: %w", f.Name(), rerr)
+			}
+			if n != len(cmp) || !bytes.Equal(cmp, r.data) {
+				lacking[r.name] = true
+				names = append(names, r.name)
+			}
+			return nil
+		})
+		if err != nil {
+			return names, err
+		}
+	}
+	return names, nil
+}
