@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/belayhq/belay/internal/vfs"
@@ -119,6 +121,7 @@ func (l *Log) replay() (Replay, uint64, error) {
 	// The files may hold the log's bytes only in the page cache (the last
 	// process died, the machine did not): sync every one before the
 	// segments go.
+	var toSync []*target
 	for _, t := range targets {
 		switch {
 		case t.missing:
@@ -127,9 +130,10 @@ func (l *Log) replay() (Replay, uint64, error) {
 		case t.repaired:
 			rep.Repaired++
 		}
-		if err := t.f.Sync(); err != nil {
-			return rep, last, fmt.Errorf("commit log: replay: fdatasync %s: %w", t.f.Name(), err)
-		}
+		toSync = append(toSync, t)
+	}
+	if err := syncAll(toSync); err != nil {
+		return rep, last, err
 	}
 	for _, no := range nos {
 		if err := l.fsys.Remove(filepath.Join(l.dir, segName(no))); err != nil {
@@ -141,6 +145,30 @@ func (l *Log) replay() (Replay, uint64, error) {
 	}
 	rep.Took = time.Since(start)
 	return rep, last, nil
+}
+
+// syncAll fdatasyncs the targets, checkpointWorkers at a time.
+func syncAll(ts []*target) error {
+	var next atomic.Int64
+	errs := make([]error, checkpointWorkers)
+	var wg sync.WaitGroup
+	for w := range min(checkpointWorkers, len(ts)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ts) {
+					return
+				}
+				if err := ts[i].f.Sync(); err != nil && errs[w] == nil {
+					errs[w] = fmt.Errorf("commit log: replay: fdatasync %s: %w", ts[i].f.Name(), err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (l *Log) scanFile(no uint64, fn func(record) error) (scanResult, error) {

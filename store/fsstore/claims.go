@@ -325,7 +325,7 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 	// to different journals and are synced side by side, not one after
 	// another.
 	type lease struct {
-		run belay.Run
+		c   store.Claimed
 		ok  bool
 		err error
 	}
@@ -333,8 +333,8 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 	var wg sync.WaitGroup
 	for i, id := range picked {
 		wg.Go(func() {
-			run, ok, err := s.leaseQueued(ctx, id, c.Owner, c.TTL)
-			leases[i] = lease{run, ok, err}
+			claimed, ok, err := s.leaseQueued(ctx, id, c.Owner, c.TTL)
+			leases[i] = lease{claimed, ok, err}
 		})
 	}
 	wg.Wait()
@@ -347,7 +347,7 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 				firstErr = l.err
 			}
 		case l.ok:
-			out = append(out, store.Claimed{Run: l.run})
+			out = append(out, l.c)
 		}
 	}
 	if len(back) > 0 {
@@ -424,26 +424,27 @@ func (s *Store) rescue(ctx context.Context, id, owner string, ttl time.Duration)
 
 // leaseQueued leases a run the scheduler promoted. It reports false when
 // the run is no longer queued (cancelled, or leased directly meanwhile).
-func (s *Store) leaseQueued(ctx context.Context, id, owner string, ttl time.Duration) (belay.Run, bool, error) {
+func (s *Store) leaseQueued(ctx context.Context, id, owner string, ttl time.Duration) (store.Claimed, bool, error) {
 	ss, r, err := s.runSession(id)
 	if err != nil {
-		return belay.Run{}, false, err
+		return store.Claimed{}, false, err
 	}
 	defer ss.mu.Unlock()
 	if r.Status != belay.RunQueued || r.Lease != nil {
-		return belay.Run{}, false, nil
+		return store.Claimed{}, false, nil
 	}
 	if err := ss.writable(); err != nil {
-		return belay.Run{}, false, err
+		return store.Claimed{}, false, err
 	}
 	data, err := marshal(belay.RunLeasedData{Owner: owner, ExpiresAt: s.clock.Now().Add(ttl).UTC()})
 	if err != nil {
-		return belay.Run{}, false, err
+		return store.Claimed{}, false, err
 	}
+	input := ss.st.inputs[id] // (the lease's fold drops it)
 	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
-		return belay.Run{}, false, err
+		return store.Claimed{}, false, err
 	}
-	return copyRun(r), true, nil
+	return store.Claimed{Run: copyRun(r), Input: input}, true, nil
 }
 
 // HeartbeatOwner records that owner is alive for ttl more.

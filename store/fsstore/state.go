@@ -35,7 +35,18 @@ type state struct {
 
 	runs       map[string]*belay.Run
 	deliveries map[string]*belay.Delivery
+	// inputs holds the inputs of queued runs, small ones only and a bounded
+	// number, as their run.created events carried them: a claim hands them
+	// to the runner instead of its reading them back from the journal.
+	// Not in snapshots; a run whose input is not here is read as before.
+	inputs map[string]json.RawMessage
 }
+
+// Bounds of state.inputs.
+const (
+	maxCachedInput  = 4 << 10
+	maxCachedInputs = 64
+)
 
 // stateVersion 2 folds notifications: a snapshot of version 1 is not
 // trusted, so the journal is replayed once with them.
@@ -119,6 +130,12 @@ func (st *state) apply(e *belay.Event) error {
 		st.runs[r.ID] = r
 		if p.Key != "" {
 			st.RunKeys[p.Key] = r.ID
+		}
+		if len(p.Input) <= maxCachedInput && len(st.inputs) < maxCachedInputs {
+			if st.inputs == nil {
+				st.inputs = map[string]json.RawMessage{}
+			}
+			st.inputs[r.ID] = p.Input
 		}
 		if p.Front {
 			if st.Front == nil {
@@ -297,6 +314,11 @@ func (st *state) apply(e *belay.Event) error {
 	st.Session.LastSeq = e.Seq
 	if e.TS.After(st.Session.UpdatedAt) {
 		st.Session.UpdatedAt = e.TS
+	}
+	if e.Run != "" && len(st.inputs) > 0 {
+		if r := st.runs[e.Run]; r == nil || r.Status != belay.RunQueued {
+			delete(st.inputs, e.Run) // leased or ended: a claim no longer needs it
+		}
 	}
 	return nil
 }

@@ -72,10 +72,15 @@ type RunsResult struct {
 	P50Millis   float64 `json:"submit_to_complete_p50_ms"`
 	P99Millis   float64 `json:"submit_to_complete_p99_ms"`
 	SyncsPerRun float64 `json:"journal_events_per_run"`
-	// CommitsPerRun is how many synced journal commits (each one
-	// fdatasync of a session's journal, or one wait for a shared syncfs)
-	// the runs took, per run; file store only.
+	// CommitsPerRun is how many syncs the runs took, per run: fdatasyncs
+	// of the commit log (sync mode log: one serves every session that
+	// commits at that moment), of the sessions' journals (file), or waits
+	// for a shared syncfs (filesystem); file store only.
 	CommitsPerRun float64 `json:"synced_commits_per_run,omitempty"`
+	// CPUMicrosPerRun is the CPU time (user and system) this process spent
+	// in the peak phase, per run: with the file store, all of belay's
+	// work; it reads the same on a busy machine, where runs/s does not.
+	CPUMicrosPerRun float64 `json:"cpu_us_per_run"`
 	// The raw baseline, measured in the same run on the same filesystem:
 	// 4 KiB append + fdatasync loops on one file, and on Submitters files
 	// at once. RunsPerFsync is RunsPerSec over FsyncPerSec: the figure that
@@ -266,10 +271,12 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	cfg.Progress(fmt.Sprintf("submitting %d runs from %d submitters (%s) to %d node(s)", cfg.Runs, cfg.Submitters, how, cfg.Nodes))
 	p := newRunsPhase(cfg.Runs)
 	cur.Store(p)
+	cpu0 := cpuSeconds()
 	rate, p50, p99, err := submitPhase(ctx, cfg, rts, sessions, p, 0)
 	if err != nil {
 		return err
 	}
+	res.CPUMicrosPerRun = (cpuSeconds() - cpu0) * 1e6 / float64(cfg.Runs)
 	res.RunsPerSec, res.P50Millis, res.P99Millis = rate, p50, p99
 	res.SyncsPerRun = float64(totalSeq(ctx, st, sessions)-beforeSeq) / float64(cfg.Runs)
 	res.CommitsPerRun = float64(commits.Load()-beforeCommits) / float64(cfg.Runs)

@@ -118,12 +118,12 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 		how = fmt.Sprintf("batches of %d", res.Batch)
 	}
 	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters (%s), store %s, %d node(s)\n\n", res.Runs, res.Sessions, res.Submitters, how, res.Store, res.Nodes)
-	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run\tsynced commits/run")
+	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run\tsyncs/run\tCPU/run")
 	commits := "-" // not counted for PostgreSQL
 	if res.CommitsPerRun > 0 {
 		commits = fmt.Sprintf("%.2f", res.CommitsPerRun)
 	}
-	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\t%s\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun, commits)
+	fmt.Fprintf(w, "%.0f\t%.1f ms\t%.1f ms\t%.1f\t%s\t%.0f µs\n", res.RunsPerSec, res.P50Millis, res.P99Millis, res.SyncsPerRun, commits, res.CPUMicrosPerRun)
 	if res.Paced > 0 {
 		fmt.Fprintf(w, "\nat %.0f%% of peak\toffered runs/s\truns/s\tp50\tp99\n", 100*res.Paced)
 		fmt.Fprintf(w, "\t%.0f\t%.0f\t%.1f ms\t%.1f ms\n", res.PacedOffered, res.PacedRunsPerSec, res.PacedP50Millis, res.PacedP99Millis)
