@@ -8,8 +8,9 @@ import (
 )
 
 // Segment layout. A segment is a sequence of batches, each starting at a
-// multiple of blockSize and padded to the next one, followed by zeros up
-// to the segment's preallocated size:
+// multiple of blockSize (a sector) and padded to the next one, followed
+// by zeros up to the segment's preallocated size, or by the stale bytes of
+// the retired segment whose file it reuses:
 //
 //	header (16 bytes, little-endian):
 //	  [0:4]   CRC-32C of bytes [4:16] and of the segment's number (8 bytes)
@@ -24,10 +25,11 @@ import (
 //	  data len  4 bytes, then the data (write only)
 //
 // A header of zeros ends the segment. Both checksums cover the segment's
-// number, so a batch copied into another segment never validates.
+// number, so a batch copied into another segment, or left in a reused
+// file by the segment it held before, never validates.
 const (
 	headerSize = 16
-	blockSize  = 4096
+	blockSize  = 512
 
 	kindWrite = 1
 	kindCut   = 2
@@ -36,6 +38,8 @@ const (
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var zeroBlock [blockSize]byte
 
 // record is one decoded record.
 type record struct {
@@ -77,7 +81,7 @@ func sealBatch(b []byte, seg uint64, count int) []byte {
 	binary.LittleEndian.PutUint32(b[12:16], uint32(count))
 	binary.LittleEndian.PutUint32(b[0:4], segSum(seg, b[4:16]))
 	if r := len(b) % blockSize; r != 0 {
-		b = append(b, make([]byte, blockSize-r)...)
+		b = append(b, zeroBlock[:blockSize-r]...)
 	}
 	return b
 }

@@ -111,8 +111,17 @@ type Log struct {
 	seg *segment // the committer's current segment (nil after a failure)
 
 	noMu   sync.Mutex
-	nextNo uint64 // the number the next segment made gets
+	nextNo uint64   // the number the next segment made gets
+	free   []string // retired segment files kept for reuse (freeName)
 }
+
+// maxFree bounds the retired segment files kept for reuse: reusing one
+// costs a rename, where a new one is written full of zeros first.
+const maxFree = 2
+
+// freeName is the name of a retired segment file kept for reuse: not a
+// segment name, so a replay does not read it.
+func freeName(no uint64) string { return "free-" + segName(no) }
 
 type segment struct {
 	no    uint64
@@ -402,6 +411,9 @@ func (l *Log) prepare(no uint64) (*segment, error) {
 			return nil, fmt.Errorf("commit log: not creating %s: %w", path, err)
 		}
 	}
+	if s := l.reuse(no, path); s != nil {
+		return s, nil
+	}
 	f, err := l.fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("commit log: create %s: %w", path, err)
@@ -432,6 +444,57 @@ func (l *Log) prepare(no uint64) (*segment, error) {
 		return nil, fmt.Errorf("commit log: create %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// reuse makes segment no of a retired file, if one is kept: its stale
+// batches do not validate under the new number. nil if there is none or
+// it cannot be used (then a new file is made).
+func (l *Log) reuse(no uint64, path string) *segment {
+	l.noMu.Lock()
+	if len(l.free) == 0 {
+		l.noMu.Unlock()
+		return nil
+	}
+	old := l.free[len(l.free)-1]
+	l.free = l.free[:len(l.free)-1]
+	l.noMu.Unlock()
+	if err := l.fsys.Rename(old, path); err != nil {
+		_ = l.fsys.Remove(old)
+		return nil
+	}
+	f, err := l.fsys.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		_ = l.fsys.Remove(path)
+		return nil
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = l.fsys.SyncDir(l.dir) // the new name is durable before a batch in it
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = l.fsys.Remove(path)
+		return nil
+	}
+	return &segment{no: no, path: path, f: f, size: fi.Size(), names: map[string]struct{}{}}
+}
+
+// retire removes a segment file, or keeps it for reuse. The caller syncs
+// the directory.
+func (l *Log) retire(no uint64, path string) error {
+	l.noMu.Lock()
+	keep := len(l.free) < maxFree
+	l.noMu.Unlock()
+	if keep {
+		dst := filepath.Join(l.dir, freeName(no))
+		if err := l.fsys.Rename(path, dst); err == nil {
+			l.noMu.Lock()
+			l.free = append(l.free, dst)
+			l.noMu.Unlock()
+			return nil
+		}
+	}
+	return l.fsys.Remove(path)
 }
 
 var zeros = make([]byte, 1<<20)
@@ -514,7 +577,7 @@ func (l *Log) checkpoint(s *segment) error {
 			return fmt.Errorf("commit log: not removing %s: %w", s.path, err)
 		}
 	}
-	if err := l.fsys.Remove(s.path); err != nil {
+	if err := l.retire(s.no, s.path); err != nil {
 		return fmt.Errorf("commit log: remove %s: %w", s.path, err)
 	}
 	if err := l.fsys.SyncDir(l.dir); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,11 +30,21 @@ type target struct {
 func (l *Log) replay() (Replay, uint64, error) {
 	start := time.Now()
 	var rep Replay
-	nos, err := Segments(l.fsys, l.dir)
-	if err != nil || len(nos) == 0 {
+	nos, free, err := l.listDir()
+	if err != nil {
 		return rep, 0, err
 	}
-	last := nos[len(nos)-1]
+	l.free = free
+	var last uint64
+	for _, name := range free {
+		if no, ok := parseSegName(strings.TrimPrefix(filepath.Base(name), "free-")); ok {
+			last = max(last, no)
+		}
+	}
+	if len(nos) == 0 {
+		return rep, last, nil
+	}
+	last = max(last, nos[len(nos)-1])
 	// First pass: validate, so that damage is reported before any change.
 	for _, no := range nos {
 		if _, err := l.scanFile(no, func(record) error { return nil }); err != nil {
@@ -136,7 +147,7 @@ func (l *Log) replay() (Replay, uint64, error) {
 		return rep, last, err
 	}
 	for _, no := range nos {
-		if err := l.fsys.Remove(filepath.Join(l.dir, segName(no))); err != nil {
+		if err := l.retire(no, filepath.Join(l.dir, segName(no))); err != nil {
 			return rep, last, fmt.Errorf("commit log: remove %s: %w", segName(no), err)
 		}
 	}
@@ -169,6 +180,34 @@ func syncAll(ts []*target) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// listDir returns the segment numbers in the log's directory, oldest
+// first, and the retired files kept for reuse (at most maxFree; others
+// are removed).
+func (l *Log) listDir() ([]uint64, []string, error) {
+	nos, err := Segments(l.fsys, l.dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	ents, err := l.fsys.ReadDir(l.dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("commit log: list %s: %w", l.dir, err)
+	}
+	var free []string
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "free-")
+		if _, seg := parseSegName(rest); !ok || !seg || !e.Type().IsRegular() {
+			continue
+		}
+		path := filepath.Join(l.dir, e.Name())
+		if len(free) < maxFree {
+			free = append(free, path)
+		} else if err := l.fsys.Remove(path); err != nil {
+			return nil, nil, fmt.Errorf("commit log: remove %s: %w", path, err)
+		}
+	}
+	return nos, free, nil
 }
 
 func (l *Log) scanFile(no uint64, fn func(record) error) (scanResult, error) {

@@ -212,6 +212,11 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// Replayed reports what opening the commit log found and did: how many
+// session journals lacked what it held (after a power cut) and were
+// repaired from it.
+func (s *Store) Replayed() commitlog.Replay { return s.replayed }
+
 // logDir is where the commit log's segments are.
 func (s *Store) logDir() string { return filepath.Join(s.dir, LogName) }
 

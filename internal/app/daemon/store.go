@@ -79,6 +79,10 @@ func openStore(ctx context.Context, p storeParams) (store.Store, func(), error) 
 			}
 			return nil, nil, err
 		}
+		if rep := st.Replayed(); rep.Repaired > 0 {
+			p.log.Warn("session journals repaired from the commit log (the machine stopped before they were written back)",
+				"journals", rep.Repaired, "records", rep.Records, "segments", rep.Segments, "took", rep.Took)
+		}
 		return st, func() { _ = st.Close() }, nil
 	}
 	if p.cfg.Store.Sync != "" {
