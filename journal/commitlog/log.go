@@ -203,11 +203,8 @@ func Open(dir string, opts Options) (*Log, Replay, error) {
 		return nil, rep, err
 	}
 	l.nextNo = last + 1
-	first, err := l.prepare(l.alloc())
-	if err != nil {
-		return nil, rep, err
-	}
-	l.seg = first
+	// The first segment is made by the first commit (see rotate): opening
+	// does not wait for a segment's worth of zeros.
 	l.cur = newPending()
 	l.kick = make(chan struct{}, 1)
 	l.stop = make(chan struct{})
@@ -342,18 +339,21 @@ func (l *Log) write(b *pending) error {
 }
 
 // rotate retires the current segment to the checkpointer and takes the
-// next one. If no next segment can be had, the current one (if any) stays.
+// next one, if the preparer has one ready. Without one it keeps the
+// current segment (which grows past its size meanwhile), or, when there
+// is none, makes one here without preallocating it.
 func (l *Log) rotate() error {
 	var s *segment
 	select {
 	case s = <-l.next:
-	case <-l.prepDone:
+	default:
 	}
 	if s == nil || s.err != nil {
-		// The preparer stopped or failed (a full disk): make one here,
-		// without preallocating it if that is what failed.
+		if l.seg != nil {
+			return nil
+		}
 		var err error
-		if s, err = l.prepare(l.alloc()); err != nil {
+		if s, err = l.prepare(l.alloc(), false); err != nil {
 			return err
 		}
 	}
@@ -377,7 +377,7 @@ func (l *Log) preparer() {
 	defer close(l.prepDone)
 	for {
 		no := l.alloc()
-		s, err := l.prepare(no)
+		s, err := l.prepare(no, true)
 		if err != nil {
 			s = &segment{no: no, err: err}
 		}
@@ -403,8 +403,9 @@ func (l *Log) alloc() uint64 {
 }
 
 // prepare creates segment no, filled with zeros to the segment size (if
-// there is room) and synced, its directory entry durable.
-func (l *Log) prepare(no uint64) (*segment, error) {
+// fill and there is room) and synced, its directory entry durable; or
+// reuses a retired file.
+func (l *Log) prepare(no uint64, fill bool) (*segment, error) {
 	path := filepath.Join(l.dir, segName(no))
 	if l.opts.Fence != nil {
 		if err := l.opts.Fence(); err != nil {
@@ -419,7 +420,9 @@ func (l *Log) prepare(no uint64) (*segment, error) {
 		return nil, fmt.Errorf("commit log: create %s: %w", path, err)
 	}
 	s := &segment{no: no, path: path, f: f, names: map[string]struct{}{}}
-	if err := zeroFill(f, l.opts.SegmentSize); err == nil {
+	if !fill {
+		// grows as it is written
+	} else if err := zeroFill(f, l.opts.SegmentSize); err == nil {
 		s.size = l.opts.SegmentSize
 	} else if !vfs.IsNoSpace(err) {
 		_ = f.Close()
