@@ -35,6 +35,13 @@
 // take back. After a failed write or fdatasync the journal turns read-only
 // until it is reopened: an fsync is never retried on the same descriptor.
 //
+// With Options.Log the sync is not the journal file's own: a commit writes
+// its batch to the file and hands the same bytes to a store-wide commit
+// log (package commitlog), which makes many journals' commits durable with
+// one fdatasync of its own file and puts them back into the journal files
+// after a power cut. A rollback (Journal.Rollback) records its cut in the
+// log first.
+//
 // # Recovery
 //
 // Open scans the journal (or, with a trusted snapshot, only the part after
