@@ -198,7 +198,7 @@ func Open(dir string, opts Options) (*Log, Replay, error) {
 	if err := l.fsys.MkdirAll(dir, 0o700); err != nil {
 		return nil, Replay{}, fmt.Errorf("commit log: create %s: %w", dir, err)
 	}
-	rep, last, err := l.replay()
+	rep, old, last, err := l.replay()
 	if err != nil {
 		return nil, rep, err
 	}
@@ -212,10 +212,15 @@ func Open(dir string, opts Options) (*Log, Replay, error) {
 	l.next = make(chan *segment)
 	l.stopPrep = make(chan struct{})
 	l.prepDone = make(chan struct{})
-	l.ckpt = make(chan *segment, 16)
+	l.ckpt = make(chan *segment, 16+len(old))
 	l.ckptDone = make(chan struct{})
 	go l.committer()
 	go l.preparer()
+	// The replayed segments are retired in the background, like any other:
+	// the journal files they were replayed into are synced first.
+	for _, s := range old {
+		l.ckpt <- s
+	}
 	go l.checkpointer()
 	return l, rep, nil
 }
@@ -528,7 +533,9 @@ func (l *Log) checkpointer() {
 			l.mu.Unlock()
 			// Later segments are kept too: they are replayed after it.
 			for s := range l.ckpt {
-				_ = s.f.Close()
+				if s.f != nil {
+					_ = s.f.Close()
+				}
 			}
 			return
 		}
@@ -542,7 +549,9 @@ func (l *Log) checkpointer() {
 const checkpointWorkers = 8
 
 func (l *Log) checkpoint(s *segment) error {
-	if err := s.f.Close(); err != nil {
+	if s.f == nil {
+		// a replayed segment: not open
+	} else if err := s.f.Close(); err != nil {
 		return fmt.Errorf("commit log: close %s: %w", s.path, err)
 	}
 	names := make(chan string)

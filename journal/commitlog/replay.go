@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/belayhq/belay/internal/vfs"
@@ -23,16 +21,18 @@ type target struct {
 	repaired bool
 }
 
-// replay applies every segment in order to the journals' files, syncs
-// them, and removes the segments. It returns the highest segment number
-// seen. Every segment is checked before anything is written, so a damaged
-// log changes nothing.
-func (l *Log) replay() (Replay, uint64, error) {
+// replay applies every segment in order to the journals' files and
+// returns the segments, with the names each holds, for the checkpointer
+// to retire (it syncs the files first; until then a crash replays them
+// again, which is idempotent), and the highest segment number seen. Every
+// segment is checked before anything is written, so a damaged log changes
+// nothing.
+func (l *Log) replay() (Replay, []*segment, uint64, error) {
 	start := time.Now()
 	var rep Replay
 	nos, free, err := l.listDir()
 	if err != nil {
-		return rep, 0, err
+		return rep, nil, 0, err
 	}
 	l.free = free
 	var last uint64
@@ -42,18 +42,18 @@ func (l *Log) replay() (Replay, uint64, error) {
 		}
 	}
 	if len(nos) == 0 {
-		return rep, last, nil
+		return rep, nil, last, nil
 	}
 	last = max(last, nos[len(nos)-1])
 	// First pass: validate, so that damage is reported before any change.
 	for _, no := range nos {
 		if _, err := l.scanFile(no, func(record) error { return nil }); err != nil {
-			return rep, last, err
+			return rep, nil, last, err
 		}
 	}
 	if l.opts.Fence != nil {
 		if err := l.opts.Fence(); err != nil {
-			return rep, last, fmt.Errorf("commit log: not replaying: %w", err)
+			return rep, nil, last, fmt.Errorf("commit log: not replaying: %w", err)
 		}
 	}
 	targets := map[string]*target{}
@@ -65,7 +65,9 @@ func (l *Log) replay() (Replay, uint64, error) {
 		}
 	}()
 	var cmp []byte
+	var seg *segment
 	apply := func(r record) error {
+		seg.names[r.name] = struct{}{}
 		t := targets[r.name]
 		if t == nil {
 			t = &target{}
@@ -117,10 +119,13 @@ func (l *Log) replay() (Replay, uint64, error) {
 		}
 		return nil
 	}
-	for _, no := range nos {
+	segs := make([]*segment, len(nos))
+	for i, no := range nos {
+		seg = &segment{no: no, path: filepath.Join(l.dir, segName(no)), names: map[string]struct{}{}}
+		segs[i] = seg
 		res, err := l.scanFile(no, apply)
 		if err != nil {
-			return rep, last, err
+			return rep, nil, last, err
 		}
 		rep.Segments++
 		rep.Batches += res.batches
@@ -129,57 +134,16 @@ func (l *Log) replay() (Replay, uint64, error) {
 			rep.Torn = fmt.Sprintf("%s at byte %d: %s", segName(no), res.end, res.torn)
 		}
 	}
-	// The files may hold the log's bytes only in the page cache (the last
-	// process died, the machine did not): sync every one before the
-	// segments go.
-	var toSync []*target
 	for _, t := range targets {
 		switch {
 		case t.missing:
 			rep.Missing++
-			continue
 		case t.repaired:
 			rep.Repaired++
 		}
-		toSync = append(toSync, t)
-	}
-	if err := syncAll(toSync); err != nil {
-		return rep, last, err
-	}
-	for _, no := range nos {
-		if err := l.retire(no, filepath.Join(l.dir, segName(no))); err != nil {
-			return rep, last, fmt.Errorf("commit log: remove %s: %w", segName(no), err)
-		}
-	}
-	if err := l.fsys.SyncDir(l.dir); err != nil {
-		return rep, last, fmt.Errorf("commit log: sync %s: %w", l.dir, err)
 	}
 	rep.Took = time.Since(start)
-	return rep, last, nil
-}
-
-// syncAll fdatasyncs the targets, checkpointWorkers at a time.
-func syncAll(ts []*target) error {
-	var next atomic.Int64
-	errs := make([]error, checkpointWorkers)
-	var wg sync.WaitGroup
-	for w := range min(checkpointWorkers, len(ts)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(ts) {
-					return
-				}
-				if err := ts[i].f.Sync(); err != nil && errs[w] == nil {
-					errs[w] = fmt.Errorf("commit log: replay: fdatasync %s: %w", ts[i].f.Name(), err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return rep, segs, last, nil
 }
 
 // listDir returns the segment numbers in the log's directory, oldest

@@ -133,6 +133,16 @@ func powerCut(t *testing.T, mode string, partial bool) {
 		require.NoError(t, ro.Close())
 	}
 
+	// A second cut right after the store opens again, while the replayed
+	// segments may still be waiting for their checkpoint: the journals
+	// the replay wrote are not synced yet either.
+	pc2 := vfstest.NewPowerCut(nil)
+	again, err := Open(ctx, dir, Options{FS: pc2, Sync: mode})
+	require.NoError(t, err)
+	pc2.Freeze()
+	_ = again.Close()
+	require.NoError(t, pc2.Cut(nil))
+
 	s2, err := Open(ctx, dir, Options{Sync: mode})
 	require.NoError(t, err)
 	defer s2.Close()
