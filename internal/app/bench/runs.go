@@ -81,6 +81,12 @@ type RunsResult struct {
 	// in the peak phase, per run: with the file store, all of belay's
 	// work; it reads the same on a busy machine, where runs/s does not.
 	CPUMicrosPerRun float64 `json:"cpu_us_per_run"`
+	// SyncP50Millis and SyncP99Millis are the latencies of those syncs in
+	// the peak phase (PacedSyncP99Millis in the paced one): the part of
+	// submit-to-complete that is the disk's; file store only.
+	SyncP50Millis      float64 `json:"sync_p50_ms,omitempty"`
+	SyncP99Millis      float64 `json:"sync_p99_ms,omitempty"`
+	PacedSyncP99Millis float64 `json:"paced_sync_p99_ms,omitempty"`
 	// The raw baseline, measured in the same run on the same filesystem:
 	// 4 KiB append + fdatasync loops on one file, and on Submitters files
 	// at once. RunsPerFsync is RunsPerSec over FsyncPerSec: the figure that
@@ -176,14 +182,37 @@ func fsyncBaseline(dir string, files int, res *RunsResult) error {
 	return os.RemoveAll(dir)
 }
 
-// openRunsStore opens the store the runs bench runs on; commits counts
-// the file store's synced commits.
-func openRunsStore(ctx context.Context, cfg RunsConfig, dir string, commits *atomic.Int64) (store.Store, error) {
+// syncLog records the file store's syncs: how many, and how long each took.
+type syncLog struct {
+	n   atomic.Int64
+	mu  sync.Mutex
+	lat []float64 // ms
+}
+
+func (l *syncLog) observe(d time.Duration) {
+	l.n.Add(1)
+	l.mu.Lock()
+	l.lat = append(l.lat, float64(d.Microseconds())/1000)
+	l.mu.Unlock()
+}
+
+// take returns the latencies recorded since the last take.
+func (l *syncLog) take() []float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lat := l.lat
+	l.lat = nil
+	return lat
+}
+
+// openRunsStore opens the store the runs bench runs on; commits records
+// the file store's syncs.
+func openRunsStore(ctx context.Context, cfg RunsConfig, dir string, commits *syncLog) (store.Store, error) {
 	if pgstore.IsURL(cfg.Store) {
 		return pgstore.Open(ctx, cfg.Store, pgstore.Options{Migrate: true, MaxConns: 2 * cfg.Submitters})
 	}
 	return fsstore.Open(ctx, dir, fsstore.Options{MaxOpen: cfg.Sessions + 64, Sync: cfg.Sync,
-		ObserveSync: func(time.Duration) { commits.Add(1) }})
+		ObserveSync: commits.observe})
 }
 
 // runsPhase is one phase of the runs bench: the runs submitted, when each
@@ -221,7 +250,7 @@ func (p *runsPhase) end(run belay.Run) {
 }
 
 func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult) error {
-	var commits atomic.Int64
+	var commits syncLog
 	var cur atomic.Pointer[runsPhase]
 	onEnd := func(run belay.Run) {
 		if p := cur.Load(); p != nil {
@@ -262,7 +291,8 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 		sessions[i] = sess.ID
 	}
 	beforeSeq := totalSeq(ctx, st, sessions)
-	beforeCommits := commits.Load()
+	beforeCommits := commits.n.Load()
+	commits.take()
 
 	how := "one run per call"
 	if cfg.Batch > 0 {
@@ -279,7 +309,9 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	res.CPUMicrosPerRun = (cpuSeconds() - cpu0) * 1e6 / float64(cfg.Runs)
 	res.RunsPerSec, res.P50Millis, res.P99Millis = rate, p50, p99
 	res.SyncsPerRun = float64(totalSeq(ctx, st, sessions)-beforeSeq) / float64(cfg.Runs)
-	res.CommitsPerRun = float64(commits.Load()-beforeCommits) / float64(cfg.Runs)
+	res.CommitsPerRun = float64(commits.n.Load()-beforeCommits) / float64(cfg.Runs)
+	lat := commits.take()
+	res.SyncP50Millis, res.SyncP99Millis = percentile(lat, 0.50), percentile(lat, 0.99)
 
 	if cfg.Paced > 0 {
 		offered := cfg.Paced * res.RunsPerSec
@@ -291,6 +323,7 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 			return err
 		}
 		res.Paced, res.PacedOffered = cfg.Paced, offered
+		res.PacedSyncP99Millis = percentile(commits.take(), 0.99)
 		res.PacedRunsPerSec, res.PacedP50Millis, res.PacedP99Millis = rate, p50, p99
 	}
 	return nil
