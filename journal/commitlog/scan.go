@@ -92,24 +92,31 @@ func scanSegment(r io.ReaderAt, path string, seg uint64, size int64, fn func(rec
 // after off: the batch at off (invalid for why, or a header of zeros) was
 // then followed by acknowledged writes.
 func checkRest(r io.ReaderAt, path string, seg uint64, off, size int64, why string) error {
-	var h [headerSize]byte
-	for o := off + blockSize; o+headerSize <= size; o += blockSize {
-		if _, err := r.ReadAt(h[:], o); err != nil && !errors.Is(err, io.EOF) {
+	// Read a chunk at a time: the rest of a preallocated or reused
+	// segment is most of it.
+	const chunk = 1 << 20
+	buf := make([]byte, chunk)
+	for base := off + blockSize; base+headerSize <= size; base += chunk {
+		n := min(int64(chunk), size-base)
+		if _, err := r.ReadAt(buf[:n], base); err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("commit log: read %s: %w", path, err)
 		}
-		bodyLen, count, err := header(seg, h[:])
-		if err != nil || o+headerSize+int64(bodyLen) > size {
-			continue
-		}
-		body := make([]byte, bodyLen)
-		if _, err := r.ReadAt(body, o+headerSize); err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("commit log: read %s: %w", path, err)
-		}
-		if decodeBody(seg, h[:], body, count, func(record) error { return nil }) == nil {
-			if why == "" {
-				why = "zeroed header"
+		for i := int64(0); i+headerSize <= n; i += blockSize {
+			o := base + i
+			bodyLen, count, err := header(seg, buf[i:i+headerSize])
+			if err != nil || o+headerSize+int64(bodyLen) > size {
+				continue
 			}
-			return &DamageError{Path: path, Offset: off, Reason: why}
+			body := make([]byte, bodyLen)
+			if _, err := r.ReadAt(body, o+headerSize); err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("commit log: read %s: %w", path, err)
+			}
+			if decodeBody(seg, buf[i:i+headerSize], body, count, func(record) error { return nil }) == nil {
+				if why == "" {
+					why = "zeroed header"
+				}
+				return &DamageError{Path: path, Offset: off, Reason: why}
+			}
 		}
 	}
 	return nil
