@@ -134,6 +134,13 @@ func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []E
 		j.nextSeq++
 	}
 	added := len(b.recs) > nrecs
+	if added && d == Sync && !j.writing {
+		// No commit in flight: this appender commits the batch itself,
+		// rather than waking the committer and waiting for it (one
+		// goroutine hand-off fewer per commit). The committer still takes
+		// what arrives meanwhile, and buffered batches.
+		return seqs, j.lead(b)
+	}
 	if added && !j.committing {
 		j.committing = true
 		go j.flusher()
@@ -170,6 +177,41 @@ func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []E
 	}
 	// Only duplicates of events still being committed: wait for them.
 	return seqs, j.waitDurable(waitSeq)
+}
+
+// lead commits b, the current batch, on the calling appender's goroutine.
+// j.mu is held on entry and released.
+func (j *Journal) lead(b *batch) error {
+	j.writing = true
+	j.cur = newBatch()
+	off := j.durable.size
+	j.mu.Unlock()
+	err := j.commit(b, off)
+	j.mu.Lock()
+	j.settle(b, err)
+	j.writing = false
+	if len(j.cur.recs) > 0 && j.committing {
+		// Appends that arrived meanwhile: the committer takes them.
+		select {
+		case j.kick <- struct{}{}:
+		default:
+		}
+	} else if len(j.cur.recs) > 0 {
+		j.committing = true
+		go j.flusher()
+		select {
+		case j.kick <- struct{}{}:
+		default:
+		}
+	}
+	j.mu.Unlock()
+	if err != nil {
+		return b.err
+	}
+	if j.onCommit != nil {
+		j.onCommit()
+	}
+	return nil
 }
 
 // checkUnique fails if an event's ID is known or repeated. j.mu is held.
@@ -245,7 +287,8 @@ func (j *Journal) flusher() {
 func (j *Journal) commitNext(force bool, timer *time.Timer) bool {
 	j.mu.Lock()
 	b := j.cur
-	if len(b.recs) == 0 {
+	if len(b.recs) == 0 || j.writing {
+		// (an appender is committing: it kicks when done)
 		j.mu.Unlock()
 		return false
 	}
@@ -257,11 +300,13 @@ func (j *Journal) commitNext(force bool, timer *time.Timer) bool {
 		}
 	}
 	j.cur = newBatch()
+	j.writing = true
 	off := j.durable.size
 	j.mu.Unlock()
 	err := j.commit(b, off)
 	j.mu.Lock()
 	j.settle(b, err)
+	j.writing = false
 	j.mu.Unlock()
 	if err == nil && j.onCommit != nil {
 		j.onCommit()

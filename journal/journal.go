@@ -118,6 +118,7 @@ type Journal struct {
 	stop       chan struct{}
 	done       chan struct{}
 	committing bool // the committer (flusher) was started
+	writing    bool // a batch is being committed (by the committer or an appender)
 }
 
 // Open opens (creating if needed) the journal in dir and recovers it.
@@ -427,6 +428,14 @@ func (j *Journal) Close() error {
 		return nil
 	}
 	j.closed = true
+	for j.writing {
+		// An appender is committing a batch itself: let it finish (the
+		// committer drains what is left after it).
+		ch := j.changed
+		j.mu.Unlock()
+		<-ch
+		j.mu.Lock()
+	}
 	stop, running := j.stop, j.committing
 	j.mu.Unlock()
 	if stop != nil {
