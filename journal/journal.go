@@ -401,15 +401,21 @@ func (j *Journal) Rollback() error {
 	if failed == nil {
 		return nil
 	}
-	var err error
 	if j.log != nil {
 		// The log may hold the failed batch: record the cut first, so that
-		// a replay takes the batch back too.
-		err = j.log.Cut(j.logName, size)
+		// a replay takes the batch back too. The file is cut even if that
+		// fails (the log is then broken and nothing more commits). It is
+		// not synced here: the log's checkpoint syncs it, and a sync on
+		// this descriptor could take the kernel's report of a failed
+		// write-back of bytes the log acknowledged away from that
+		// checkpoint.
+		cutErr := j.log.Cut(j.logName, size)
+		if err := errors.Join(cutErr, j.f.Truncate(size)); err != nil {
+			return fmt.Errorf("journal: cut %s back to %d acknowledged bytes: %w", j.path, size, err)
+		}
+		return nil
 	}
-	if err == nil {
-		err = j.f.Truncate(size)
-	}
+	err := j.f.Truncate(size)
 	if err == nil {
 		err = j.f.Sync()
 	}

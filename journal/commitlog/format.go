@@ -18,10 +18,11 @@ import (
 //	  [8:12]  CRC-32C of the body and of the segment's number
 //	  [12:16] record count
 //	body: records, one after another:
-//	  kind      1 byte: 1 write, 2 cut
+//	  kind      1 byte: 1 write, 2 cut, 3 drop
 //	  name len  1 byte, then the name (a journal's name, 1-255 bytes)
-//	  offset    8 bytes: where the data was written (write) or the size the
-//	            file was cut to (cut)
+//	  offset    8 bytes: where the data was written (write), the size the
+//	            file was cut to (cut), 0 (drop: the journal was deleted;
+//	            the records of the name before it are not replayed)
 //	  data len  4 bytes, then the data (write only)
 //
 // A header of zeros ends the segment. Both checksums cover the segment's
@@ -33,6 +34,7 @@ const (
 
 	kindWrite = 1
 	kindCut   = 2
+	kindDrop  = 3
 
 	maxName = 255
 )
@@ -64,6 +66,12 @@ func appendWrite(b []byte, name string, off int64, data []byte) []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(off))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(data)))
 	return append(b, data...)
+}
+
+func appendDrop(b []byte, name string) []byte {
+	b = append(b, kindDrop, byte(len(name)))
+	b = append(b, name...)
+	return binary.LittleEndian.AppendUint64(b, 0)
 }
 
 func appendCut(b []byte, name string, size int64) []byte {
@@ -129,7 +137,7 @@ func decodeBody(seg uint64, h, body []byte, count int, fn func(record) error) er
 		r.kind = p[0]
 		nl := int(p[1])
 		p = p[2:]
-		if r.kind != kindWrite && r.kind != kindCut {
+		if r.kind != kindWrite && r.kind != kindCut && r.kind != kindDrop {
 			return fmt.Errorf("record %d: unknown kind %d", i, r.kind)
 		}
 		if nl == 0 || len(p) < nl+8 {

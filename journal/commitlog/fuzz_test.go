@@ -33,7 +33,7 @@ func FuzzScanSegment(f *testing.F) {
 			if r.name == "" || len(r.name) > maxName || r.off < 0 {
 				t.Fatalf("bad record %+v", r)
 			}
-			if r.kind != kindWrite && r.kind != kindCut {
+			if r.kind != kindWrite && r.kind != kindCut && r.kind != kindDrop {
 				t.Fatalf("bad kind %d", r.kind)
 			}
 			return nil

@@ -60,6 +60,10 @@ type Options struct {
 	Fence func() error
 	// ObserveSync, if set, is told how long each fdatasync of the log took.
 	ObserveSync func(time.Duration)
+
+	// skipCheckpoint, if set (tests), is asked before each checkpoint:
+	// true leaves the segment as a crash before its checkpoint would.
+	skipCheckpoint func() bool
 }
 
 // Replay reports what Open found in the log and did with it.
@@ -237,6 +241,15 @@ func (l *Log) Cut(name string, size int64) error {
 	return l.add(name, func(b []byte) []byte { return appendCut(b, name, size) })
 }
 
+// Drop records that the journal of name is being deleted, and returns
+// once the record is durable: a replay does not apply the records of name
+// that precede it, so a journal created later under the same name is
+// never written with the deleted one's bytes. The caller makes the
+// journal's file durable by itself first (the deletion may not happen).
+func (l *Log) Drop(name string) error {
+	return l.add(name, func(b []byte) []byte { return appendDrop(b, name) })
+}
+
 func (l *Log) add(name string, enc func([]byte) []byte) error {
 	if name == "" || len(name) > maxName {
 		return fmt.Errorf("commit log: bad journal name %q", name)
@@ -298,10 +311,8 @@ func (l *Log) commitNext() bool {
 
 // write puts one batch in the current segment and syncs it.
 func (l *Log) write(b *pending) error {
-	if l.opts.Fence != nil {
-		if err := l.opts.Fence(); err != nil {
-			return fmt.Errorf("commit log: not writing: %w", err)
-		}
+	if err := l.mayWrite("writing"); err != nil {
+		return err
 	}
 	if l.seg == nil || (l.seg.off > 0 && l.seg.off+int64(padded(len(b.buf))) > l.opts.SegmentSize) {
 		if err := l.rotate(); err != nil && l.seg == nil {
@@ -343,29 +354,70 @@ func (l *Log) write(b *pending) error {
 	return nil
 }
 
-// rotate retires the current segment to the checkpointer and takes the
-// next one, if the preparer has one ready. Without one it keeps the
-// current segment (which grows past its size meanwhile), or, when there
-// is none, makes one here without preallocating it.
+// rotate retires the current segment to the checkpointer and makes the
+// next one current. A segment gets its number only now, from the
+// committer, so that numbers follow the order of the writes (a replay
+// goes by number): the next segment is a retired file kept for reuse, or
+// the spare the preparer filled with zeros, renamed; without either it
+// keeps the current segment (which grows past its size meanwhile), or,
+// when there is none, creates one here without preallocating it.
 func (l *Log) rotate() error {
-	var s *segment
-	select {
-	case s = <-l.next:
-	default:
+	no := l.alloc()
+	path := filepath.Join(l.dir, segName(no))
+	s := l.reuse(no, path)
+	if s == nil {
+		var spare *segment
+		select {
+		case spare = <-l.next:
+		default:
+		}
+		if spare != nil && spare.err == nil {
+			s = l.adopt(spare, no, path)
+		}
 	}
-	if s == nil || s.err != nil {
+	if s == nil {
 		if l.seg != nil {
 			return nil
 		}
 		var err error
-		if s, err = l.prepare(l.alloc(), false); err != nil {
+		if s, err = l.create(path, false); err != nil {
 			return err
 		}
+		s.no = no
 	}
 	if old := l.seg; old != nil {
 		l.ckpt <- old
 	}
 	l.seg = s
+	return nil
+}
+
+// adopt makes a spare segment no, at path; nil if it cannot be renamed.
+func (l *Log) adopt(spare *segment, no uint64, path string) *segment {
+	err := l.mayWrite("renaming " + spare.path)
+	if err == nil {
+		err = l.fsys.Rename(spare.path, path)
+	}
+	if err == nil {
+		err = l.fsys.SyncDir(l.dir) // the name is durable before a batch in it
+	}
+	if err != nil {
+		_ = spare.f.Close()
+		_ = l.fsys.Remove(spare.path)
+		return nil
+	}
+	spare.no, spare.path = no, path
+	return spare
+}
+
+// mayWrite fails if this process may no longer write.
+func (l *Log) mayWrite(what string) error {
+	if l.opts.Fence == nil {
+		return nil
+	}
+	if err := l.opts.Fence(); err != nil {
+		return fmt.Errorf("commit log: not %s: %w", what, err)
+	}
 	return nil
 }
 
@@ -377,14 +429,18 @@ func (l *Log) abandon() {
 	}
 }
 
-// preparer makes the next segments ahead of need.
+// preparer keeps one spare segment file ready, full of zeros, under a
+// name that is no segment's (rotate numbers it when it becomes current).
 func (l *Log) preparer() {
 	defer close(l.prepDone)
-	for {
-		no := l.alloc()
-		s, err := l.prepare(no, true)
+	for n := uint64(1); ; n++ {
+		path := filepath.Join(l.dir, fmt.Sprintf("spare-%d.log", n))
+		if _, err := l.fsys.Stat(path); err == nil {
+			continue // kept from before: in the free pool
+		}
+		s, err := l.create(path, true)
 		if err != nil {
-			s = &segment{no: no, err: err}
+			s = &segment{err: err}
 		}
 		select {
 		case l.next <- s:
@@ -407,24 +463,18 @@ func (l *Log) alloc() uint64 {
 	return no
 }
 
-// prepare creates segment no, filled with zeros to the segment size (if
-// fill and there is room) and synced, its directory entry durable; or
-// reuses a retired file.
-func (l *Log) prepare(no uint64, fill bool) (*segment, error) {
-	path := filepath.Join(l.dir, segName(no))
-	if l.opts.Fence != nil {
-		if err := l.opts.Fence(); err != nil {
-			return nil, fmt.Errorf("commit log: not creating %s: %w", path, err)
-		}
-	}
-	if s := l.reuse(no, path); s != nil {
-		return s, nil
+// create makes a segment file at path, filled with zeros to the segment
+// size (if fill and there is room) and synced, its directory entry
+// durable. The caller sets its number.
+func (l *Log) create(path string, fill bool) (*segment, error) {
+	if err := l.mayWrite("creating " + path); err != nil {
+		return nil, err
 	}
 	f, err := l.fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("commit log: create %s: %w", path, err)
 	}
-	s := &segment{no: no, path: path, f: f, names: map[string]struct{}{}}
+	s := &segment{path: path, f: f, names: map[string]struct{}{}}
 	if !fill {
 		// grows as it is written
 	} else if err := zeroFill(f, l.opts.SegmentSize); err == nil {
@@ -466,6 +516,9 @@ func (l *Log) reuse(no uint64, path string) *segment {
 	old := l.free[len(l.free)-1]
 	l.free = l.free[:len(l.free)-1]
 	l.noMu.Unlock()
+	if l.mayWrite("renaming "+old) != nil {
+		return nil
+	}
 	if err := l.fsys.Rename(old, path); err != nil {
 		_ = l.fsys.Remove(old)
 		return nil
@@ -525,6 +578,19 @@ func zeroFill(f vfs.File, size int64) error {
 func (l *Log) checkpointer() {
 	defer close(l.ckptDone)
 	for s := range l.ckpt {
+		if l.Err() != nil {
+			// Failed (Fail): keep every segment for the next open.
+			if s.f != nil {
+				_ = s.f.Close()
+			}
+			continue
+		}
+		if l.opts.skipCheckpoint != nil && l.opts.skipCheckpoint() {
+			if s.f != nil {
+				_ = s.f.Close()
+			}
+			continue
+		}
 		if err := l.checkpoint(s); err != nil {
 			l.mu.Lock()
 			if l.err == nil {
@@ -616,6 +682,19 @@ func (l *Log) syncFile(path string) error {
 		return fmt.Errorf("fdatasync %s: %w", path, err)
 	}
 	return nil
+}
+
+// Fail stops the log for good, as a failed checkpoint does: the caller's
+// fdatasync of a journal file failed, and the kernel reports a failed
+// write-back once, so a checkpoint's later sync of the same file could
+// report it clean. Every later commit fails with err; the segments are
+// kept, and the next open replays them.
+func (l *Log) Fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = fmt.Errorf("commit log: %w (the store accepts nothing more until it is reopened, which replays the log)", err)
+	}
 }
 
 // Stats returns the log's counters.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -34,12 +35,20 @@ type fixture struct {
 
 func newFixture(t *testing.T, fsys vfs.FS, segSize int64) *fixture {
 	t.Helper()
+	return newFixtureWith(t, fsys, segSize, nil)
+}
+
+func newFixtureWith(t *testing.T, fsys vfs.FS, segSize int64, set func(*Options)) *fixture {
+	t.Helper()
 	if fsys == nil {
 		fsys = vfs.OS
 	}
 	dir := t.TempDir()
 	f := &fixture{t: t, dir: dir, fsys: fsys, sizes: map[string]int64{}}
 	f.opts = Options{FS: fsys, SegmentSize: segSize, Path: f.path}
+	if set != nil {
+		set(&f.opts)
+	}
 	f.open()
 	return f
 }
@@ -423,4 +432,39 @@ func TestReusedSegmentsReplayNothingStale(t *testing.T) {
 	require.Len(t, f.read("a"), 10)
 	require.Equal(t, "b\n", string(f.read("b")))
 	require.Empty(t, f.segments())
+}
+
+// TestSegmentsNumberedInWriteOrder: a replay goes by segment number, so a
+// segment's number must be later than that of every segment written
+// before it, whether it was a spare, a reused file or made on the spot;
+// a cut and the write after it then replay in their order across a
+// rotation.
+func TestSegmentsNumberedInWriteOrder(t *testing.T) {
+	var frozen atomic.Bool
+	f := newFixtureWith(t, nil, 2*blockSize, func(o *Options) { o.skipCheckpoint = frozen.Load })
+	var last uint64
+	for i := range 30 {
+		require.NoError(t, f.write(fmt.Sprint("f", i%3), line("x", i)))
+		no := f.log.seg.no // (set before the commit was acknowledged)
+		require.GreaterOrEqual(t, no, last, "write %d", i)
+		last = no
+	}
+	// From here no segment is checkpointed until the crash: the replay
+	// sees them all.
+	frozen.Store(true)
+	require.NoError(t, f.write("j", []byte("kept\n")))
+	require.NoError(t, f.write("j", []byte("failed\n")))
+	require.NoError(t, f.log.Cut("j", 5))
+	require.NoError(t, os.Truncate(f.path("j"), 5))
+	f.sizes["j"] = 5
+	cutIn := f.log.seg.no
+	for i := 0; f.log.seg.no == cutIn; i++ {
+		require.NoError(t, f.write("other", line("o", i)))
+	}
+	require.NoError(t, f.write("j", []byte("after\n")))
+	f.crash()
+	require.NoError(t, os.WriteFile(f.path("j"), nil, 0o600))
+	f.open()
+	require.NoError(t, f.log.Close())
+	require.Equal(t, "kept\nafter\n", string(f.read("j")))
 }

@@ -45,12 +45,22 @@ func (l *Log) replay() (Replay, []*segment, uint64, error) {
 		return rep, nil, last, nil
 	}
 	last = max(last, nos[len(nos)-1])
-	// First pass: validate, so that damage is reported before any change.
+	// First pass: validate, so that damage is reported before any change,
+	// and find each name's last drop: what precedes it is not applied.
+	drops := map[string]int{}
+	at := 0
 	for _, no := range nos {
-		if _, err := l.scanFile(no, func(record) error { return nil }); err != nil {
+		if _, err := l.scanFile(no, func(r record) error {
+			at++
+			if r.kind == kindDrop {
+				drops[r.name] = at
+			}
+			return nil
+		}); err != nil {
 			return rep, nil, last, err
 		}
 	}
+	at = 0
 	if l.opts.Fence != nil {
 		if err := l.opts.Fence(); err != nil {
 			return rep, nil, last, fmt.Errorf("commit log: not replaying: %w", err)
@@ -67,6 +77,10 @@ func (l *Log) replay() (Replay, []*segment, uint64, error) {
 	var cmp []byte
 	var seg *segment
 	apply := func(r record) error {
+		at++
+		if at <= drops[r.name] {
+			return nil // a deleted journal's (the drop itself included)
+		}
 		seg.names[r.name] = struct{}{}
 		t := targets[r.name]
 		if t == nil {
@@ -95,10 +109,14 @@ func (l *Log) replay() (Replay, []*segment, uint64, error) {
 			if err != nil && !errors.Is(err, io.EOF) {
 				return fmt.Errorf("commit log: replay: read %s: %w", t.f.Name(), err)
 			}
-			if n == len(cmp) && bytes.Equal(cmp, r.data) {
-				return nil
+			if n != len(cmp) || !bytes.Equal(cmp, r.data) {
+				t.repaired = true
 			}
-			t.repaired = true
+			// Written even when the file reads the same: what it reads may
+			// be pages the kernel failed to write back (a checkpoint whose
+			// fdatasync failed, in this boot), which a new descriptor's
+			// fdatasync would then report clean. Writing them makes them
+			// dirty again, so the checkpoint's sync writes them.
 			if _, err := t.f.Seek(r.off, io.SeekStart); err != nil {
 				return fmt.Errorf("commit log: replay: seek %s: %w", t.f.Name(), err)
 			}
@@ -160,8 +178,12 @@ func (l *Log) listDir() ([]uint64, []string, error) {
 	}
 	var free []string
 	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), "free-")
-		if _, seg := parseSegName(rest); !ok || !seg || !e.Type().IsRegular() {
+		// Retired files kept for reuse, and spares the preparer filled:
+		// neither is a segment, both can become one.
+		rest, retired := strings.CutPrefix(e.Name(), "free-")
+		_, seg := parseSegName(rest)
+		spare := strings.HasPrefix(e.Name(), "spare-") && strings.HasSuffix(e.Name(), ".log")
+		if !(retired && seg || spare) || !e.Type().IsRegular() {
 			continue
 		}
 		path := filepath.Join(l.dir, e.Name())
@@ -207,12 +229,16 @@ func Pending(fsys vfs.FS, dir string, path func(name string) string) ([]string, 
 		size int64
 	}
 	cuts := map[string][]cut{}
+	drops := map[string]int{}
 	at := 0
 	for _, no := range nos {
 		_, err := l.scanFile(no, func(r record) error {
 			at++
-			if r.kind == kindCut {
+			switch r.kind {
+			case kindCut:
 				cuts[r.name] = append(cuts[r.name], cut{at, r.off})
+			case kindDrop:
+				drops[r.name] = at
 			}
 			return nil
 		})
@@ -243,7 +269,7 @@ func Pending(fsys vfs.FS, dir string, path func(name string) string) ([]string, 
 	for _, no := range nos {
 		_, err := l.scanFile(no, func(r record) error {
 			at++
-			if r.kind != kindWrite || lacking[r.name] || cutBack(r.name, at, r.off+int64(len(r.data))) {
+			if r.kind != kindWrite || lacking[r.name] || at <= drops[r.name] || cutBack(r.name, at, r.off+int64(len(r.data))) {
 				return nil
 			}
 			f, seen := files[r.name]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,6 +58,13 @@ func powerCut(t *testing.T, mode string, partial bool) {
 	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
+	var frozen atomic.Bool
+	// gone reports the writer's error unless the power is already gone.
+	gone := func(err error) {
+		if !frozen.Load() {
+			t.Errorf("before the cut: %v", err)
+		}
+	}
 	for w := range 6 {
 		wg.Add(1)
 		go func() {
@@ -75,14 +83,17 @@ func powerCut(t *testing.T, mode string, partial bool) {
 				typ := fmt.Sprintf("note-%d-%d", w, i)
 				seqs, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: typ})
 				if err != nil {
-					return // the power is gone
+					gone(err)
+					return
 				}
 				ack(acked{sess.ID, seqs[0], typ})
 				if _, err := s.Append(ctx, sess.ID, belay.Buffered, belay.Event{Type: "delta"}); err != nil {
+					gone(err)
 					return
 				}
 				r, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
 				if err != nil {
+					gone(err)
 					return
 				}
 				mu.Lock()
@@ -90,9 +101,11 @@ func powerCut(t *testing.T, mode string, partial bool) {
 				mu.Unlock()
 				l, err := s.AcquireRunLease(ctx, r.ID, "w", time.Minute, 0)
 				if err != nil {
+					gone(err)
 					return
 				}
 				if _, err := s.UpdateRun(ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete}); err != nil {
+					gone(err)
 					return
 				}
 				mu.Lock()
@@ -107,6 +120,7 @@ func powerCut(t *testing.T, mode string, partial bool) {
 		defer mu.Unlock()
 		return len(runs) >= 300
 	}, 30*time.Second, time.Millisecond)
+	frozen.Store(true)
 	pc.Freeze()
 	close(stop)
 	wg.Wait()
@@ -173,3 +187,73 @@ func powerCut(t *testing.T, mode string, partial bool) {
 }
 
 func dirLog(dir string) string { return dir + "/" + LogName }
+
+// TestPowerCutAfterIDReuse: a session deleted and created again under
+// the same id, then a power cut: the replay applies none of the deleted
+// journal's records to the new one.
+func TestPowerCutAfterIDReuse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	pc := vfstest.NewPowerCut(nil)
+	s, err := Open(ctx, dir, Options{FS: pc})
+	require.NoError(t, err)
+	id := "ses_01jfz0000000000000000000aa"
+	_, err = s.CreateSession(ctx, belay.SessionInput{ID: id, Provider: "fake"})
+	require.NoError(t, err)
+	for range 20 {
+		_, err := s.Append(ctx, id, belay.Sync, belay.Event{Type: "old", Data: []byte(`{"padding":"the deleted session's bytes"}`)})
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.DeleteSession(ctx, id, false))
+	_, err = s.CreateSession(ctx, belay.SessionInput{ID: id, Provider: "fake"})
+	require.NoError(t, err)
+	seqs, err := s.Append(ctx, id, belay.Sync, belay.Event{Type: "new"})
+	require.NoError(t, err)
+	pc.Freeze()
+	_ = s.Close()
+	require.NoError(t, pc.Cut(nil))
+
+	s2 := openStore(t, dir, Options{})
+	got, err := s2.Session(ctx, id)
+	require.NoError(t, err)
+	require.Empty(t, got.Problem)
+	require.Equal(t, seqs[0], got.LastSeq)
+	evs, err := s2.Events(ctx, id, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.Equal(t, "new", evs[1].Type)
+}
+
+// TestApplyLog: the commit log a killed process left is replayed into the
+// journals and retired, for an offline writer that comes next.
+func TestApplyLog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	pc := vfstest.NewPowerCut(nil)
+	s, err := Open(ctx, dir, Options{FS: pc})
+	require.NoError(t, err)
+	sess := newSession(t, s)
+	seqs, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "kept"})
+	require.NoError(t, err)
+	pc.Freeze()
+	_ = s.Close()
+	require.NoError(t, pc.Cut(nil))
+	segs, err := commitlog.Segments(nil, dirLog(dir))
+	require.NoError(t, err)
+	require.NotEmpty(t, segs)
+
+	require.NoError(t, ApplyLog(dir))
+	segs, err = commitlog.Segments(nil, dirLog(dir))
+	require.NoError(t, err)
+	require.Empty(t, segs)
+	ro, err := Open(ctx, dir, Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer ro.Close()
+	got, err := ro.Session(ctx, sess.ID)
+	require.NoError(t, err)
+	require.Empty(t, got.Problem)
+	require.Equal(t, seqs[0], got.LastSeq)
+	require.NoError(t, ApplyLog(dir), "nothing left to apply")
+}

@@ -217,6 +217,26 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 // repaired from it.
 func (s *Store) Replayed() commitlog.Replay { return s.replayed }
 
+// ApplyLog replays the commit log of the data directory dir into its
+// session journals and retires its segments, as opening the store would:
+// an offline writer of a journal (belay repair) calls it first, holding
+// the directory's lock, so that a later replay cannot write the log's
+// records over what it changed. A directory without segments is left as
+// it is.
+func ApplyLog(dir string) error {
+	logDir := filepath.Join(dir, LogName)
+	if segs, err := commitlog.Segments(nil, logDir); err != nil || len(segs) == 0 {
+		return err
+	}
+	log, _, err := commitlog.Open(logDir, commitlog.Options{Path: func(id string) string {
+		return filepath.Join(dir, SessionsName, id, journal.FileName)
+	}})
+	if err != nil {
+		return fmt.Errorf("fsstore: %w", err)
+	}
+	return log.Close()
+}
+
 // logDir is where the commit log's segments are.
 func (s *Store) logDir() string { return filepath.Join(s.dir, LogName) }
 

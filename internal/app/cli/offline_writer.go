@@ -36,6 +36,13 @@ func ownDataDirOf(ctx context.Context, path string) (func(), error) {
 		}
 		return nil, fmt.Errorf("cannot take the lock of the data directory %s: %w", data, err)
 	}
+	// A daemon that stopped without closing its store (killed) left
+	// commits in the store's commit log that its next start would replay
+	// over what this writer changes: apply them now.
+	if err := fsstore.ApplyLog(data); err != nil {
+		_ = l.Release()
+		return nil, fmt.Errorf("apply the commit log of %s before writing %s: %w", data, path, err)
+	}
 	// A failed release leaves a record of this (exiting) process, which
 	// the next acquirer replaces at once: nothing to undo here.
 	return func() { _ = l.Release() }, nil

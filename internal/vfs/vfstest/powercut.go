@@ -3,6 +3,7 @@ package vfstest
 import (
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -25,9 +26,17 @@ import (
 // the machine would find after the power comes back.
 type PowerCut struct {
 	vfs.FS
-	mu      sync.Mutex
-	durable map[string][]byte // name -> content as of its last sync
-	frozen  bool
+	mu     sync.Mutex
+	nodes  map[string]*node // by current name
+	frozen bool
+}
+
+// node is a file as PowerCut knows it: its current name (renames move
+// it, as they do an open descriptor's file) and its content as of its
+// last sync.
+type node struct {
+	name    string
+	durable []byte
 }
 
 // NewPowerCut wraps base (vfs.OS if nil).
@@ -35,7 +44,7 @@ func NewPowerCut(base vfs.FS) *PowerCut {
 	if base == nil {
 		base = vfs.OS
 	}
-	return &PowerCut{FS: base, durable: map[string][]byte{}}
+	return &PowerCut{FS: base, nodes: map[string]*node{}}
 }
 
 var errFrozen = &fs.PathError{Op: "write", Path: "(power cut)", Err: syscall.EIO}
@@ -60,7 +69,8 @@ func (p *PowerCut) Cut(keep func(name string, n int) int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
-	for name, durable := range p.durable {
+	for name, n := range p.nodes {
+		durable := n.durable
 		cur, err := os.ReadFile(name)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -81,18 +91,21 @@ func (p *PowerCut) Cut(keep func(name string, n int) int) error {
 	return errors.Join(errs...)
 }
 
-// track records name's durable content the first time it is seen.
-func (p *PowerCut) track(name string) {
+// track returns name's node, recording its durable content the first
+// time it is seen.
+func (p *PowerCut) track(name string) *node {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.durable[name]; ok {
-		return
+	if n, ok := p.nodes[name]; ok {
+		return n
 	}
 	b, err := os.ReadFile(name)
 	if err != nil {
 		b = []byte{} // created now: empty until synced
 	}
-	p.durable[name] = b
+	n := &node{name: name, durable: b}
+	p.nodes[name] = n
+	return n
 }
 
 // OpenFile opens a file whose changes are lost at the cut unless synced.
@@ -101,14 +114,15 @@ func (p *PowerCut) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, 
 	if writes && p.isFrozen() {
 		return nil, errFrozen
 	}
+	var n *node
 	if writes {
-		p.track(name)
+		n = p.track(name)
 	}
 	f, err := p.FS.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
 	}
-	return &cutFile{File: f, p: p, name: name}, nil
+	return &cutFile{File: f, p: p, n: n}, nil
 }
 
 // Rename moves the durable content with the name.
@@ -121,10 +135,12 @@ func (p *PowerCut) Rename(oldpath, newpath string) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for name, b := range p.durable {
+	delete(p.nodes, newpath) // replaced
+	for name, n := range p.nodes {
 		if name == oldpath || strings.HasPrefix(name, oldpath+string(os.PathSeparator)) {
-			delete(p.durable, name)
-			p.durable[newpath+strings.TrimPrefix(name, oldpath)] = b
+			delete(p.nodes, name)
+			n.name = newpath + strings.TrimPrefix(name, oldpath)
+			p.nodes[n.name] = n
 		}
 	}
 	return nil
@@ -151,9 +167,9 @@ func (p *PowerCut) RemoveAll(path string) error {
 func (p *PowerCut) forget(path string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for name := range p.durable {
+	for name := range p.nodes {
 		if name == path || strings.HasPrefix(name, path+string(os.PathSeparator)) {
-			delete(p.durable, name)
+			delete(p.nodes, name)
 		}
 	}
 }
@@ -176,8 +192,8 @@ func (p *PowerCut) SyncDir(dir string) error {
 
 type cutFile struct {
 	vfs.File
-	p    *PowerCut
-	name string
+	p *PowerCut
+	n *node // nil: opened read-only
 }
 
 func (f *cutFile) Write(b []byte) (int, error) {
@@ -202,14 +218,19 @@ func (f *cutFile) Sync() error {
 	if err := f.File.Sync(); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(f.name)
+	if f.n == nil {
+		return nil
+	}
+	fi, err := f.File.Stat()
 	if err != nil {
+		return err
+	}
+	b := make([]byte, fi.Size())
+	if _, err := f.File.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	f.p.mu.Lock()
 	defer f.p.mu.Unlock()
-	if _, tracked := f.p.durable[f.name]; tracked {
-		f.p.durable[f.name] = b
-	}
+	f.n.durable = b
 	return nil
 }
