@@ -12,7 +12,8 @@
 // segment into the journals' files and syncs them before anything reads
 // them). A segment is retired once every journal it names has been synced
 // (a checkpoint, in the background when the log moves on to the next
-// segment, and at Close).
+// segment or after a replay, and at Close). A deleted journal's records
+// are fenced off by a drop record ([Log.Drop]).
 //
 // A journal that cuts its file back (after a failed commit) records the
 // cut with [Log.Cut] before truncating, so that a replay does the same in
@@ -185,9 +186,9 @@ func Segments(fsys vfs.FS, dir string) ([]uint64, error) {
 }
 
 // Open replays the segments in dir (creating it if needed) into the
-// journals' files, syncs those files, removes the segments, and starts an
-// empty log. It fails with a *DamageError, changing nothing, if a segment
-// is damaged before its end.
+// journals' files and starts the log; the replayed segments are retired
+// in the background once the files they name are synced. It fails with a
+// *DamageError, changing nothing, if a segment is damaged before its end.
 func Open(dir string, opts Options) (*Log, Replay, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.OS
