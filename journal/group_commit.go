@@ -182,23 +182,13 @@ func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []E
 // lead commits b, the current batch, on the calling appender's goroutine.
 // j.mu is held on entry and released.
 func (j *Journal) lead(b *batch) error {
-	j.writing = true
-	j.cur = newBatch()
-	off := j.durable.size
-	j.mu.Unlock()
-	err := j.commit(b, off)
-	j.mu.Lock()
-	j.settle(b, err)
-	j.writing = false
-	if len(j.cur.recs) > 0 && j.committing {
+	err := j.commitCurrent(b)
+	if len(j.cur.recs) > 0 {
 		// Appends that arrived meanwhile: the committer takes them.
-		select {
-		case j.kick <- struct{}{}:
-		default:
+		if !j.committing {
+			j.committing = true
+			go j.flusher()
 		}
-	} else if len(j.cur.recs) > 0 {
-		j.committing = true
-		go j.flusher()
 		select {
 		case j.kick <- struct{}{}:
 		default:
@@ -212,6 +202,21 @@ func (j *Journal) lead(b *batch) error {
 		j.onCommit()
 	}
 	return nil
+}
+
+// commitCurrent writes and syncs b, the current batch, and settles it,
+// with no other commit in flight meanwhile (j.writing). j.mu is held on
+// entry and on return, released while b is written.
+func (j *Journal) commitCurrent(b *batch) error {
+	j.writing = true
+	j.cur = newBatch()
+	off := j.durable.size
+	j.mu.Unlock()
+	err := j.commit(b, off)
+	j.mu.Lock()
+	j.settle(b, err)
+	j.writing = false
+	return err
 }
 
 // checkUnique fails if an event's ID is known or repeated. j.mu is held.
@@ -299,14 +304,7 @@ func (j *Journal) commitNext(force bool, timer *time.Timer) bool {
 			return false
 		}
 	}
-	j.cur = newBatch()
-	j.writing = true
-	off := j.durable.size
-	j.mu.Unlock()
-	err := j.commit(b, off)
-	j.mu.Lock()
-	j.settle(b, err)
-	j.writing = false
+	err := j.commitCurrent(b)
 	j.mu.Unlock()
 	if err == nil && j.onCommit != nil {
 		j.onCommit()

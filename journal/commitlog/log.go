@@ -245,9 +245,15 @@ func (l *Log) Cut(name string, size int64) error {
 // Drop records that the journal of name is being deleted, and returns
 // once the record is durable: a replay does not apply the records of name
 // that precede it, so a journal created later under the same name is
-// never written with the deleted one's bytes. The caller makes the
-// journal's file durable by itself first (the deletion may not happen).
+// never written with the deleted one's bytes. First it makes the
+// journal's file durable by itself, as the deletion may not happen; if
+// that fails the log stops (see Fail).
 func (l *Log) Drop(name string) error {
+	if err := l.syncFile(l.opts.Path(name)); err != nil {
+		err = fmt.Errorf("before dropping %s: %w", name, err)
+		l.Fail(err)
+		return fmt.Errorf("commit log: %w", err)
+	}
 	return l.add(name, func(b []byte) []byte { return appendDrop(b, name) })
 }
 

@@ -2,16 +2,12 @@ package fsstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/ids"
-	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/store"
 )
@@ -177,22 +173,6 @@ func (s *Store) DeleteSession(ctx context.Context, id string, force bool) error 
 	return s.removeSessionLocked(ss)
 }
 
-// syncFile fdatasyncs the file at path, if it exists.
-func syncFile(fsys vfs.FS, path string) error {
-	f, err := fsys.OpenFile(path, os.O_RDWR, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // removeSessionLocked renames a session aside, unloads it and deletes it.
 // s.mu and ss.mu are held.
 func (s *Store) removeSessionLocked(ss *session) error {
@@ -204,13 +184,7 @@ func (s *Store) removeSessionLocked(ss *session) error {
 	}
 	if s.log != nil {
 		// The commit log must never replay this journal's records into a
-		// later session with the same id: record the drop, once the
-		// journal no longer needs the log (synced by itself, should the
-		// rename below not happen).
-		if err := syncFile(s.fsys, s.journalPath(ss.id)); err != nil {
-			s.log.Fail(fmt.Errorf("fdatasync of %s before its deletion: %w", ss.id, err))
-			return fmt.Errorf("fsstore: remove %s: %w", ss.id, err)
-		}
+		// later session with the same id.
 		if err := s.log.Drop(ss.id); err != nil {
 			return fmt.Errorf("fsstore: remove %s: %w", ss.id, err)
 		}
