@@ -6,6 +6,14 @@
 //	<dir>/belay.lock                       owner record of the process holding the store
 //	<dir>/sessions/<ses_id>/journal.jsonl  the session's events (canonical)
 //	<dir>/sessions/<ses_id>/snapshot.json  folded state cache (see package journal)
+//	<dir>/commitlog/                       the store-wide commit log (sync mode "log")
+//
+// In the default sync mode ("log") a journal's commits are made durable in
+// the store-wide commit log (package journal/commitlog), one fdatasync for
+// every session committing at that moment; Open replays it into the
+// journals before it loads any session, and deleting a session records a
+// drop in it so that a session created later under the same id is never
+// written with the deleted one's records.
 //
 // Every state change is a journal event applied to the session's in-memory
 // state only after it is durable: a Sync event, or, for a phase change a
