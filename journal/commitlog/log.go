@@ -200,8 +200,14 @@ func Open(dir string, opts Options) (*Log, Replay, error) {
 		return nil, Replay{}, errors.New("commit log: Options.Path is required")
 	}
 	l := &Log{fsys: opts.FS, dir: dir, opts: opts}
-	if err := l.fsys.MkdirAll(dir, 0o700); err != nil {
-		return nil, Replay{}, fmt.Errorf("commit log: create %s: %w", dir, err)
+	if _, err := l.fsys.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := l.fsys.MkdirAll(dir, 0o700); err != nil {
+			return nil, Replay{}, fmt.Errorf("commit log: create %s: %w", dir, err)
+		}
+		// The directory's entry is durable before a segment in it is.
+		if err := l.fsys.SyncDir(filepath.Dir(dir)); err != nil {
+			return nil, Replay{}, fmt.Errorf("commit log: create %s: %w", dir, err)
+		}
 	}
 	rep, old, last, err := l.replay()
 	if err != nil {
