@@ -25,12 +25,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fixture is a directory of journal-like files written through a log, the
 // way a journal does: the bytes go to the file first, then to the log.
 type fixture struct {
-	t     *testing.T
-	dir   string
-	fsys  vfs.FS
-	opts  Options
-	log   *Log
-	sizes map[string]int64
+	t       *testing.T
+	dir     string
+	fsys    vfs.FS
+	opts    Options
+	log     *Log
+	sizes   map[string]int64
+	crashed atomic.Bool
 }
 
 func newFixture(t *testing.T, fsys vfs.FS, segSize int64) *fixture {
@@ -49,6 +50,8 @@ func newFixtureWith(t *testing.T, fsys vfs.FS, segSize int64, set func(*Options)
 	if set != nil {
 		set(&f.opts)
 	}
+	skip := f.opts.skipCheckpoint
+	f.opts.skipCheckpoint = func() bool { return f.crashed.Load() || skip != nil && skip() }
 	f.open()
 	return f
 }
@@ -94,26 +97,13 @@ func (f *fixture) segments() []uint64 {
 	return nos
 }
 
-// crash stops the log without its checkpoint, as a killed process would:
-// its segments stay behind.
+// crash stops the log as a killed process would: Close with every
+// checkpoint skipped, so its segments stay behind.
 func (f *fixture) crash() {
 	f.t.Helper()
-	l := f.log
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	close(l.stop)
-	<-l.done
-	close(l.stopPrep)
-	<-l.prepDone
-	if l.seg != nil {
-		_ = l.seg.f.Close()
-	}
-	close(l.ckpt)
-	for s := range l.ckpt {
-		_ = s.f.Close()
-	}
-	<-l.ckptDone
+	f.crashed.Store(true)
+	_ = f.log.Close()
+	f.crashed.Store(false)
 }
 
 func line(name string, i int) []byte { return fmt.Appendf(nil, "%s line %d\n", name, i) }

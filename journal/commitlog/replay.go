@@ -47,20 +47,11 @@ func (l *Log) replay() (Replay, []*segment, uint64, error) {
 	last = max(last, nos[len(nos)-1])
 	// First pass: validate, so that damage is reported before any change,
 	// and find each name's last drop: what precedes it is not applied.
-	drops := map[string]int{}
-	at := 0
-	for _, no := range nos {
-		if _, err := l.scanFile(no, func(r record) error {
-			at++
-			if r.kind == kindDrop {
-				drops[r.name] = at
-			}
-			return nil
-		}); err != nil {
-			return rep, nil, last, err
-		}
+	idx, err := l.index(nos)
+	if err != nil {
+		return rep, nil, last, err
 	}
-	at = 0
+	at := 0
 	if l.opts.Fence != nil {
 		if err := l.opts.Fence(); err != nil {
 			return rep, nil, last, fmt.Errorf("commit log: not replaying: %w", err)
@@ -78,7 +69,7 @@ func (l *Log) replay() (Replay, []*segment, uint64, error) {
 	var seg *segment
 	apply := func(r record) error {
 		at++
-		if at <= drops[r.name] {
+		if at <= idx.drops[r.name] {
 			return nil // a deleted journal's (the drop itself included)
 		}
 		seg.names[r.name] = struct{}{}
@@ -164,6 +155,51 @@ func (l *Log) replay() (Replay, []*segment, uint64, error) {
 	return rep, segs, last, nil
 }
 
+// logIndex is what a first pass over the segments finds: by name, the
+// position (counting records from 1 across the segments) of the last drop
+// and the cuts with their positions.
+type logIndex struct {
+	drops map[string]int
+	cuts  map[string][]cutAt
+}
+
+type cutAt struct {
+	at   int
+	size int64
+}
+
+// index reads every segment once, checking it (a damaged one fails).
+func (l *Log) index(nos []uint64) (logIndex, error) {
+	idx := logIndex{drops: map[string]int{}, cuts: map[string][]cutAt{}}
+	at := 0
+	for _, no := range nos {
+		if _, err := l.scanFile(no, func(r record) error {
+			at++
+			switch r.kind {
+			case kindCut:
+				idx.cuts[r.name] = append(idx.cuts[r.name], cutAt{at, r.off})
+			case kindDrop:
+				idx.drops[r.name] = at
+			}
+			return nil
+		}); err != nil {
+			return idx, err
+		}
+	}
+	return idx, nil
+}
+
+// cutBack reports whether a write of name at position at, ending at byte
+// end, was taken back by a later cut.
+func (idx logIndex) cutBack(name string, at int, end int64) bool {
+	for _, c := range idx.cuts[name] {
+		if c.at > at && c.size < end {
+			return true
+		}
+	}
+	return false
+}
+
 // listDir returns the segment numbers in the log's directory, oldest
 // first, and the retired files kept for reuse (at most maxFree; others
 // are removed).
@@ -223,36 +259,9 @@ func Pending(fsys vfs.FS, dir string, path func(name string) string) ([]string, 
 		return nil, err
 	}
 	l := &Log{fsys: fsys, dir: dir, opts: Options{Path: path}}
-	// A write that a later cut took back is not expected in the file.
-	type cut struct {
-		at   int
-		size int64
-	}
-	cuts := map[string][]cut{}
-	drops := map[string]int{}
-	at := 0
-	for _, no := range nos {
-		_, err := l.scanFile(no, func(r record) error {
-			at++
-			switch r.kind {
-			case kindCut:
-				cuts[r.name] = append(cuts[r.name], cut{at, r.off})
-			case kindDrop:
-				drops[r.name] = at
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	cutBack := func(name string, at int, end int64) bool {
-		for _, c := range cuts[name] {
-			if c.at > at && c.size < end {
-				return true
-			}
-		}
-		return false
+	idx, err := l.index(nos)
+	if err != nil {
+		return nil, err
 	}
 	lacking := map[string]bool{}
 	files := map[string]vfs.File{}
@@ -265,11 +274,11 @@ func Pending(fsys vfs.FS, dir string, path func(name string) string) ([]string, 
 	}()
 	var cmp []byte
 	var names []string
-	at = 0
+	at := 0
 	for _, no := range nos {
 		_, err := l.scanFile(no, func(r record) error {
 			at++
-			if r.kind != kindWrite || lacking[r.name] || at <= drops[r.name] || cutBack(r.name, at, r.off+int64(len(r.data))) {
+			if r.kind != kindWrite || lacking[r.name] || at <= idx.drops[r.name] || idx.cutBack(r.name, at, r.off+int64(len(r.data))) {
 				return nil
 			}
 			f, seen := files[r.name]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,9 +154,7 @@ func powerCut(t *testing.T, mode string, partial bool) {
 	pc2 := vfstest.NewPowerCut(nil)
 	again, err := Open(ctx, dir, Options{FS: pc2, Sync: mode})
 	require.NoError(t, err)
-	pc2.Freeze()
-	_ = again.Close()
-	require.NoError(t, pc2.Cut(nil))
+	cutPower(t, pc2, again)
 
 	s2, err := Open(ctx, dir, Options{Sync: mode})
 	require.NoError(t, err)
@@ -186,7 +185,17 @@ func powerCut(t *testing.T, mode string, partial bool) {
 	require.Equal(t, live, capture(t, fromJournal))
 }
 
-func dirLog(dir string) string { return dir + "/" + LogName }
+func dirLog(dir string) string { return filepath.Join(dir, LogName) }
+
+// cutPower cuts the power under s: every change from now fails, s is
+// closed (it writes nothing more), and each file is left with what it
+// synced.
+func cutPower(t *testing.T, pc *vfstest.PowerCut, s *Store) {
+	t.Helper()
+	pc.Freeze()
+	_ = s.Close() // fails: the power is gone
+	require.NoError(t, pc.Cut(nil))
+}
 
 // TestPowerCutAfterIDReuse: a session deleted and created again under
 // the same id, then a power cut: the replay applies none of the deleted
@@ -210,9 +219,7 @@ func TestPowerCutAfterIDReuse(t *testing.T) {
 	require.NoError(t, err)
 	seqs, err := s.Append(ctx, id, belay.Sync, belay.Event{Type: "new"})
 	require.NoError(t, err)
-	pc.Freeze()
-	_ = s.Close()
-	require.NoError(t, pc.Cut(nil))
+	cutPower(t, pc, s)
 
 	s2 := openStore(t, dir, Options{})
 	got, err := s2.Session(ctx, id)
@@ -237,9 +244,7 @@ func TestApplyLog(t *testing.T) {
 	sess := newSession(t, s)
 	seqs, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "kept"})
 	require.NoError(t, err)
-	pc.Freeze()
-	_ = s.Close()
-	require.NoError(t, pc.Cut(nil))
+	cutPower(t, pc, s)
 	segs, err := commitlog.Segments(nil, dirLog(dir))
 	require.NoError(t, err)
 	require.NotEmpty(t, segs)
