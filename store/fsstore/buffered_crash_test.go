@@ -124,7 +124,7 @@ func TestBufferedPhaseCrashRecovery(t *testing.T) {
 		require.NoError(t, s.Close())
 		snaps := t.TempDir()
 		require.NoError(t, os.CopyFS(snaps, os.DirFS(dir)))
-		removeSnapshots(t, snaps)
+		dropFolds(t, snaps)
 		fromJournal := openStore(t, snaps, Options{})
 		require.Equal(t, fromSnap, capture(t, fromJournal), "cycle %d", cycle)
 		require.NoError(t, fromJournal.Close())

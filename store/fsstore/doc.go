@@ -7,6 +7,7 @@
 //	<dir>/sessions/<ses_id>/journal.jsonl  the session's events (canonical)
 //	<dir>/sessions/<ses_id>/snapshot.json  folded state cache (see package journal)
 //	<dir>/commitlog/                       the store-wide commit log (sync mode "log")
+//	<dir>/sessions.index                   the store index: states as the last clean Close left them
 //
 // In the default sync mode ("log") a journal's commits are made durable in
 // the store-wide commit log (package journal/commitlog), one fdatasync for
@@ -27,6 +28,13 @@
 // so a crash never leaves a half-created session; prune renames a session to
 // .trash-<id> before deleting it. Open finishes or discards both.
 //
-// Every session's journal stays open while the store is open: one file
-// descriptor per session.
+// A clean Close writes the store index (index.go): every healthy session's
+// state with its journal's identity (device, inode, size, modification and
+// change times). Open restores each session whose journal still has that
+// identity without opening it, and opens and folds the others, so a
+// restart after a clean stop costs a stat and a decode per session.
+//
+// Journals are opened on demand and closed when idle, beyond
+// Options.MaxOpen (handle.go): an idle session costs its folded state, not
+// a file descriptor.
 package fsstore

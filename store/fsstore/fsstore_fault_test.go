@@ -34,20 +34,23 @@ func TestStoreIDsAreReserved(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	require.NoError(t, s.Close())
-	removeSnapshots(t, dir)
+	dropFolds(t, dir)
 	s = openStore(t, dir, Options{})
 	got, err := s.Run(ctx, r.ID)
 	require.NoError(t, err, "the run was journaled, not only folded")
 	require.Equal(t, r.InputSeq, got.InputSeq)
 }
 
-func removeSnapshots(t *testing.T, dir string) {
+// dropFolds removes the sessions' snapshots and the store index, so that
+// the next open folds every session from its journal alone.
+func dropFolds(t *testing.T, dir string) {
 	t.Helper()
 	snaps, err := filepath.Glob(filepath.Join(dir, SessionsName, "*", journal.SnapshotName))
 	require.NoError(t, err)
 	for _, p := range snaps {
 		require.NoError(t, os.Remove(p))
 	}
+	require.NoError(t, RemoveIndex(dir))
 }
 
 type view struct {
@@ -70,9 +73,9 @@ func capture(t *testing.T, s *Store) view {
 	return v
 }
 
-// TestFoldsAgree checks that the live state, the state rebuilt from
-// snapshots and the state rebuilt from the journals alone are the same,
-// raw events at later times included.
+// TestFoldsAgree checks that the live state, the state restored from the
+// store index, the state rebuilt from snapshots and the state rebuilt from
+// the journals alone are the same, raw events at later times included.
 func TestFoldsAgree(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -114,15 +117,18 @@ func TestFoldsAgree(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, s.Close())
-	live := openStore(t, dir, opts)
-	want := capture(t, live)
-	require.NoError(t, live.Close())
+	fromIndex := openStore(t, dir, opts)
+	require.Equal(t, IndexStats{FromIndex: 3}, fromIndex.Loaded().counts())
+	want := capture(t, fromIndex)
+	require.NoError(t, fromIndex.Close())
 
+	require.NoError(t, RemoveIndex(dir))
 	fromSnap := openStore(t, dir, opts)
+	require.Equal(t, IndexStats{Opened: 3}, fromSnap.Loaded().counts())
 	require.Equal(t, want, capture(t, fromSnap))
 	require.NoError(t, fromSnap.Close())
 
-	removeSnapshots(t, dir)
+	dropFolds(t, dir)
 	fromJournal := openStore(t, dir, opts)
 	require.Equal(t, want, capture(t, fromJournal))
 	// Raw events count as activity in every fold.

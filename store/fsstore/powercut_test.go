@@ -180,7 +180,7 @@ func powerCut(t *testing.T, mode string, partial bool) {
 	}
 	live := capture(t, s2)
 	require.NoError(t, s2.Close())
-	removeSnapshots(t, dir)
+	dropFolds(t, dir)
 	fromJournal := openStore(t, dir, Options{Sync: mode})
 	require.Equal(t, live, capture(t, fromJournal))
 }

@@ -59,6 +59,9 @@ type session struct {
 	lastEvent atomic.Int64
 	// lastWriteErr is why the last write failed, until one succeeds.
 	lastWriteErr atomic.Pointer[error]
+	// unclean is set when Close found the journal failed or could not
+	// close it: the store index leaves the session out.
+	unclean atomic.Bool
 }
 
 // openSession loads a session: it opens its journal (recovering it), folds
@@ -460,7 +463,8 @@ func (ss *session) lastSeqNow() uint64 {
 	return ss.lastSeq.Load()
 }
 
-// close snapshots and closes the journal, whatever pins it.
+// close snapshots and closes the journal, whatever pins it; one whose
+// commit failed is cut back first.
 func (ss *session) close() error {
 	ss.mu.Lock()
 	ss.snapshotLocked()
@@ -470,7 +474,21 @@ func (ss *session) close() error {
 	if ss.j == nil {
 		return nil
 	}
-	err := ss.j.Close()
+	healthy := ss.j.Err() == nil
+	var err error
+	if ss.j.Failed() != nil && !ss.store.opts.ReadOnly {
+		// A commit failed: cut the journal back to what was acknowledged,
+		// so that an append reported as failed does not come back at the
+		// next open.
+		err = ss.j.Abandon()
+	} else {
+		err = ss.j.Close()
+	}
+	if err != nil || !healthy || ss.j.Failed() != nil {
+		// Its file may hold bytes its state does not: not for the index.
+		ss.unclean.Store(true)
+	}
+	ss.lastSeq.Store(ss.j.LastSeq())
 	ss.j = nil
 	return err
 }

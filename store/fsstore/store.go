@@ -112,6 +112,7 @@ type Store struct {
 	log         *commitlog.Log   // SyncLog
 	replayed    commitlog.Replay // what opening the log found
 	logPending  []string         // read-only: sessions whose journals lack what the log holds
+	loadStats   IndexStats       // how Open loaded the sessions (index.go)
 
 	claims  claims         // admission, owners, rescue (claims.go)
 	feed    feed           // the change feed (claims.go)
@@ -199,16 +200,12 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		_ = s.Close()
 		return nil, err
 	}
-	if err := s.load(); err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	all, err := s.allSessions()
+	loaded, err := s.load()
 	if err != nil {
 		_ = s.Close()
 		return nil, err
 	}
-	s.schedule(all)
+	s.schedule(loaded)
 	return s, nil
 }
 
@@ -314,17 +311,26 @@ func (s *Store) fence() error {
 // Dir returns the data directory.
 func (s *Store) Dir() string { return s.dir }
 
-// load opens every session in the sessions directory: on one goroutine
-// per CPU and one more (opening a session is mostly system calls), then
-// indexed in directory order.
-func (s *Store) load() error {
+// load loads every session in the sessions directory, from the store
+// index when its entry is trusted (index.go), else by opening its journal:
+// on one goroutine per CPU and one more (opening a session is mostly
+// system calls), then indexed in directory order.
+func (s *Store) load() ([]*session, error) {
 	root := filepath.Join(s.dir, SessionsName)
+	defer func(t time.Time) { s.loadStats.Took = time.Since(t) }(time.Now())
+	var idx map[string]indexEntry
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		idx, s.loadStats.Err = s.readIndex()
+	}()
 	entries, err := s.fsys.ReadDir(root)
+	<-read
 	if errors.Is(err, fs.ErrNotExist) && s.opts.ReadOnly {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("fsstore: read %s: %w", root, err)
+		return nil, fmt.Errorf("fsstore: read %s: %w", root, err)
 	}
 	var names []string
 	for _, e := range entries {
@@ -334,7 +340,7 @@ func (s *Store) load() error {
 			// An interrupted create (never acknowledged) or prune.
 			if !s.opts.ReadOnly {
 				if err := s.fsys.RemoveAll(filepath.Join(root, name)); err != nil {
-					return fmt.Errorf("fsstore: clean %s: %w", name, err)
+					return nil, fmt.Errorf("fsstore: clean %s: %w", name, err)
 				}
 			}
 			continue
@@ -344,7 +350,7 @@ func (s *Store) load() error {
 		names = append(names, name)
 	}
 	loaded := make([]*session, len(names))
-	var next atomic.Int64
+	var next, fromIndex atomic.Int64
 	var wg sync.WaitGroup
 	for range min(len(names), runtime.GOMAXPROCS(0)+1) {
 		wg.Add(1)
@@ -354,6 +360,13 @@ func (s *Store) load() error {
 				i := int(next.Add(1) - 1)
 				if i >= len(names) {
 					return
+				}
+				if e, ok := idx[names[i]]; ok {
+					if ss := s.restore(names[i], e); ss != nil {
+						loaded[i] = ss
+						fromIndex.Add(1)
+						continue
+					}
 				}
 				ss, err := s.openSession(names[i])
 				if err != nil {
@@ -369,6 +382,8 @@ func (s *Store) load() error {
 		}()
 	}
 	wg.Wait()
+	s.loadStats.FromIndex = int(fromIndex.Load())
+	s.loadStats.Opened = len(names) - s.loadStats.FromIndex
 	for _, id := range s.logPending {
 		for _, ss := range loaded {
 			if ss.id == id {
@@ -376,28 +391,37 @@ func (s *Store) load() error {
 			}
 		}
 	}
-	for i, ss := range loaded {
-		if err := s.index(ss); err != nil {
-			for _, rest := range loaded[i:] {
-				_ = rest.close()
-			}
-			return err
+	if err := s.index(loaded...); err != nil {
+		for _, ss := range loaded {
+			_ = ss.close()
 		}
+		return nil, err
 	}
-	return nil
+	return loaded, nil
 }
 
-// index adds a loaded session to the store and its id indexes.
-func (s *Store) index(ss *session) error {
+// index adds loaded sessions to the store and its id indexes.
+func (s *Store) index(sessions ...*session) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return belay.ErrStoreClosed
 	}
-	s.sessions[ss.id] = ss
+	for _, ss := range sessions {
+		s.sessions[ss.id] = ss
+	}
 	s.mu.Unlock()
 	s.idxMu.Lock()
 	defer s.idxMu.Unlock()
+	for _, ss := range sessions {
+		s.indexLocked(ss)
+	}
+	return nil
+}
+
+// indexLocked adds a session's runs, deliveries and key to the id
+// indexes. s.idxMu is held.
+func (s *Store) indexLocked(ss *session) {
 	for _, r := range ss.st.Runs {
 		s.runs[r.ID] = ss.id
 	}
@@ -407,10 +431,10 @@ func (s *Store) index(ss *session) error {
 	if ss.st.SessionKey != "" {
 		s.sessionKeys[ss.st.SessionKey] = ss.id
 	}
-	return nil
 }
 
-// Close snapshots every session, closes the journals and releases the lock.
+// Close snapshots every session, closes the journals, writes the store
+// index (when every journal closed cleanly) and releases the lock.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -429,6 +453,15 @@ func (s *Store) Close() error {
 	if s.log != nil {
 		// After the journals: it checkpoints what they committed.
 		errs = append(errs, s.log.Close())
+	}
+	if !s.opts.ReadOnly && errors.Join(errs...) == nil && s.fence() == nil {
+		// After the log: the journals it names are synced and it has no
+		// segment left to replay over them.
+		list := make([]*session, 0, len(sessions))
+		for _, ss := range sessions {
+			list = append(list, ss)
+		}
+		errs = append(errs, s.writeIndex(list))
 	}
 	if s.hb != nil {
 		errs = append(errs, s.hb.Stop(context.Background()))

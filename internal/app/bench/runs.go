@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,6 +37,9 @@ type RunsConfig struct {
 	// IdleSessions is how many idle sessions to load for the memory
 	// measurement (0 skips it).
 	IdleSessions int
+	// InFlight of the idle sessions (at most all) hold a queued run: the
+	// restart measured is one with that much work in flight.
+	InFlight int
 	// Sync is the store's sync mode (fsstore.SyncLog, SyncFile or SyncFilesystem).
 	Sync string
 	// Store is "" or "file:" (the embedded store in a scratch directory)
@@ -95,12 +99,19 @@ type RunsResult struct {
 	ParallelFsyncPerSec float64 `json:"parallel_fdatasync_per_sec"`
 	RunsPerFsync        float64 `json:"runs_per_fdatasync"`
 	// Idle sessions: RSS growth after loading them, per session.
-	IdleSessions      int     `json:"idle_sessions,omitempty"`
-	IdleRSSBytes      int64   `json:"idle_rss_bytes,omitempty"`
-	IdleBytesPerSess  float64 `json:"idle_rss_bytes_per_session,omitempty"`
-	IdleLoadSeconds   float64 `json:"idle_load_seconds,omitempty"`
-	IdleOpenJournals  int     `json:"idle_open_files,omitempty"`
-	IdleCreateSeconds float64 `json:"idle_create_seconds,omitempty"`
+	IdleSessions     int     `json:"idle_sessions,omitempty"`
+	IdleRSSBytes     int64   `json:"idle_rss_bytes,omitempty"`
+	IdleBytesPerSess float64 `json:"idle_rss_bytes_per_session,omitempty"`
+	IdleLoadSeconds  float64 `json:"idle_load_seconds,omitempty"`
+	// IdleInFlight is how many of them held a queued run; IdleIndexed how
+	// many the load restored from the store index (written by the clean
+	// close before it); IdleColdLoadSeconds is the load without the
+	// index, every journal opened, as after a crash.
+	IdleInFlight        int     `json:"idle_in_flight,omitempty"`
+	IdleIndexed         int     `json:"idle_indexed,omitempty"`
+	IdleColdLoadSeconds float64 `json:"idle_cold_load_seconds,omitempty"`
+	IdleOpenJournals    int     `json:"idle_open_files,omitempty"`
+	IdleCreateSeconds   float64 `json:"idle_create_seconds,omitempty"`
 	// The paced phase (Paced > 0): the fraction of the peak and the rate
 	// offered, and what came of it.
 	Paced           float64 `json:"paced_fraction,omitempty"`
@@ -439,8 +450,13 @@ func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	if err != nil {
 		return err
 	}
+	inFlight := min(cfg.InFlight, cfg.IdleSessions)
 	for i := 0; i < cfg.IdleSessions; i++ {
-		if _, err := gen.CreateSession(ctx, belay.SessionInput{Provider: "fake", Model: "echo"}); err != nil {
+		in := belay.SessionInput{Provider: "fake", Model: "echo"}
+		if i < inFlight {
+			in.FirstRun = &belay.RunInput{Input: json.RawMessage(`{"prompt":"idle"}`)}
+		}
+		if _, err := gen.CreateSession(ctx, in); err != nil {
 			_ = gen.Close()
 			return err
 		}
@@ -450,26 +466,64 @@ func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	}
 	res.IdleCreateSeconds = time.Since(t0).Seconds()
 
-	cfg.Progress(fmt.Sprintf("loading %d idle sessions", cfg.IdleSessions))
+	// As a restart after a clean stop: from the store index.
+	cfg.Progress(fmt.Sprintf("loading %d idle sessions (%d runs in flight)", cfg.IdleSessions, inFlight))
 	before := rss()
 	t1 := time.Now()
 	st, err := fsstore.Open(ctx, dir, fsstore.Options{})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
 	res.IdleLoadSeconds = time.Since(t1).Seconds()
 	debug.FreeOSMemory()
 	after := rss()
+	if err := checkIdleLoad(ctx, st, inFlight); err != nil {
+		_ = st.Close()
+		return err
+	}
+	runtime.KeepAlive(st)
+	res.IdleSessions = cfg.IdleSessions
+	res.IdleInFlight = inFlight
+	res.IdleIndexed = st.Loaded().FromIndex
+	res.IdleRSSBytes = after - before
+	res.IdleBytesPerSess = float64(after-before) / float64(cfg.IdleSessions)
+	res.IdleOpenJournals = openFiles() - 0
+	if err := st.Close(); err != nil {
+		return err
+	}
+
+	// As a restart after a crash: no index, every journal opened.
+	cfg.Progress(fmt.Sprintf("loading %d idle sessions without the store index", cfg.IdleSessions))
+	if err := fsstore.RemoveIndex(dir); err != nil {
+		return err
+	}
+	t2 := time.Now()
+	st, err = fsstore.Open(ctx, dir, fsstore.Options{})
+	if err != nil {
+		return err
+	}
+	res.IdleColdLoadSeconds = time.Since(t2).Seconds()
+	if err := checkIdleLoad(ctx, st, inFlight); err != nil {
+		_ = st.Close()
+		return err
+	}
+	return st.Close()
+}
+
+// checkIdleLoad checks that a loaded store holds the idle sessions' runs
+// in flight, queued for the scheduler.
+func checkIdleLoad(ctx context.Context, st *fsstore.Store, inFlight int) error {
 	list, err := st.Sessions(ctx, belay.SessionFilter{Limit: 1})
 	if err != nil || len(list) != 1 {
 		return fmt.Errorf("bench: idle sessions not loaded: %v", err)
 	}
-	runtime.KeepAlive(st)
-	res.IdleSessions = cfg.IdleSessions
-	res.IdleRSSBytes = after - before
-	res.IdleBytesPerSess = float64(after-before) / float64(cfg.IdleSessions)
-	res.IdleOpenJournals = openFiles() - 0
+	c, err := st.Counts(ctx)
+	if err != nil {
+		return err
+	}
+	if c.Queued != inFlight {
+		return fmt.Errorf("bench: %d runs queued after the load, not %d", c.Queued, inFlight)
+	}
 	return nil
 }
 

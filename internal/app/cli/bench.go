@@ -30,6 +30,7 @@ type benchRunsOptions struct {
 	Sessions   int
 	Submitters int
 	Idle       int
+	InFlight   int
 	Sync       string
 	Store      string
 	Nodes      int
@@ -50,8 +51,11 @@ through the runtime and the embedded store on the data directory's
 filesystem: every run is created, leased, started, completed and announced
 in its session's inbox, each point a crash must not take back fsynced.
 Reports runs per second, submit-to-complete latency p50/p99, and the journal
-events and synced commits (fdatasyncs) per run. Then it loads --idle idle sessions
-into a fresh store and reports the resident memory they take.
+events and synced commits (fdatasyncs) per run. Then it creates --idle idle
+sessions, --in-flight of them with a queued run, closes that store and
+reports what a restart takes: the load time after the clean close (from the
+store index), the resident memory the sessions take, and the load time
+without the index (every journal opened, as after a crash).
 
 With --store postgres://USER@HOST/DB the runs go through the PostgreSQL
 store instead (its schema is migrated if needed; the bench's sessions stay
@@ -75,7 +79,8 @@ peak load.`,
 	f.IntVar(&opts.Runs, "runs", 20000, "runs to submit")
 	f.IntVar(&opts.Sessions, "sessions", 1000, "sessions the runs are spread over")
 	f.IntVar(&opts.Submitters, "submitters", 16, "concurrent submitters")
-	f.IntVar(&opts.Idle, "idle", 100000, "idle sessions for the memory measurement (0 to skip)")
+	f.IntVar(&opts.Idle, "idle", 100000, "idle sessions for the memory and restart measurement (0 to skip)")
+	f.IntVar(&opts.InFlight, "in-flight", 10000, "of the idle sessions, how many hold a queued run at the restart")
 	f.StringVar(&opts.Sync, "sync", "log", "store sync mode: log (the store-wide commit log), file (fdatasync per journal) or filesystem (shared syncfs)")
 	f.StringVar(&opts.Store, "store", "", "store to bench: file: (default) or postgres://USER@HOST/DB (a scratch database)")
 	f.IntVar(&opts.Nodes, "nodes", 1, "runtimes over the one database, each with its own pool (postgres:// only)")
@@ -88,8 +93,8 @@ peak load.`,
 }
 
 func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error {
-	if opts.Runs < 1 || opts.Sessions < 1 || opts.Submitters < 1 || opts.Idle < 0 || opts.Nodes < 1 || opts.Batch < 0 {
-		return usagef("belay bench runs --runs 20000 --sessions 1000", "--runs, --sessions, --submitters and --nodes must be at least 1, --idle and --batch at least 0")
+	if opts.Runs < 1 || opts.Sessions < 1 || opts.Submitters < 1 || opts.Idle < 0 || opts.InFlight < 0 || opts.Nodes < 1 || opts.Batch < 0 {
+		return usagef("belay bench runs --runs 20000 --sessions 1000", "--runs, --sessions, --submitters and --nodes must be at least 1, --idle, --in-flight and --batch at least 0")
 	}
 	if opts.Paced < 0 || opts.Paced >= 1 {
 		return usagef("belay bench runs --paced 0.5", "--paced is a fraction of the peak rate: above 0 and below 1 (0 skips the paced phase)")
@@ -102,7 +107,7 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 		return err
 	}
 	res, err := bench.Runs(cmd.Context(), bench.RunsConfig{
-		Dir: dir, Runs: opts.Runs, Sessions: opts.Sessions, Submitters: opts.Submitters, IdleSessions: opts.Idle, Sync: opts.Sync, Store: opts.Store,
+		Dir: dir, Runs: opts.Runs, Sessions: opts.Sessions, Submitters: opts.Submitters, IdleSessions: opts.Idle, InFlight: opts.InFlight, Sync: opts.Sync, Store: opts.Store,
 		Nodes: opts.Nodes, Batch: opts.Batch, Paced: opts.Paced,
 		Progress: func(s string) { fmt.Fprintf(stdio.Err, "… %s\n", s) },
 	})
@@ -135,8 +140,9 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	fmt.Fprintf(w, "1 file, 4 KiB appends\t%.0f\t%.2f\n", res.FsyncPerSec, res.RunsPerFsync)
 	fmt.Fprintf(w, "%d files at once\t%.0f\t%.2f\n", res.Submitters, res.ParallelFsyncPerSec, res.RunsPerSec/max(res.ParallelFsyncPerSec, 1))
 	if res.IdleSessions > 0 {
-		fmt.Fprintln(w, "\nidle sessions\tRSS\tper session\tload time\topen files")
-		fmt.Fprintf(w, "%d\t%s\t%.0f B\t%.2f s\t%d\n", res.IdleSessions, sizeString(res.IdleRSSBytes), res.IdleBytesPerSess, res.IdleLoadSeconds, res.IdleOpenJournals)
+		fmt.Fprintln(w, "\nidle sessions\truns in flight\tRSS\tper session\tload time (index)\tload time (no index)\topen files")
+		fmt.Fprintf(w, "%d\t%d\t%s\t%.0f B\t%.2f s (%d from index)\t%.2f s\t%d\n", res.IdleSessions, res.IdleInFlight, sizeString(res.IdleRSSBytes), res.IdleBytesPerSess,
+			res.IdleLoadSeconds, res.IdleIndexed, res.IdleColdLoadSeconds, res.IdleOpenJournals)
 	}
 	return w.Flush()
 }

@@ -43,6 +43,13 @@ func ownDataDirOf(ctx context.Context, path string) (func(), error) {
 		_ = l.Release()
 		return nil, fmt.Errorf("apply the commit log of %s before writing %s: %w", data, path, err)
 	}
+	// The store index's entry for the journal this writer changes would
+	// no longer match it; without the index the next start loads every
+	// session from its journal, which is only slower.
+	if err := fsstore.RemoveIndex(data); err != nil {
+		_ = l.Release()
+		return nil, fmt.Errorf("remove the store index of %s before writing %s: %w", data, path, err)
+	}
 	// A failed release leaves a record of this (exiting) process, which
 	// the next acquirer replaces at once: nothing to undo here.
 	return func() { _ = l.Release() }, nil

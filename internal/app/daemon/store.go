@@ -83,7 +83,16 @@ func openStore(ctx context.Context, p storeParams) (store.Store, func(), error) 
 			p.log.Warn("session journals repaired from the commit log (the machine stopped before they were written back)",
 				"journals", rep.Repaired, "records", rep.Records, "segments", rep.Segments, "took", rep.Took)
 		}
-		return st, func() { _ = st.Close() }, nil
+		ld := st.Loaded()
+		if ld.Err != nil {
+			p.log.Warn("the store index was not used: every session was loaded from its journal", "err", ld.Err)
+		}
+		p.log.Info("sessions loaded", "sessions", ld.FromIndex+ld.Opened, "from_index", ld.FromIndex, "from_journal", ld.Opened, "took", ld.Took)
+		return st, func() {
+			if err := st.Close(); err != nil {
+				p.log.Error("closing the store", "err", err)
+			}
+		}, nil
 	}
 	if p.cfg.Store.Sync != "" {
 		return nil, nil, fmt.Errorf("config: [store] sync applies to the file store only, not to %s", pgstore.Redact(p.url))
