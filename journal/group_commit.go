@@ -24,6 +24,7 @@ type batch struct {
 	first   time.Time // when its first event was added
 	done    chan struct{}
 	err     error
+	bufs    *batchBuf // where buf and recs came from, if recycled
 }
 
 type pendingRec struct {
@@ -32,7 +33,42 @@ type pendingRec struct {
 	off, end int // within buf
 }
 
-func newBatch() *batch { return &batch{done: make(chan struct{})} }
+// batchBufs recycles the buffers of committed batches: a batch's buffer
+// grows to its size by doubling, and a store commits thousands a second.
+var batchBufs sync.Pool
+
+// batchBuf is what batchBufs holds.
+type batchBuf struct {
+	buf  []byte
+	recs []pendingRec
+}
+
+// maxPooledBatch keeps the buffers of huge batches out of the pool.
+const maxPooledBatch = 256 << 10
+
+func newBatch() *batch {
+	b := &batch{done: make(chan struct{})}
+	if bb, ok := batchBufs.Get().(*batchBuf); ok {
+		b.buf, b.recs, b.bufs = bb.buf[:0], bb.recs[:0], bb
+	}
+	return b
+}
+
+// recycle gives a settled batch's buffers back for a later batch: nothing
+// reads them once it is settled (its waiters read only err).
+func (b *batch) recycle() {
+	if cap(b.buf) > maxPooledBatch || cap(b.recs) > maxPooledBatch/64 {
+		return
+	}
+	clear(b.recs) // their ids
+	bb := b.bufs
+	if bb == nil {
+		bb = new(batchBuf)
+	}
+	bb.buf, bb.recs = b.buf[:0], b.recs[:0]
+	batchBufs.Put(bb)
+	b.buf, b.recs, b.bufs = nil, nil, nil
+}
 
 // Append adds events to the journal and returns their seqs, in order.
 //
@@ -215,6 +251,7 @@ func (j *Journal) commitCurrent(b *batch) error {
 	err := j.commit(b, off)
 	j.mu.Lock()
 	j.settle(b, err)
+	b.recycle()
 	j.writing = false
 	return err
 }

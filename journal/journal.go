@@ -60,6 +60,10 @@ type Options struct {
 	// a store uses it to fold buffered state changes once they are
 	// durable.
 	OnCommit func()
+	// OnQuarantine, if set, is called after a read found damage and the
+	// quarantine was recorded (QuarantineName): a store drops caches that
+	// would otherwise bring the session back as healthy.
+	OnQuarantine func()
 	// ReadOnly opens without changing anything on disk: a torn tail is left
 	// in place (and not read), appends fail with ErrReadOnly, and a missing
 	// journal is an error. Doctor and offline readers use it.
@@ -96,6 +100,7 @@ type Journal struct {
 	logName  string
 	fence    func() error
 	onCommit func()
+	onQuar   func() // Options.OnQuarantine
 	// snapIndexMax bounds the index entries a snapshot keeps (tests lower it).
 	snapIndexMax int
 
@@ -106,6 +111,7 @@ type Journal struct {
 	durable    scanState         // what is written and synced
 	err        error             // sticky: why appends fail (read-only)
 	failed     *CommitError      // the commit failure that set err, if that is why
+	cut        bool              // Rollback cut the file back after failed
 	quarantine *QuarantineError
 	closed     bool
 	drained    bool          // Close has committed everything queued
@@ -149,6 +155,7 @@ func Open(dir string, opts Options) (*Journal, error) {
 		logName:  opts.LogName,
 		fence:    opts.Fence,
 		onCommit: opts.OnCommit,
+		onQuar:   opts.OnQuarantine,
 		changed:  make(chan struct{}),
 		recovery: Recovery{TornAt: -1},
 
@@ -396,11 +403,22 @@ func (j *Journal) Abandon() error {
 // not fail.
 func (j *Journal) Rollback() error {
 	j.mu.Lock()
-	failed, size := j.failed, j.durable.size
+	failed, size, cut := j.failed, j.durable.size, j.cut
 	j.mu.Unlock()
-	if failed == nil {
+	if failed == nil || cut {
 		return nil
 	}
+	err := j.rollback(size)
+	if err == nil {
+		j.mu.Lock()
+		j.cut = true
+		j.mu.Unlock()
+	}
+	return err
+}
+
+// rollback cuts the file back to size, the acknowledged bytes.
+func (j *Journal) rollback(size int64) error {
 	if j.log != nil {
 		// The log may hold the failed batch: record the cut first, so that
 		// a replay takes the batch back too. The file is cut even if that
@@ -425,8 +443,9 @@ func (j *Journal) Rollback() error {
 	return nil
 }
 
-// Close commits pending appends, stops the committer and closes the file.
-// It is safe to call more than once.
+// Close commits pending appends, stops the committer, cuts back the bytes
+// of a failed commit (as Rollback) and closes the file. It is safe to call
+// more than once.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	if j.closed {
@@ -454,10 +473,17 @@ func (j *Journal) Close() error {
 	j.drained = true
 	close(j.changed)
 	j.mu.Unlock()
-	if err := j.f.Close(); err != nil {
-		return fmt.Errorf("journal: close %s: %w", j.path, err)
+	var cutErr error
+	if !j.readOnly {
+		// A commit failed (perhaps the last, of what was queued): cut its
+		// bytes off, so that the next Open finds only what was
+		// acknowledged.
+		cutErr = j.Rollback()
 	}
-	return nil
+	if err := j.f.Close(); err != nil {
+		return errors.Join(cutErr, fmt.Errorf("journal: close %s: %w", j.path, err))
+	}
+	return cutErr
 }
 
 // Exists reports whether dir holds a journal.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -585,6 +586,31 @@ func TestWaitReturnsAfterCommitFailure(t *testing.T) {
 	require.ErrorIs(t, err, ErrReadOnly)
 	require.ErrorIs(t, <-errc, ErrReadOnly, "a failed journal wakes its waiters")
 	require.ErrorIs(t, b.j.Wait(context.Background(), 1), ErrReadOnly)
+}
+
+// TestCloseCutsBackAFailedLastCommit: buffered appends whose commit fails
+// as Close drains them were never acknowledged as durable: Close cuts
+// their bytes off, and a reopen finds only what was acknowledged.
+func TestCloseCutsBackAFailedLastCommit(t *testing.T) {
+	t.Parallel()
+	ffs := vfstest.New(nil)
+	b := setup(t, Options{FS: ffs, BufferedDelay: time.Hour})
+	appendN(t, b.j, 2)
+	size := b.j.Size()
+	_, err := b.j.Append(context.Background(), Buffered, ev("lost", `1`))
+	require.NoError(t, err)
+	var failed atomic.Bool
+	ffs.Set(vfstest.Faults{Sync: func(string) error {
+		if failed.CompareAndSwap(false, true) {
+			return syscall.EIO // the drain's; the cut's succeeds
+		}
+		return nil
+	}})
+	require.NoError(t, b.j.Close())
+	require.NotNil(t, b.j.Failed())
+	j := mustReopen(t, b)
+	require.Equal(t, uint64(2), j.LastSeq())
+	require.Equal(t, size, j.Size())
 }
 
 func TestAppendUnique(t *testing.T) {

@@ -107,6 +107,9 @@ func (j *Journal) corruptAt(off int64, lastGood uint64, reason string) error {
 		if err := j.writeQuarantine(q, size); err != nil {
 			return errors.Join(q, err)
 		}
+		if j.onQuar != nil {
+			j.onQuar()
+		}
 	}
 	return q
 }

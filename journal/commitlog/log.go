@@ -97,12 +97,15 @@ type Log struct {
 	dir  string
 	opts Options
 
-	mu     sync.Mutex
-	cur    *pending
-	err    error // sticky: a checkpoint failed, nothing more is accepted
-	fenced bool  // a checkpoint stopped at the fence: the segments stay for the owner
-	closed bool
-	stats  Stats
+	mu  sync.Mutex
+	cur *pending
+	// spareBuf and spareNames are the last written batch's, for reuse.
+	spareBuf   []byte
+	spareNames []string
+	err        error // sticky: a checkpoint failed, nothing more is accepted
+	fenced     bool  // a checkpoint stopped at the fence: the segments stay for the owner
+	closed     bool
+	stats      Stats
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -148,6 +151,32 @@ type pending struct {
 
 func newPending() *pending {
 	return &pending{buf: make([]byte, headerSize, 4096), done: make(chan struct{})}
+}
+
+// maxSpareBuf keeps the buffer of a huge batch from being kept for reuse.
+const maxSpareBuf = 1 << 20
+
+// nextPending returns a new batch, with the buffers of the last one
+// written when they can be reused. l.mu is held.
+func (l *Log) nextPending() *pending {
+	if l.spareBuf == nil {
+		return newPending()
+	}
+	b := &pending{buf: l.spareBuf[:headerSize], names: l.spareNames[:0], done: make(chan struct{})}
+	l.spareBuf, l.spareNames = nil, nil
+	return b
+}
+
+// recycle keeps the buffers of a written batch for a later one; its
+// waiters read only its err.
+func (l *Log) recycle(buf []byte, names []string) {
+	if cap(buf) > maxSpareBuf {
+		return
+	}
+	clear(names)
+	l.mu.Lock()
+	l.spareBuf, l.spareNames = buf, names
+	l.mu.Unlock()
 }
 
 // segName is a segment's file name: its number in 20 digits.
@@ -315,10 +344,12 @@ func (l *Log) commitNext() bool {
 		l.mu.Unlock()
 		return false
 	}
-	l.cur = newPending()
+	l.cur = l.nextPending()
 	l.mu.Unlock()
 	b.err = l.write(b)
+	buf, names := b.buf, b.names
 	close(b.done)
+	l.recycle(buf, names)
 	return true
 }
 
@@ -625,6 +656,11 @@ func (l *Log) checkpointer() {
 }
 
 // checkpointWorkers bounds the journal syncs a checkpoint runs at once.
+// A checkpoint runs them one at a time while it keeps up, so that its
+// writes leave the disk to the log's syncs (8 at once made every commit
+// of a 200 ms checkpoint wait: 3-7 ms log syncs instead of 0.1-0.5), and
+// all 8 at once when the next segment is already waiting for it, or the
+// log is closing.
 const checkpointWorkers = 8
 
 func (l *Log) checkpoint(s *segment) error {
@@ -636,7 +672,9 @@ func (l *Log) checkpoint(s *segment) error {
 	names := make(chan string)
 	errs := make(chan error, checkpointWorkers)
 	var wg sync.WaitGroup
-	for range checkpointWorkers {
+	started := 0
+	start := func() {
+		started++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -649,7 +687,11 @@ func (l *Log) checkpoint(s *segment) error {
 			errs <- first
 		}()
 	}
+	start()
 	for name := range s.names {
+		for started < checkpointWorkers && (len(l.ckpt) > 0 || l.isClosed()) {
+			start() // falling behind (the next segment is full already), or closing
+		}
 		names <- name
 	}
 	close(names)
@@ -722,6 +764,13 @@ func (l *Log) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
+}
+
+// isClosed reports whether Close was called.
+func (l *Log) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
 }
 
 // Close commits what is queued, checkpoints every segment and removes

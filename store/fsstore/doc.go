@@ -32,7 +32,10 @@
 // state with its journal's identity (device, inode, size, modification and
 // change times). Open restores each session whose journal still has that
 // identity without opening it, and opens and folds the others, so a
-// restart after a clean stop costs a stat and a decode per session.
+// restart after a clean stop costs a stat and a decode per session. An
+// open store also rewrites it every Options.IndexEvery, with the sessions
+// whose journals are closed, so that a restart after a kill opens only the
+// journals used since.
 //
 // Journals are opened on demand and closed when idle, beyond
 // Options.MaxOpen (handle.go): an idle session costs its folded state, not

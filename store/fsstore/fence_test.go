@@ -64,4 +64,5 @@ func TestStoreFencesItselfBeforeWriting(t *testing.T) {
 	got, err := os.ReadFile(lockPath)
 	require.NoError(t, err)
 	require.Equal(t, data, got, "the other holder's record is left alone")
+	require.NoFileExists(t, filepath.Join(dir, IndexName), "nor does it write the store index")
 }

@@ -61,6 +61,7 @@ func (ss *session) acquire() (*journal.Journal, error) {
 	jo.MustExist = true // a deleted journal is missing, never silently empty
 	jo.LogName = ss.id
 	jo.OnCommit = ss.committed
+	jo.OnQuarantine = ss.store.invalidateIndex
 	j, err := journal.Open(ss.dir, jo)
 	var q *journal.QuarantineError
 	switch {
@@ -119,12 +120,16 @@ func (ss *session) closeIdle() bool {
 	if err := ss.j.Err(); err != nil && !ss.store.opts.ReadOnly && ss.j.Failed() == nil {
 		return false
 	}
-	ss.lastSeq.Store(ss.j.LastSeq())
 	if err := ss.j.Abandon(); err != nil && ss.j.Failed() != nil {
 		// The cut failed: keep the journal (and its failure) in sight.
 		return false
+	} else if err != nil {
+		ss.unclean.Store(true) // not for the store index
 	}
+	// After Abandon: its Close commits what was queued.
+	ss.lastSeq.Store(ss.j.LastSeq())
 	ss.j = nil
+	ss.store.idx.closed.Add(1) // the live index may take it now
 	return true
 }
 

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/belayhq/belay/internal/clock"
 )
 
 // The store index lets a restart skip opening the journals of sessions
@@ -42,6 +44,87 @@ import (
 
 // IndexName is the store index's file in the data directory.
 const IndexName = "sessions.index"
+
+// DefaultIndexEvery is how often an open store rewrites the store index
+// (when a journal closed since the last time).
+const DefaultIndexEvery = 5 * time.Minute
+
+// liveIndex writes the store index while the store is open: every
+// Options.IndexEvery, when a journal closed since the last write. Only
+// sessions whose journals are closed are in it (idle beyond
+// Options.MaxOpen): their files do not change while they stay closed, and
+// the entry of one that reopens stops matching at its first write. Close
+// writes the last index, of every session.
+type liveIndex struct {
+	mu      sync.Mutex // serializes index writes; guards timer, stopped, written
+	timer   clock.Timer
+	stopped bool
+	wg      sync.WaitGroup // invalidations in flight
+	written int64          // closed at the last write
+	closed  atomic.Int64   // journals closed by eviction so far
+}
+
+// scheduleIndex arms the next live index write.
+func (s *Store) scheduleIndex() {
+	every := s.opts.IndexEvery
+	if every == 0 {
+		every = DefaultIndexEvery
+	}
+	if s.opts.ReadOnly || every < 0 {
+		return
+	}
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	if !s.idx.stopped {
+		s.idx.timer = s.clock.AfterFunc(every, s.indexTick)
+	}
+}
+
+// indexTick writes the live index if a journal closed since the last
+// write. A failure is not the store's: the next tick or Close tries again,
+// and without an index a restart only opens more journals.
+func (s *Store) indexTick() {
+	s.idx.mu.Lock()
+	if n := s.idx.closed.Load(); !s.idx.stopped && n != s.idx.written && s.fence() == nil {
+		if all, err := s.allSessions(); err == nil && s.writeIndexLocked(all) == nil {
+			s.idx.written = n
+		}
+	}
+	s.idx.mu.Unlock()
+	s.scheduleIndex()
+}
+
+// invalidateIndex removes the store index: a session got a problem (a
+// quarantine, a fold error) that an index written before would not bring
+// back after a kill, since it need not change the journal. Writes after it
+// leave the session out. It runs on its own goroutine, under s.idx.mu (so
+// that no write in progress puts an index back after it): its callers may
+// hold a session's locks, which index writes take after s.idx.mu.
+func (s *Store) invalidateIndex() {
+	if s.opts.ReadOnly {
+		return
+	}
+	s.idx.wg.Add(1)
+	go func() {
+		defer s.idx.wg.Done()
+		s.idx.mu.Lock()
+		defer s.idx.mu.Unlock()
+		// If it cannot be removed, the next write replaces it: the next
+		// live write (due at once) or Close's.
+		_ = s.fsys.Remove(s.indexPath())
+		s.idx.written = -1
+	}()
+}
+
+// stopIndex stops the live index writes; Close calls it first.
+func (s *Store) stopIndex() {
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	s.idx.stopped = true
+	if s.idx.timer != nil {
+		s.idx.timer.Stop()
+	}
+}
 
 var indexMagic = []byte("belayix1")
 
@@ -200,11 +283,18 @@ func (s *Store) restore(id string, e indexEntry) *session {
 func (ss *session) indexEntry() (indexEntry, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.jmu.Lock()
-	open := ss.j != nil || len(ss.retired) > 0
-	ss.jmu.Unlock()
-	if open || len(ss.pending) > 0 || ss.problem.Load() != nil || ss.lastWriteErr.Load() != nil ||
-		ss.pruned.Load() || ss.unclean.Load() || ss.lastSeq.Load() == 0 || ss.st.Session.ID != ss.id {
+	// The journal is closed, and stays closed from here to the stat: an
+	// append between would open it and, once closed again, leave another
+	// last seq (state changes also wait for ss.mu, held here).
+	closedAt := func() (uint64, bool) {
+		ss.jmu.Lock()
+		defer ss.jmu.Unlock()
+		return ss.lastSeq.Load(), ss.j == nil && len(ss.retired) == 0
+	}
+	seq, closed := closedAt()
+	last := ss.lastEvent.Load()
+	if !closed || len(ss.pending) > 0 || ss.problem.Load() != nil || ss.lastWriteErr.Load() != nil ||
+		ss.pruned.Load() || ss.unclean.Load() || seq == 0 || ss.st.Session.ID != ss.id {
 		return indexEntry{}, false
 	}
 	fi, err := ss.store.fsys.Stat(ss.store.journalPath(ss.id))
@@ -215,16 +305,26 @@ func (ss *session) indexEntry() (indexEntry, bool) {
 	if !ok {
 		return indexEntry{}, false
 	}
+	if again, closed := closedAt(); !closed || again != seq || ss.lastEvent.Load() != last {
+		return indexEntry{}, false
+	}
 	raw, err := json.Marshal(ss.st)
 	if err != nil {
 		return indexEntry{}, false
 	}
-	return indexEntry{stamp: st, lastSeq: ss.lastSeq.Load(), lastEvent: ss.lastEvent.Load(), state: raw}, true
+	return indexEntry{stamp: st, lastSeq: seq, lastEvent: last, state: raw}, true
 }
 
-// writeIndex writes the store index of sessions, whose journals Close
-// closed cleanly, replacing the last one.
+// writeIndex writes the store index of sessions, replacing the last one:
+// each whose journal is closed, cleanly.
 func (s *Store) writeIndex(sessions []*session) error {
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	return s.writeIndexLocked(sessions)
+}
+
+// writeIndexLocked is writeIndex with s.idx.mu held.
+func (s *Store) writeIndexLocked(sessions []*session) error {
 	// A stat and an encoding per session: spread over the CPUs.
 	found := make([]indexEntry, len(sessions))
 	ok := make([]bool, len(sessions))

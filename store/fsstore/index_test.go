@@ -320,3 +320,182 @@ func FuzzDecodeIndex(f *testing.F) {
 		require.Equal(t, got, again)
 	})
 }
+
+// TestIndexWrittenWhileOpen: an open store writes the index every
+// IndexEvery, of the sessions whose journals are closed; after a kill the
+// next open restores those that did not change since from it.
+func TestIndexWrittenWhileOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := clock.NewFake(storetest.Start)
+	opts := Options{Clock: clk, MaxOpen: 1, IndexEvery: time.Minute}
+	s := openStore(t, dir, opts)
+	ids := busySessions(t, s, clk, 3) // MaxOpen 1: only the last one's journal is open
+	require.NoFileExists(t, filepath.Join(dir, IndexName))
+	clk.Advance(time.Minute)
+	var live []byte
+	require.Eventually(t, func() bool {
+		var err error
+		live, err = os.ReadFile(filepath.Join(dir, IndexName))
+		return err == nil
+	}, 10*time.Second, time.Millisecond, "the index is written within IndexEvery")
+	got, err := decodeIndex(live)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.NotContains(t, got, ids[2], "its journal is open")
+
+	// A session in the index changes after it was written.
+	_, err = s.Append(ctx, ids[0], belay.Sync, belay.Event{Type: "note"})
+	require.NoError(t, err)
+	want := capture(t, s)
+	require.NoError(t, s.Close())
+	// As if killed: the index is the one written while it ran.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, IndexName), live, 0o600))
+
+	s = openStore(t, dir, opts)
+	require.Equal(t, IndexStats{FromIndex: 1, Opened: 2}, s.Loaded().counts())
+	require.Equal(t, want, capture(t, s))
+}
+
+// restoredAgreesWithFold reopens dir (from the index if any), then again
+// with every fold dropped, and returns the session and run as each saw
+// them.
+func restoredAgreesWithFold(t *testing.T, dir string, opts Options, session, run string) {
+	t.Helper()
+	ctx := context.Background()
+	view := func() (belay.Session, belay.Run) {
+		s := openStore(t, dir, opts)
+		sess, err := s.Session(ctx, session)
+		require.NoError(t, err)
+		var r belay.Run
+		if run != "" {
+			r, err = s.Run(ctx, run)
+			require.NoError(t, err)
+		}
+		require.NoError(t, s.Close())
+		return sess, r
+	}
+	sess1, run1 := view()
+	dropFolds(t, dir)
+	sess2, run2 := view()
+	require.Equal(t, sess2, sess1, "the session as restored and as folded")
+	require.Equal(t, run2, run1, "the run as restored and as folded")
+}
+
+// TestIndexAfterEvictedBufferedAppend: a journal closed for being idle
+// commits its buffered appends as it closes; the index has the last seq
+// after them.
+func TestIndexAfterEvictedBufferedAppend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := Options{MaxOpen: 1, BufferedDelay: time.Hour}
+	s := openStore(t, dir, opts)
+	a, b := newSession(t, s), newSession(t, s)
+	_, err := s.Append(ctx, a.ID, belay.Buffered, belay.Event{Type: "buffered-note"})
+	require.NoError(t, err)
+	_, err = s.Append(ctx, b.ID, belay.Sync, belay.Event{Type: "evicts-a"})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	restoredAgreesWithFold(t, dir, opts, a.ID, "")
+}
+
+// TestIndexAfterEvictedJournalFailedItsLastCommit: a journal closed for
+// being idle fails the commit of its buffered state change as it closes:
+// the change was not acknowledged as durable, it is cut off the file, and
+// the index agrees with the fold.
+func TestIndexAfterEvictedJournalFailedItsLastCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	ffs := vfstest.New(nil)
+	opts := Options{FS: ffs, Sync: SyncFile, MaxOpen: 1, BufferedDelay: time.Hour}
+	s := openStore(t, dir, opts)
+	sess, r := startedRun(t, s)
+	other := newSession(t, s) // evicts sess
+	_, err := s.UpdateRun(ctx, r.ID, r.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true})
+	require.NoError(t, err)
+	ffs.Set(vfstest.Faults{Sync: func(name string) error {
+		if strings.Contains(name, sess.ID) {
+			return syscall.EIO
+		}
+		return nil
+	}})
+	_, err = s.Append(ctx, other.ID, belay.Sync, belay.Event{Type: "evicts"})
+	require.NoError(t, err)
+	ffs.Set(vfstest.Faults{})
+	require.NoError(t, s.Close())
+	raw, err := os.ReadFile(journalPath(dir, sess.ID))
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), `"streaming"`, "the failed commit was cut off")
+	restoredAgreesWithFold(t, dir, Options{Sync: SyncFile}, sess.ID, r.ID)
+}
+
+// TestQuarantineDropsTheIndex: a read that finds damage records the
+// quarantine, which does not change the journal; the index written before
+// is removed at once, so that a kill then cannot bring the session back
+// as healthy, and the next index leaves it out.
+func TestQuarantineDropsTheIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := clock.NewFake(storetest.Start)
+	opts := Options{Clock: clk}
+	s := openStore(t, dir, opts)
+	ids := busySessions(t, s, clk, 2)
+	require.NoError(t, s.Close())
+
+	// Damage inside what the snapshot covers: an open does not see it.
+	path := journalPath(dir, ids[0])
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	i := bytes.Index(raw, []byte(`"prompt":"p"`))
+	require.Positive(t, i)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("q"), int64(i+len(`"prompt":"`)))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	s = openStore(t, dir, opts)
+	require.NoError(t, s.Close()) // indexes it: the damage is not known yet
+	require.FileExists(t, filepath.Join(dir, IndexName))
+
+	s = openStore(t, dir, opts)
+	require.Equal(t, IndexStats{FromIndex: 2}, s.Loaded().counts())
+	_, err = s.Events(ctx, ids[0], 0, 100)
+	require.ErrorContains(t, err, "quarantined")
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, IndexName))
+		return os.IsNotExist(err)
+	}, 10*time.Second, time.Millisecond, "the index is removed")
+	require.NoError(t, s.Close())
+	idx, err := os.ReadFile(filepath.Join(dir, IndexName))
+	require.NoError(t, err)
+	entries, err := decodeIndex(idx)
+	require.NoError(t, err)
+	require.NotContains(t, entries, ids[0])
+	require.Contains(t, entries, ids[1])
+
+	s = openStore(t, dir, opts)
+	got, err := s.Session(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, belay.SessionQuarantined, got.State)
+}
+
+// TestIndexAfterEventWithItsOwnTime: a caller's event that carries its own
+// time makes it the session's newest event time as the fold finds it.
+func TestIndexAfterEventWithItsOwnTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := clock.NewFake(storetest.Start)
+	opts := Options{Clock: clk}
+	s := openStore(t, dir, opts)
+	a := newSession(t, s)
+	clk.Advance(time.Minute)
+	_, err := s.Append(ctx, a.ID, belay.Sync, belay.Event{Type: "note", TS: storetest.Start.Add(time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	restoredAgreesWithFold(t, dir, opts, a.ID, "")
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,9 +96,13 @@ func (s *Store) openSession(id string) (*session, error) {
 	return ss, nil
 }
 
-// setProblem records the first reason the session is read-only.
+// setProblem records the first reason the session is read-only. Once the
+// store is open, the store index is dropped too: an index written before
+// would bring the session back without it after a kill.
 func (ss *session) setProblem(err error) {
-	ss.problem.CompareAndSwap(nil, &err)
+	if ss.problem.CompareAndSwap(nil, &err) && ss.store.ready.Load() {
+		ss.store.invalidateIndex()
+	}
 }
 
 // fault returns why the session cannot be written, or nil: a recorded
@@ -207,14 +212,26 @@ func (ss *session) appendRaw(ctx context.Context, d belay.Durability, evs []bela
 		return nil, ss.wrap(err)
 	}
 	defer ss.release(j)
-	seqs, err := j.Append(ctx, d, evs...)
+	// The events get their times here, so that the session's newest event
+	// time is the one its journal records (as a fold of it finds).
+	now := ss.store.clock.Now().UTC()
+	newest := now
+	stamped := slices.Clone(evs)
+	for i := range stamped {
+		if stamped[i].TS.IsZero() {
+			stamped[i].TS = now
+		} else if stamped[i].TS.After(newest) {
+			newest = stamped[i].TS
+		}
+	}
+	seqs, err := j.Append(ctx, d, stamped...)
 	if err != nil {
 		return nil, ss.wrap(err)
 	}
 	if d == belay.Sync {
 		ss.noteWrite(nil)
 	}
-	ss.touch(ss.store.clock.Now())
+	ss.touch(newest)
 	return seqs, nil
 }
 
@@ -463,8 +480,7 @@ func (ss *session) lastSeqNow() uint64 {
 	return ss.lastSeq.Load()
 }
 
-// close snapshots and closes the journal, whatever pins it; one whose
-// commit failed is cut back first.
+// close snapshots and closes the journal, whatever pins it.
 func (ss *session) close() error {
 	ss.mu.Lock()
 	ss.snapshotLocked()
@@ -475,15 +491,10 @@ func (ss *session) close() error {
 		return nil
 	}
 	healthy := ss.j.Err() == nil
-	var err error
-	if ss.j.Failed() != nil && !ss.store.opts.ReadOnly {
-		// A commit failed: cut the journal back to what was acknowledged,
-		// so that an append reported as failed does not come back at the
-		// next open.
-		err = ss.j.Abandon()
-	} else {
-		err = ss.j.Close()
-	}
+	// A journal whose commit failed (before or while closing) is cut back
+	// to what was acknowledged by its Close, so that an append reported as
+	// failed does not come back at the next open.
+	err := ss.j.Close()
 	if err != nil || !healthy || ss.j.Failed() != nil {
 		// Its file may hold bytes its state does not: not for the index.
 		ss.unclean.Store(true)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -87,6 +88,10 @@ type Options struct {
 	// OnLockLost is called if the data dir lock is lost (another process
 	// judged this one dead). The store turns read-only first.
 	OnLockLost func(error)
+	// IndexEvery is how often the store index is written while the store
+	// is open (DefaultIndexEvery if 0; negative: only by Close), so that a
+	// restart after a kill opens only the journals used since.
+	IndexEvery time.Duration
 }
 
 // Store is the embedded file store.
@@ -113,6 +118,8 @@ type Store struct {
 	replayed    commitlog.Replay // what opening the log found
 	logPending  []string         // read-only: sessions whose journals lack what the log holds
 	loadStats   IndexStats       // how Open loaded the sessions (index.go)
+	ready       atomic.Bool      // Open finished
+	idx         liveIndex        // the store index written while open (index.go)
 
 	claims  claims         // admission, owners, rescue (claims.go)
 	feed    feed           // the change feed (claims.go)
@@ -205,7 +212,12 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		_ = s.Close()
 		return nil, err
 	}
+	// Scheduled in id order, newest first (queued runs of equal times
+	// keep that order).
+	slices.Reverse(loaded)
 	s.schedule(loaded)
+	s.ready.Store(true)
+	s.scheduleIndex()
 	return s, nil
 }
 
@@ -443,8 +455,12 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.closing)
-	sessions := s.sessions
+	sessions := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
 	s.mu.Unlock()
+	s.stopIndex()
 	var errs []error
 	for _, ss := range sessions {
 		errs = append(errs, ss.close())
@@ -454,14 +470,12 @@ func (s *Store) Close() error {
 		// After the journals: it checkpoints what they committed.
 		errs = append(errs, s.log.Close())
 	}
-	if !s.opts.ReadOnly && errors.Join(errs...) == nil && s.fence() == nil {
+	s.idx.wg.Wait()
+	if !s.opts.ReadOnly && s.ready.Load() && errors.Join(errs...) == nil && s.fence() == nil {
 		// After the log: the journals it names are synced and it has no
-		// segment left to replay over them.
-		list := make([]*session, 0, len(sessions))
-		for _, ss := range sessions {
-			list = append(list, ss)
-		}
-		errs = append(errs, s.writeIndex(list))
+		// segment left to replay over them. (Not after a failed Open: it
+		// would replace an index with one of no sessions.)
+		errs = append(errs, s.writeIndex(sessions))
 	}
 	if s.hb != nil {
 		errs = append(errs, s.hb.Stop(context.Background()))
