@@ -52,6 +52,19 @@ func busySessions(t *testing.T, s *Store, clk *clock.Fake, n int) []string {
 	return ids
 }
 
+// indexed creates n busy sessions in a new store and closes it, which
+// writes the index: its directory, clock and sessions, and what it showed.
+func indexed(t *testing.T, n int) (dir string, clk *clock.Fake, ids []string, want view) {
+	t.Helper()
+	dir = t.TempDir()
+	clk = clock.NewFake(storetest.Start)
+	s := openStore(t, dir, Options{Clock: clk})
+	ids = busySessions(t, s, clk, n)
+	want = capture(t, s)
+	require.NoError(t, s.Close())
+	return dir, clk, ids, want
+}
+
 // TestIndexRestoresOnlyUnchangedSessions: an index older than the
 // journals (the store that followed it was killed) is trusted for the
 // sessions whose journals did not change since, and for no other: the
@@ -60,16 +73,12 @@ func busySessions(t *testing.T, s *Store, clk *clock.Fake, n int) []string {
 func TestIndexRestoresOnlyUnchangedSessions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	clk := clock.NewFake(storetest.Start)
+	dir, clk, ids, _ := indexed(t, 5)
 	opts := Options{Clock: clk}
-	s := openStore(t, dir, opts)
-	ids := busySessions(t, s, clk, 5)
-	require.NoError(t, s.Close())
 	old, err := os.ReadFile(filepath.Join(dir, IndexName))
 	require.NoError(t, err)
 
-	s = openStore(t, dir, opts)
+	s := openStore(t, dir, opts)
 	require.Equal(t, IndexStats{FromIndex: 5}, s.Loaded().counts())
 	clk.Advance(time.Hour)
 	// 0: appended to; 1: a run finished; 2: deleted; 3: deleted and
@@ -91,10 +100,7 @@ func TestIndexRestoresOnlyUnchangedSessions(t *testing.T) {
 	_, err = s.CreateSession(ctx, belay.SessionInput{ID: ids[3], Provider: "fake", IdempotencyKey: "sd", Labels: map[string]string{"i": "x"}})
 	require.NoError(t, err)
 	newSession(t, s)
-	live := capture(t, s)
-	require.NoError(t, s.Close())
-	// As if that store had been killed: the index is the one before it.
-	require.NoError(t, os.WriteFile(filepath.Join(dir, IndexName), old, 0o600))
+	live := killedWith(t, s, old)
 
 	s = openStore(t, dir, opts)
 	require.Equal(t, IndexStats{FromIndex: 1, Opened: 4}, s.Loaded().counts())
@@ -112,17 +118,26 @@ func TestIndexRestoresOnlyUnchangedSessions(t *testing.T) {
 func TestIndexNotTrustedAfterSameSizeRewrite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	clk := clock.NewFake(storetest.Start)
-	s := openStore(t, dir, Options{Clock: clk})
-	ids := busySessions(t, s, clk, 2)
-	require.NoError(t, s.Close())
-
+	dir, clk, ids, _ := indexed(t, 2)
 	path := journalPath(dir, ids[0])
 	afterClockTick(t, path)
+	damageInPlace(t, path)
+
+	s := openStore(t, dir, Options{Clock: clk})
+	require.Equal(t, IndexStats{FromIndex: 1, Opened: 1}, s.Loaded().counts())
+	_, err := s.Events(ctx, ids[0], 0, 100)
+	require.ErrorContains(t, err, "quarantined: damage at offset")
+	_, err = s.Events(ctx, ids[1], 0, 100)
+	require.NoError(t, err)
+}
+
+// damageInPlace changes one byte of the first run's input in a journal
+// busySessions wrote, in place: the file keeps its size and inode, and the
+// record (not the last, whose damage would be a torn write) its length.
+func damageInPlace(t *testing.T, path string) {
+	t.Helper()
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
-	// In a record in the middle (damage in the last one is a torn write).
 	i := bytes.Index(raw, []byte(`"prompt":"p"`))
 	require.Positive(t, i)
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
@@ -130,13 +145,6 @@ func TestIndexNotTrustedAfterSameSizeRewrite(t *testing.T) {
 	_, err = f.WriteAt([]byte("q"), int64(i+len(`"prompt":"`)))
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-
-	s = openStore(t, dir, Options{Clock: clk})
-	require.Equal(t, IndexStats{FromIndex: 1, Opened: 1}, s.Loaded().counts())
-	_, err = s.Events(ctx, ids[0], 0, 100)
-	require.ErrorContains(t, err, "quarantined: damage at offset")
-	_, err = s.Events(ctx, ids[1], 0, 100)
-	require.NoError(t, err)
 }
 
 // afterClockTick waits until a file changed now gets a change time later
@@ -165,12 +173,7 @@ func afterClockTick(t *testing.T, path string) {
 // session from its journal, and says why.
 func TestDamagedIndexIsNotUsed(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	clk := clock.NewFake(storetest.Start)
-	s := openStore(t, dir, Options{Clock: clk})
-	busySessions(t, s, clk, 3)
-	want := capture(t, s)
-	require.NoError(t, s.Close())
+	dir, clk, _, want := indexed(t, 3)
 	good, err := os.ReadFile(filepath.Join(dir, IndexName))
 	require.NoError(t, err)
 
@@ -246,12 +249,7 @@ func TestIndexLeavesOutFailedJournals(t *testing.T) {
 // too, and writes none.
 func TestReadOnlyOpenUsesTheIndex(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	clk := clock.NewFake(storetest.Start)
-	s := openStore(t, dir, Options{Clock: clk})
-	busySessions(t, s, clk, 3)
-	want := capture(t, s)
-	require.NoError(t, s.Close())
+	dir, _, _, want := indexed(t, 3)
 	before, err := os.Stat(filepath.Join(dir, IndexName))
 	require.NoError(t, err)
 
@@ -348,14 +346,21 @@ func TestIndexWrittenWhileOpen(t *testing.T) {
 	// A session in the index changes after it was written.
 	_, err = s.Append(ctx, ids[0], belay.Sync, belay.Event{Type: "note"})
 	require.NoError(t, err)
-	want := capture(t, s)
-	require.NoError(t, s.Close())
-	// As if killed: the index is the one written while it ran.
-	require.NoError(t, os.WriteFile(filepath.Join(dir, IndexName), live, 0o600))
+	want := killedWith(t, s, live)
 
 	s = openStore(t, dir, opts)
 	require.Equal(t, IndexStats{FromIndex: 1, Opened: 2}, s.Loaded().counts())
 	require.Equal(t, want, capture(t, s))
+}
+
+// killedWith returns what s shows, then closes it and puts index back:
+// as if s had been killed, with index the last one written before.
+func killedWith(t *testing.T, s *Store, index []byte) view {
+	t.Helper()
+	v := capture(t, s)
+	require.NoError(t, s.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), IndexName), index, 0o600))
+	return v
 }
 
 // restoredAgreesWithFold reopens dir (from the index if any), then again
@@ -439,31 +444,19 @@ func TestIndexAfterEvictedJournalFailedItsLastCommit(t *testing.T) {
 func TestQuarantineDropsTheIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	clk := clock.NewFake(storetest.Start)
+	dir, clk, ids, _ := indexed(t, 2)
 	opts := Options{Clock: clk}
-	s := openStore(t, dir, opts)
-	ids := busySessions(t, s, clk, 2)
-	require.NoError(t, s.Close())
 
 	// Damage inside what the snapshot covers: an open does not see it.
 	path := journalPath(dir, ids[0])
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	i := bytes.Index(raw, []byte(`"prompt":"p"`))
-	require.Positive(t, i)
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte("q"), int64(i+len(`"prompt":"`)))
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
-	s = openStore(t, dir, opts)
+	damageInPlace(t, path)
+	s := openStore(t, dir, opts)
 	require.NoError(t, s.Close()) // indexes it: the damage is not known yet
 	require.FileExists(t, filepath.Join(dir, IndexName))
 
 	s = openStore(t, dir, opts)
 	require.Equal(t, IndexStats{FromIndex: 2}, s.Loaded().counts())
-	_, err = s.Events(ctx, ids[0], 0, 100)
+	_, err := s.Events(ctx, ids[0], 0, 100)
 	require.ErrorContains(t, err, "quarantined")
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(filepath.Join(dir, IndexName))
