@@ -30,7 +30,8 @@ type batch struct {
 type pendingRec struct {
 	seq      uint64
 	id       string
-	off, end int // within buf
+	off, end int   // within buf
+	ts       int64 // its time, unix nanoseconds
 }
 
 // batchBufs recycles the buffers of committed batches: a batch's buffer
@@ -164,7 +165,7 @@ func (j *Journal) append(ctx context.Context, d Durability, unique bool, evs []E
 		}
 		off := len(b.buf)
 		b.buf = appendLine(b.buf, j.nextSeq, ts, tail(i))
-		b.recs = append(b.recs, pendingRec{seq: j.nextSeq, id: e.ID, off: off, end: len(b.buf)})
+		b.recs = append(b.recs, pendingRec{seq: j.nextSeq, id: e.ID, off: off, end: len(b.buf), ts: ts.UnixNano()})
 		seqs[i] = j.nextSeq
 		waitSeq = max(waitSeq, j.nextSeq)
 		j.nextSeq++
@@ -399,6 +400,7 @@ func (j *Journal) settle(b *batch, err error) {
 		base := j.durable.size
 		for _, r := range b.recs {
 			j.durable.add(r.seq, "", base+int64(r.off), base+int64(r.end))
+			j.durable.lastTS = r.ts
 		}
 		j.wake()
 	}

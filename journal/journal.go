@@ -345,6 +345,17 @@ func (j *Journal) LastSeq() uint64 {
 	return j.durable.lastSeq
 }
 
+// LastTS returns the time of the last synced event (zero if none): what
+// reading that event would give, without reading it.
+func (j *Journal) LastTS() time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.durable.lastSeq == 0 || j.durable.lastTS == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, j.durable.lastTS).UTC()
+}
+
 // Durable reports whether the event of seq is synced and, when it is not,
 // whether it never will be by this Journal: a commit failed (the journal
 // is read-only), or Close finished without it. A seq still queued is
@@ -393,7 +404,7 @@ func (j *Journal) Failed() *CommitError {
 // (a torn record is cut after a backup). On a journal that did not fail,
 // Abandon is Close.
 func (j *Journal) Abandon() error {
-	return errors.Join(j.Rollback(), j.Close())
+	return j.Close() // which cuts a failed journal back first
 }
 
 // Rollback cuts the file of a journal whose commit failed back to the last

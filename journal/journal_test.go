@@ -613,6 +613,26 @@ func TestCloseCutsBackAFailedLastCommit(t *testing.T) {
 	require.Equal(t, size, j.Size())
 }
 
+// TestLastTS: the time of the last synced event, as appended, as a scan
+// of the file finds it, and through a trusted snapshot.
+func TestLastTS(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Options{})
+	require.True(t, b.j.LastTS().IsZero())
+	ctx := context.Background()
+	last := time.Date(2026, 11, 27, 12, 0, 0, 123456789, time.UTC)
+	_, err := b.j.Append(ctx, Sync, Event{Type: "a", TS: last.Add(time.Hour)}, Event{Type: "b", TS: last})
+	require.NoError(t, err)
+	require.Equal(t, last, b.j.LastTS(), "the last, not the latest")
+	j := mustReopen(t, b)
+	require.Equal(t, last, j.LastTS())
+	require.NoError(t, j.WriteSnapshot([]byte(`{}`), j.LastSeq()))
+	require.NoError(t, j.Close())
+	j = mustReopen(t, b)
+	require.Equal(t, "trusted", j.Recovery().Snapshot)
+	require.Equal(t, last, j.LastTS())
+}
+
 func TestAppendUnique(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Options{})

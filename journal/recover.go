@@ -28,6 +28,29 @@ type scanState struct {
 	ids     map[string]uint64
 	lastIdx int64   // offset of the last index entry
 	lastCRC [8]byte // checksum digits of the last good line
+	// lastTS is the time of the last good line (unix nanoseconds), as a
+	// scan found it (tsRaw, its text, parsed at the end) or a commit set.
+	lastTS int64
+	tsRaw  [len(tsLayout)]byte
+}
+
+// stampRaw records the time text of line, the last good one.
+func (s *scanState) stampRaw(line []byte) {
+	const key = `,"ts":"`
+	if i := bytes.Index(line[:min(len(line), maxPrefixLen)], []byte(key)); i >= 0 && len(line) >= i+len(key)+len(tsLayout) {
+		copy(s.tsRaw[:], line[i+len(key):])
+	}
+}
+
+// parseStamp sets lastTS from the last good line's time text.
+func (s *scanState) parseStamp() {
+	if s.tsRaw[0] == 0 {
+		return
+	}
+	if t, err := time.Parse(tsLayout, string(s.tsRaw[:])); err == nil {
+		s.lastTS = t.UnixNano()
+	}
+	s.tsRaw = [len(tsLayout)]byte{}
 }
 
 func (s *scanState) add(seq uint64, id string, off, end int64) {
@@ -172,6 +195,7 @@ func (lr *lineReader) skipToNewline() error {
 func scan(r io.ReaderAt, st *scanState, end int64) (*damage, error) {
 	lr := newLineReader(r, st.size, end)
 	defer lr.release()
+	defer st.parseStamp()
 	for {
 		line, off, complete, err := lr.next()
 		if err == io.EOF {
@@ -193,6 +217,7 @@ func scan(r io.ReaderAt, st *scanState, end int64) (*damage, error) {
 		} else {
 			st.add(h.Seq, h.ID, off, lr.off)
 			copy(st.lastCRC[:], line[len(line)-10:])
+			st.stampRaw(line)
 			continue
 		}
 		// A partial line or a bad checksum is a torn write only if nothing

@@ -225,7 +225,7 @@ func (j *Journal) loadSnapshot(end int64) (scanState, *snapshotFile, string) {
 	if snap.IDs == nil {
 		snap.IDs = make(map[string]uint64)
 	}
-	st := scanState{lastSeq: snap.LastSeq, size: snap.Size, index: snap.Index, ids: snap.IDs, lastIdx: last.Off}
+	st := scanState{lastSeq: snap.LastSeq, size: snap.Size, index: snap.Index, ids: snap.IDs, lastIdx: last.Off, lastTS: probe.lastTS}
 	return st, &snap, "trusted"
 }
 

@@ -99,7 +99,7 @@ func (ss *session) release(j *journal.Journal) {
 	}
 	ss.refs--
 	ss.lastUse = time.Now()
-	ss.lastSeq.Store(ss.j.LastSeq())
+	ss.noteLast(ss.j)
 }
 
 // closeIdle closes the journal if nothing pins it. It reports whether the
@@ -120,14 +120,16 @@ func (ss *session) closeIdle() bool {
 	if err := ss.j.Err(); err != nil && !ss.store.opts.ReadOnly && ss.j.Failed() == nil {
 		return false
 	}
-	if err := ss.j.Abandon(); err != nil && ss.j.Failed() != nil {
-		// The cut failed: keep the journal (and its failure) in sight.
-		return false
-	} else if err != nil {
-		ss.unclean.Store(true) // not for the store index
+	if err := ss.j.Abandon(); err != nil {
+		// Closed all the same. Its cut failed (or its close did): the
+		// next open judges its tail as usual, and the session stays out
+		// of the store index; the failure is the session's last write
+		// failure until a write succeeds.
+		ss.unclean.Store(true)
+		ss.noteWrite(&journal.CommitError{Path: ss.j.Path(), Op: "close", Err: err})
 	}
 	// After Abandon: its Close commits what was queued.
-	ss.lastSeq.Store(ss.j.LastSeq())
+	ss.noteLast(ss.j)
 	ss.j = nil
 	ss.store.idx.closed.Add(1) // the live index may take it now
 	return true

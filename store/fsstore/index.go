@@ -22,7 +22,7 @@ import (
 
 // The store index lets a restart skip opening the journals of sessions
 // that did not change. A clean Close writes it: for every healthy session,
-// its folded state, last seq and newest event time, with the identity of
+// its folded state, last seq and last event's time, with the identity of
 // its journal file as Close left it (device, inode, size, modification
 // and change times). Open trusts an entry only while the journal's
 // identity is exactly that: any write to the file since (an append, a cut,
@@ -39,7 +39,7 @@ import (
 // Format: the 8-byte magic, then one record per session, then the
 // CRC-32C of all that precedes it (4 bytes, little endian). A record is
 // uvarint-prefixed: the session id, the five identity numbers, the last
-// seq, the newest event's time in unix nanoseconds, and the state's JSON
+// seq, the last event's time in unix nanoseconds, and the state's JSON
 // (the encoding of snapshot.json's state).
 
 // IndexName is the store index's file in the data directory.
@@ -60,6 +60,8 @@ type liveIndex struct {
 	timer   clock.Timer
 	stopped bool
 	wg      sync.WaitGroup // invalidations in flight
+	invMu   sync.Mutex     // guards closing and wg.Add
+	closing bool           // Close waits for invalidations: no more start
 	written int64          // closed at the last write
 	closed  atomic.Int64   // journals closed by eviction so far
 }
@@ -104,16 +106,33 @@ func (s *Store) invalidateIndex() {
 	if s.opts.ReadOnly {
 		return
 	}
+	s.idx.invMu.Lock()
+	defer s.idx.invMu.Unlock()
+	if s.idx.closing {
+		return // Close writes the last index, without the session
+	}
 	s.idx.wg.Add(1)
 	go func() {
 		defer s.idx.wg.Done()
 		s.idx.mu.Lock()
 		defer s.idx.mu.Unlock()
+		if s.fence() != nil {
+			return // the directory may be another process's now
+		}
 		// If it cannot be removed, the next write replaces it: the next
 		// live write (due at once) or Close's.
 		_ = s.fsys.Remove(s.indexPath())
 		s.idx.written = -1
 	}()
+}
+
+// waitInvalidations waits for the index removals in flight and starts no
+// more; Close calls it before it writes the last index.
+func (s *Store) waitInvalidations() {
+	s.idx.invMu.Lock()
+	s.idx.closing = true
+	s.idx.invMu.Unlock()
+	s.idx.wg.Wait()
 }
 
 // stopIndex stops the live index writes; Close calls it first.
@@ -274,6 +293,7 @@ func (s *Store) restore(id string, e indexEntry) *session {
 	ss := &session{id: id, dir: filepath.Join(s.dir, SessionsName, id), store: s, st: st}
 	ss.lastSeq.Store(e.lastSeq)
 	ss.lastEvent.Store(e.lastEvent)
+	ss.lastTS.Store(e.lastEvent)
 	return ss
 }
 
@@ -292,7 +312,7 @@ func (ss *session) indexEntry() (indexEntry, bool) {
 		return ss.lastSeq.Load(), ss.j == nil && len(ss.retired) == 0
 	}
 	seq, closed := closedAt()
-	last := ss.lastEvent.Load()
+	last := ss.lastTS.Load()
 	if !closed || len(ss.pending) > 0 || ss.problem.Load() != nil || ss.lastWriteErr.Load() != nil ||
 		ss.pruned.Load() || ss.unclean.Load() || seq == 0 || ss.st.Session.ID != ss.id {
 		return indexEntry{}, false
@@ -305,7 +325,7 @@ func (ss *session) indexEntry() (indexEntry, bool) {
 	if !ok {
 		return indexEntry{}, false
 	}
-	if again, closed := closedAt(); !closed || again != seq || ss.lastEvent.Load() != last {
+	if again, closed := closedAt(); !closed || again != seq || ss.lastTS.Load() != last {
 		return indexEntry{}, false
 	}
 	raw, err := json.Marshal(ss.st)

@@ -430,6 +430,11 @@ func TestIndexAfterEvictedJournalFailedItsLastCommit(t *testing.T) {
 	_, err = s.Append(ctx, other.ID, belay.Sync, belay.Event{Type: "evicts"})
 	require.NoError(t, err)
 	ffs.Set(vfstest.Faults{})
+	// The session is not stuck: its next use opens the journal again.
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "after"})
+	require.NoError(t, err)
+	_, err = s.Events(ctx, sess.ID, 0, 100)
+	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	raw, err := os.ReadFile(journalPath(dir, sess.ID))
 	require.NoError(t, err)
@@ -491,4 +496,31 @@ func TestIndexAfterEventWithItsOwnTime(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	restoredAgreesWithFold(t, dir, opts, a.ID, "")
+
+	// A time in the past, then an event that is a repeat (nothing written).
+	s = openStore(t, dir, opts)
+	clk.Advance(2 * time.Hour)
+	_, err = s.Append(ctx, a.ID, belay.Sync, belay.Event{Type: "note", ID: "once", TS: storetest.Start.Add(-time.Hour)})
+	require.NoError(t, err)
+	clk.Advance(time.Minute)
+	_, err = s.Append(ctx, a.ID, belay.Sync, belay.Event{Type: "note", ID: "once"})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	restoredAgreesWithFold(t, dir, opts, a.ID, "")
+}
+
+// TestFailedOpenKeepsTheIndex: a store that fails to open writes no index
+// over the one there.
+func TestFailedOpenKeepsTheIndex(t *testing.T) {
+	t.Parallel()
+	dir, clk, _, _ := indexed(t, 2)
+	before, err := os.ReadFile(filepath.Join(dir, IndexName))
+	require.NoError(t, err)
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, LogName)))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, LogName), []byte("not a directory"), 0o600))
+	_, err = Open(context.Background(), dir, Options{Clock: clk})
+	require.Error(t, err)
+	after, err := os.ReadFile(filepath.Join(dir, IndexName))
+	require.NoError(t, err)
+	require.Equal(t, before, after)
 }

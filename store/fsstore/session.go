@@ -58,6 +58,10 @@ type session struct {
 	// lastEvent is the time (unix nanos) of the newest event, raw events
 	// included; the folded state only tracks the store's own events.
 	lastEvent atomic.Int64
+	// lastTS is the time (unix nanos) of the journal's last event as of
+	// its last use, as a fold finds it: what the store index records
+	// (lastEvent may be later: an event time taken before another's).
+	lastTS atomic.Int64
 	// lastWriteErr is why the last write failed, until one succeeds.
 	lastWriteErr atomic.Pointer[error]
 	// unclean is set when Close found the journal failed or could not
@@ -88,10 +92,8 @@ func (s *Store) openSession(id string) (*session, error) {
 		}
 		ss.st.Session.ID = id
 	}
-	if last := j.LastSeq(); last > 0 {
-		if evs, _ := j.Read(last-1, 1); len(evs) == 1 {
-			ss.lastEvent.Store(evs[0].TS.UnixNano())
-		}
+	if t := j.LastTS(); !t.IsZero() {
+		ss.lastEvent.Store(t.UnixNano())
 	}
 	return ss, nil
 }
@@ -499,9 +501,15 @@ func (ss *session) close() error {
 		// Its file may hold bytes its state does not: not for the index.
 		ss.unclean.Store(true)
 	}
-	ss.lastSeq.Store(ss.j.LastSeq())
+	ss.noteLast(ss.j)
 	ss.j = nil
 	return err
+}
+
+// noteLast records the journal's last seq and last event time, as of now.
+func (ss *session) noteLast(j *journal.Journal) {
+	ss.lastSeq.Store(j.LastSeq())
+	ss.lastTS.Store(j.LastTS().UnixNano())
 }
 
 func marshal(v any) (json.RawMessage, error) {

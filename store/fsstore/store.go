@@ -470,7 +470,7 @@ func (s *Store) Close() error {
 		// After the journals: it checkpoints what they committed.
 		errs = append(errs, s.log.Close())
 	}
-	s.idx.wg.Wait()
+	s.waitInvalidations()
 	if !s.opts.ReadOnly && s.ready.Load() && errors.Join(errs...) == nil && s.fence() == nil {
 		// After the log: the journals it names are synced and it has no
 		// segment left to replay over them. (Not after a failed Open: it
