@@ -33,8 +33,8 @@ import (
 // unreadable index costs a slower start, never a state.
 //
 // The file is written to a temporary name, synced and renamed, under the
-// data directory's lock, and only when every journal closed cleanly (a
-// store that lost its lock writes none).
+// data directory's lock (a store that lost it writes none): by Close when
+// no journal failed to close, and while the store is open (liveIndex).
 //
 // Format: the 8-byte magic, then one record per session, then the
 // CRC-32C of all that precedes it (4 bytes, little endian). A record is
@@ -120,7 +120,7 @@ func (s *Store) invalidateIndex() {
 			return // the directory may be another process's now
 		}
 		// If it cannot be removed, the next write replaces it: the next
-		// live write (due at once) or Close's.
+		// live write (due, since written is reset) or Close's.
 		_ = s.fsys.Remove(s.indexPath())
 		s.idx.written = -1
 	}()
