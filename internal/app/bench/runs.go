@@ -110,6 +110,11 @@ type RunsResult struct {
 	IdleInFlight        int     `json:"idle_in_flight,omitempty"`
 	IdleIndexed         int     `json:"idle_indexed,omitempty"`
 	IdleColdLoadSeconds float64 `json:"idle_cold_load_seconds,omitempty"`
+	// IdleKillLoadSeconds is the load after a kill whose last index is
+	// older than the journals of the sessions with a run in flight
+	// (IdleKillOpened sessions opened from their journals).
+	IdleKillLoadSeconds float64 `json:"idle_kill_load_seconds,omitempty"`
+	IdleKillOpened      int     `json:"idle_kill_opened,omitempty"`
 	IdleOpenJournals    int     `json:"idle_open_files,omitempty"`
 	IdleCreateSeconds   float64 `json:"idle_create_seconds,omitempty"`
 	// The paced phase (Paced > 0): the fraction of the peak and the rate
@@ -451,14 +456,19 @@ func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 		return err
 	}
 	inFlight := min(cfg.InFlight, cfg.IdleSessions)
+	var busy []string // the sessions with a run in flight
 	for i := 0; i < cfg.IdleSessions; i++ {
 		in := belay.SessionInput{Provider: "fake", Model: "echo"}
 		if i < inFlight {
 			in.FirstRun = &belay.RunInput{Input: json.RawMessage(`{"prompt":"idle"}`)}
 		}
-		if _, err := gen.CreateSession(ctx, in); err != nil {
+		sess, err := gen.CreateSession(ctx, in)
+		if err != nil {
 			_ = gen.Close()
 			return err
+		}
+		if i < inFlight {
+			busy = append(busy, sess.ID)
 		}
 	}
 	if err := gen.Close(); err != nil {
@@ -488,6 +498,44 @@ func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	res.IdleRSSBytes = after - before
 	res.IdleBytesPerSess = float64(after-before) / float64(cfg.IdleSessions)
 	res.IdleOpenJournals = openFiles() - 0
+	if err := st.Close(); err != nil {
+		return err
+	}
+
+	// As a restart after a kill: the sessions with a run in flight were
+	// written to after the last index was (a live one, minutes old).
+	cfg.Progress(fmt.Sprintf("loading %d idle sessions after a kill, %d of them changed since the store index", cfg.IdleSessions, len(busy)))
+	old, err := os.ReadFile(filepath.Join(dir, fsstore.IndexName))
+	if err != nil {
+		return err
+	}
+	st, err = fsstore.Open(ctx, dir, fsstore.Options{})
+	if err != nil {
+		return err
+	}
+	for _, id := range busy {
+		if _, err := st.Append(ctx, id, belay.Buffered, belay.Event{Type: "bench.note"}); err != nil {
+			_ = st.Close()
+			return err
+		}
+	}
+	if err := st.Close(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, fsstore.IndexName), old, 0o600); err != nil {
+		return err
+	}
+	t3 := time.Now()
+	st, err = fsstore.Open(ctx, dir, fsstore.Options{})
+	if err != nil {
+		return err
+	}
+	res.IdleKillLoadSeconds = time.Since(t3).Seconds()
+	res.IdleKillOpened = st.Loaded().Opened
+	if err := checkIdleLoad(ctx, st, inFlight); err != nil {
+		_ = st.Close()
+		return err
+	}
 	if err := st.Close(); err != nil {
 		return err
 	}

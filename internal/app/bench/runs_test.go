@@ -12,7 +12,7 @@ import (
 // measurement end to end, not any speed.
 func TestRunsBenchRuns(t *testing.T) {
 	t.Parallel()
-	res, err := Runs(context.Background(), RunsConfig{Dir: t.TempDir(), Runs: 300, Sessions: 30, Submitters: 4, IdleSessions: 300})
+	res, err := Runs(context.Background(), RunsConfig{Dir: t.TempDir(), Runs: 300, Sessions: 30, Submitters: 4, IdleSessions: 300, InFlight: 30})
 	require.NoError(t, err)
 	require.Positive(t, res.RunsPerSec)
 	require.Positive(t, res.FsyncPerSec, "the raw baseline is measured in the same run")
@@ -23,6 +23,9 @@ func TestRunsBenchRuns(t *testing.T) {
 	require.Greater(t, res.SyncsPerRun, 3.0)
 	require.Equal(t, 300, res.IdleSessions)
 	require.Positive(t, res.IdleLoadSeconds)
+	require.Equal(t, 300, res.IdleIndexed, "a restart after a clean stop opens no journal")
+	require.Equal(t, 30, res.IdleKillOpened, "after a kill, the changed sessions are opened")
+	require.Positive(t, res.IdleColdLoadSeconds)
 }
 
 // TestRunsBenchRefusesUnknownStores: a store setting that is neither
