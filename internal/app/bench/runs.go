@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -479,28 +480,18 @@ func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	// As a restart after a clean stop: from the store index.
 	cfg.Progress(fmt.Sprintf("loading %d idle sessions (%d runs in flight)", cfg.IdleSessions, inFlight))
 	before := rss()
-	t1 := time.Now()
-	st, err := fsstore.Open(ctx, dir, fsstore.Options{})
+	took, loaded, err := timedLoad(ctx, dir, inFlight, func(*fsstore.Store) {
+		debug.FreeOSMemory()
+		after := rss()
+		res.IdleRSSBytes = after - before
+		res.IdleBytesPerSess = float64(after-before) / float64(cfg.IdleSessions)
+		res.IdleOpenJournals = openFiles()
+	})
 	if err != nil {
 		return err
 	}
-	res.IdleLoadSeconds = time.Since(t1).Seconds()
-	debug.FreeOSMemory()
-	after := rss()
-	if err := checkIdleLoad(ctx, st, inFlight); err != nil {
-		_ = st.Close()
-		return err
-	}
-	runtime.KeepAlive(st)
-	res.IdleSessions = cfg.IdleSessions
-	res.IdleInFlight = inFlight
-	res.IdleIndexed = st.Loaded().FromIndex
-	res.IdleRSSBytes = after - before
-	res.IdleBytesPerSess = float64(after-before) / float64(cfg.IdleSessions)
-	res.IdleOpenJournals = openFiles() - 0
-	if err := st.Close(); err != nil {
-		return err
-	}
+	res.IdleSessions, res.IdleInFlight = cfg.IdleSessions, inFlight
+	res.IdleLoadSeconds, res.IdleIndexed = took, loaded.FromIndex
 
 	// As a restart after a kill: the sessions with a run in flight were
 	// written to after the last index was (a live one, minutes old).
@@ -509,7 +500,7 @@ func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	if err != nil {
 		return err
 	}
-	st, err = fsstore.Open(ctx, dir, fsstore.Options{})
+	st, err := fsstore.Open(ctx, dir, fsstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -525,37 +516,35 @@ func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	if err := os.WriteFile(filepath.Join(dir, fsstore.IndexName), old, 0o600); err != nil {
 		return err
 	}
-	t3 := time.Now()
-	st, err = fsstore.Open(ctx, dir, fsstore.Options{})
-	if err != nil {
+	if res.IdleKillLoadSeconds, loaded, err = timedLoad(ctx, dir, inFlight, nil); err != nil {
 		return err
 	}
-	res.IdleKillLoadSeconds = time.Since(t3).Seconds()
-	res.IdleKillOpened = st.Loaded().Opened
-	if err := checkIdleLoad(ctx, st, inFlight); err != nil {
-		_ = st.Close()
-		return err
-	}
-	if err := st.Close(); err != nil {
-		return err
-	}
+	res.IdleKillOpened = loaded.Opened
 
 	// As a restart after a crash: no index, every journal opened.
 	cfg.Progress(fmt.Sprintf("loading %d idle sessions without the store index", cfg.IdleSessions))
 	if err := fsstore.RemoveIndex(dir); err != nil {
 		return err
 	}
-	t2 := time.Now()
-	st, err = fsstore.Open(ctx, dir, fsstore.Options{})
+	res.IdleColdLoadSeconds, _, err = timedLoad(ctx, dir, inFlight, nil)
+	return err
+}
+
+// timedLoad opens the store in dir as a restart would and returns how long
+// that took and how it loaded the sessions; with the store open, it calls
+// during (if set), then checks the load (checkIdleLoad) and closes it.
+func timedLoad(ctx context.Context, dir string, inFlight int, during func(*fsstore.Store)) (float64, fsstore.IndexStats, error) {
+	t := time.Now()
+	st, err := fsstore.Open(ctx, dir, fsstore.Options{})
 	if err != nil {
-		return err
+		return 0, fsstore.IndexStats{}, err
 	}
-	res.IdleColdLoadSeconds = time.Since(t2).Seconds()
-	if err := checkIdleLoad(ctx, st, inFlight); err != nil {
-		_ = st.Close()
-		return err
+	took := time.Since(t).Seconds()
+	if during != nil {
+		during(st)
 	}
-	return st.Close()
+	err = checkIdleLoad(ctx, st, inFlight)
+	return took, st.Loaded(), errors.Join(err, st.Close())
 }
 
 // checkIdleLoad checks that a loaded store holds the idle sessions' runs
