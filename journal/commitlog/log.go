@@ -688,9 +688,12 @@ func (l *Log) checkpoint(s *segment) error {
 		}()
 	}
 	start()
+	closing := l.isClosed()
 	for name := range s.names {
-		for started < checkpointWorkers && (len(l.ckpt) > 0 || l.isClosed()) {
-			start() // falling behind (the next segment is full already), or closing
+		for started < checkpointWorkers && (closing || len(l.ckpt) > 0) {
+			// Closing, or falling behind: the next segment is full already
+			// (Close queues the last one, too).
+			start()
 		}
 		names <- name
 	}

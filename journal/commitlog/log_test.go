@@ -188,17 +188,25 @@ func TestMissingFileSkipped(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
+// crashedTwoBatches writes two batches to "a", crashes, and returns the
+// segment's path and bytes.
+func crashedTwoBatches(t *testing.T) (f *fixture, seg string, b []byte) {
+	t.Helper()
+	f = newFixture(t, nil, 0)
+	require.NoError(t, f.write("a", []byte("one\n")))
+	require.NoError(t, f.write("a", []byte("two\n")))
+	f.crash()
+	seg = filepath.Join(f.logDir(), segName(f.segments()[0]))
+	b, err := os.ReadFile(seg)
+	require.NoError(t, err)
+	return f, seg, b
+}
+
 // TestTornTailIsNotDamage: a batch cut short at the end of a segment (the
 // write a power cut interrupted, never acknowledged) ends the replay
 // there without an error; the batches before it are applied.
 func TestTornTailIsNotDamage(t *testing.T) {
-	f := newFixture(t, nil, 0)
-	require.NoError(t, f.write("a", []byte("one\n")))
-	require.NoError(t, f.write("a", []byte("two\n")))
-	f.crash()
-	seg := filepath.Join(f.logDir(), segName(f.segments()[0]))
-	b, err := os.ReadFile(seg)
-	require.NoError(t, err)
+	f, seg, b := crashedTwoBatches(t)
 	// Tear the second batch: zero its second half.
 	second := blockSize
 	for i := second + 20; i < second+blockSize; i++ {
@@ -216,17 +224,11 @@ func TestTornTailIsNotDamage(t *testing.T) {
 // is acknowledged data gone bad: Open refuses with an error naming the
 // file and offset, and changes nothing.
 func TestDamageBeforeValidBatchesRefuses(t *testing.T) {
-	f := newFixture(t, nil, 0)
-	require.NoError(t, f.write("a", []byte("one\n")))
-	require.NoError(t, f.write("a", []byte("two\n")))
-	f.crash()
-	seg := filepath.Join(f.logDir(), segName(f.segments()[0]))
-	b, err := os.ReadFile(seg)
-	require.NoError(t, err)
+	f, seg, b := crashedTwoBatches(t)
 	b[headerSize+3] ^= 0x40 // a bit in the first batch's body
 	require.NoError(t, os.WriteFile(seg, b, 0o600))
 	require.NoError(t, os.WriteFile(f.path("a"), nil, 0o600))
-	_, _, err = Open(f.logDir(), f.opts)
+	_, _, err := Open(f.logDir(), f.opts)
 	var de *DamageError
 	require.ErrorAs(t, err, &de)
 	require.ErrorIs(t, err, belay.ErrCorruptRecord)

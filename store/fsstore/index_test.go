@@ -271,15 +271,12 @@ func TestPowerCutAfterIndexedClose(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			dir := t.TempDir()
 			clk := clock.NewFake(storetest.Start)
-			pc := vfstest.NewPowerCut(nil)
-			s, err := Open(ctx, dir, Options{FS: pc, Clock: clk, Sync: mode})
-			require.NoError(t, err)
+			dir, pc, s := openPowerCut(t, Options{Clock: clk, Sync: mode})
 			ids := busySessions(t, s, clk, 3)
 			require.NoError(t, s.Close())
 
-			s, err = Open(ctx, dir, Options{FS: pc, Clock: clk, Sync: mode})
+			s, err := Open(ctx, dir, Options{FS: pc, Clock: clk, Sync: mode})
 			require.NoError(t, err)
 			require.Equal(t, IndexStats{FromIndex: 3}, s.Loaded().counts())
 			seqs, err := s.Append(ctx, ids[1], belay.Sync, belay.Event{Type: "acked"})

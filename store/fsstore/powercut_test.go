@@ -197,18 +197,26 @@ func cutPower(t *testing.T, pc *vfstest.PowerCut, s *Store) {
 	require.NoError(t, pc.Cut(nil))
 }
 
+// openPowerCut opens a store in a new directory on a PowerCut FS.
+func openPowerCut(t *testing.T, opts Options) (string, *vfstest.PowerCut, *Store) {
+	t.Helper()
+	dir := t.TempDir()
+	pc := vfstest.NewPowerCut(nil)
+	opts.FS = pc
+	s, err := Open(context.Background(), dir, opts)
+	require.NoError(t, err)
+	return dir, pc, s
+}
+
 // TestPowerCutAfterIDReuse: a session deleted and created again under
 // the same id, then a power cut: the replay applies none of the deleted
 // journal's records to the new one.
 func TestPowerCutAfterIDReuse(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	pc := vfstest.NewPowerCut(nil)
-	s, err := Open(ctx, dir, Options{FS: pc})
-	require.NoError(t, err)
+	dir, pc, s := openPowerCut(t, Options{})
 	id := "ses_01jfz0000000000000000000aa"
-	_, err = s.CreateSession(ctx, belay.SessionInput{ID: id, Provider: "fake"})
+	_, err := s.CreateSession(ctx, belay.SessionInput{ID: id, Provider: "fake"})
 	require.NoError(t, err)
 	for range 20 {
 		_, err := s.Append(ctx, id, belay.Sync, belay.Event{Type: "old", Data: []byte(`{"padding":"the deleted session's bytes"}`)})
@@ -237,10 +245,7 @@ func TestPowerCutAfterIDReuse(t *testing.T) {
 func TestApplyLog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	pc := vfstest.NewPowerCut(nil)
-	s, err := Open(ctx, dir, Options{FS: pc})
-	require.NoError(t, err)
+	dir, pc, s := openPowerCut(t, Options{})
 	sess := newSession(t, s)
 	seqs, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "kept"})
 	require.NoError(t, err)

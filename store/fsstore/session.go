@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -214,24 +213,20 @@ func (ss *session) appendRaw(ctx context.Context, d belay.Durability, evs []bela
 		return nil, ss.wrap(err)
 	}
 	defer ss.release(j)
-	// The events get their times here, so that the session's newest event
-	// time is the one its journal records (as a fold of it finds).
-	now := ss.store.clock.Now().UTC()
-	newest := now
-	stamped := slices.Clone(evs)
-	for i := range stamped {
-		if stamped[i].TS.IsZero() {
-			stamped[i].TS = now
-		} else if stamped[i].TS.After(newest) {
-			newest = stamped[i].TS
-		}
-	}
-	seqs, err := j.Append(ctx, d, stamped...)
+	seqs, err := j.Append(ctx, d, evs...)
 	if err != nil {
 		return nil, ss.wrap(err)
 	}
 	if d == belay.Sync {
 		ss.noteWrite(nil)
+	}
+	// The journal stamps events without a time with the store's clock; one
+	// that carries a later time of its own is the newest.
+	newest := ss.store.clock.Now()
+	for i := range evs {
+		if evs[i].TS.After(newest) {
+			newest = evs[i].TS
+		}
 	}
 	ss.touch(newest)
 	return seqs, nil
