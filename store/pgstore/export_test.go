@@ -56,5 +56,5 @@ func SequenceNow(ctx context.Context, s *Store, wait bool) (int64, error) {
 }
 
 // OnSequenced sets a hook called in each sequencer pass after it numbered
-// rows, before its commit lets the lock go.
-func OnSequenced(s *Store, f func()) { s.sequencedHook.Store(&f) }
+// rows (n of them), before its commit lets the lock go.
+func OnSequenced(s *Store, f func(n int64)) { s.sequencedHook.Store(&f) }

@@ -156,7 +156,7 @@ func (s *Store) sequence(ctx context.Context, wait bool) (int64, error) {
 				) SELECT count(*) FROM numbered`, sequenceBatch).Scan(&n)
 			if err == nil {
 				if h := s.sequencedHook.Load(); h != nil {
-					(*h)()
+					(*h)(n)
 				}
 			}
 			return err

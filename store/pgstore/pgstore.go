@@ -120,7 +120,7 @@ type Store struct {
 	seqMu, claimMu sync.Mutex
 	// sequencedHook, if set (tests), is called in a sequencer pass after its
 	// statement, before its commit lets the lock go.
-	sequencedHook atomic.Pointer[func()]
+	sequencedHook atomic.Pointer[func(n int64)]
 	// sequenceDue asks the notifier to number committed changes, trimDue
 	// to trim the change feed.
 	sequenceDue, trimDue atomic.Bool
