@@ -323,7 +323,9 @@ type AddressedLeaser interface {
 // RunLister is implemented by stores that select a page of runs across
 // sessions without copying every run (GET /v1/runs): the first limit runs
 // that match f and for which after holds, in the order less, and whether
-// more such runs exist.
+// more such runs exist. less and after order runs by their ID, CreatedAt
+// and UpdatedAt alone: a store may call them with a run that holds only
+// those fields and its Session, Status and InputSeq.
 type RunLister interface {
 	ListRuns(ctx context.Context, f belay.RunFilter, less func(a, b *belay.Run) bool, after func(*belay.Run) bool, limit int) (page []belay.Run, more bool, err error)
 }

@@ -177,8 +177,8 @@ func (s *Store) afterCommit(ss *session, evs []belay.Event) {
 				s.claims.rescueAt = r.Lease.ExpiresAt
 			}
 		case belay.EventRunUpdated:
-			if r := ss.st.runs[e.Run]; r != nil && r.Status.Terminal() {
-				s.claims.sched.end(r.ID)
+			if ss.st.ended(e.Run) {
+				s.claims.sched.end(e.Run)
 				ch.Ended = true
 			}
 		}
@@ -221,7 +221,11 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	defer ss.mu.Unlock()
 	if in.IdempotencyKey != "" {
 		if id, ok := ss.st.RunKeys[in.IdempotencyKey]; ok {
-			res.Run = copyRun(ss.st.runs[id])
+			r, err := ss.st.keyed(id)
+			if err != nil {
+				return res, err
+			}
+			res.Run = copyRun(r)
 			return res, nil
 		}
 	}

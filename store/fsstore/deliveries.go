@@ -69,7 +69,7 @@ func (s *Store) postEvent(ss *session, in belay.DeliveryInput) (belay.Event, str
 		}
 	}
 	if in.AfterRun != "" {
-		if _, ok := ss.st.runs[in.AfterRun]; !ok {
+		if !ss.st.hasRun(in.AfterRun) {
 			return belay.Event{}, "", fmt.Errorf("%w: run %s is not in session %s", belay.ErrNotFound, in.AfterRun, ss.id)
 		}
 	}
@@ -250,8 +250,7 @@ func (st *state) ready(d *belay.Delivery, to string, now time.Time) bool {
 	if d.AfterRun == "" {
 		return true
 	}
-	r, ok := st.runs[d.AfterRun]
-	return ok && r.Status.Terminal()
+	return st.ended(d.AfterRun)
 }
 
 // leaseOne leases one delivery if it is still deliverable.

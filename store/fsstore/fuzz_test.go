@@ -117,10 +117,15 @@ func checkState(st *state) error {
 	if len(st.Runs) != len(st.runs) || len(st.Deliveries) != len(st.deliveries) {
 		return fmt.Errorf("%d runs but %d by id, %d deliveries but %d by id", len(st.Runs), len(st.runs), len(st.Deliveries), len(st.deliveries))
 	}
+	if err := checkDone(st); err != nil {
+		return err
+	}
 	for _, r := range st.Runs {
 		switch {
 		case r.ID == "" || st.runs[r.ID] != r:
 			return fmt.Errorf("run %q is not the run of its id", r.ID)
+		case st.done.has(r.ID):
+			return fmt.Errorf("run %s is both finished and not", r.ID)
 		case r.Session != st.Session.ID:
 			return fmt.Errorf("run %s belongs to session %q, not %q", r.ID, r.Session, st.Session.ID)
 		case !r.Status.Valid() || r.Phase.Status() != r.Status:
@@ -132,7 +137,7 @@ func checkState(st *state) error {
 		}
 	}
 	for k, id := range st.RunKeys {
-		if st.runs[id] == nil {
+		if !st.hasRun(id) {
 			return fmt.Errorf("run key %q names unknown run %q", k, id)
 		}
 	}
@@ -218,8 +223,10 @@ func FuzzFold(f *testing.F) {
 			if err := checkState(st); err != nil {
 				t.Fatalf("after seq %d (%s %s): %v", n+1, evs[n].Type, evs[n].Data, err)
 			}
-			if err := checkChange(prev, st); prev != nil && err != nil {
-				t.Fatalf("seq %d (%s %s): %v", n+1, evs[n].Type, evs[n].Data, err)
+			if prev != nil {
+				if err := checkChange(prev, st); err != nil {
+					t.Fatalf("seq %d (%s %s): %v", n+1, evs[n].Type, evs[n].Data, err)
+				}
 			}
 		}
 		folded := evs[:n]
@@ -250,11 +257,58 @@ func FuzzFold(f *testing.F) {
 	})
 }
 
+// checkDone checks the finished runs' entries against their JSON: each
+// decodes to a finished run of the session with the entry's id, status,
+// times and input seq, entries are in input seq order, each is found by
+// its id, and the count of failed ones is right.
+func checkDone(st *state) error {
+	d := &st.done
+	failed := 0
+	for i := range d.len() {
+		r, err := d.run(i)
+		if err != nil {
+			return err
+		}
+		k := d.key(i, st.Session.ID)
+		switch {
+		case r.ID != k.ID || r.Status != k.Status || r.InputSeq != k.InputSeq || r.Session != k.Session:
+			return fmt.Errorf("finished run %s (%s, seq %d) has the entry of %s (%s, seq %d)", r.ID, r.Status, r.InputSeq, k.ID, k.Status, k.InputSeq)
+		case !r.CreatedAt.Equal(k.CreatedAt) || !r.UpdatedAt.Equal(k.UpdatedAt):
+			return fmt.Errorf("finished run %s has times %v %v, its entry %v %v", r.ID, r.CreatedAt, r.UpdatedAt, k.CreatedAt, k.UpdatedAt)
+		case !r.Status.Terminal() || r.Lease != nil || r.Phase.Status() != r.Status:
+			return fmt.Errorf("finished run %s is %s in phase %s, lease %v", r.ID, r.Status, r.Phase, r.Lease)
+		case i > 0 && d.ents[i-1].seq >= d.ents[i].seq:
+			return fmt.Errorf("finished run %s is out of input seq order", r.ID)
+		case d.find(r.ID) != i:
+			return fmt.Errorf("finished run %s is not found by its id", r.ID)
+		case st.runs[r.ID] != nil:
+			return fmt.Errorf("run %s is both finished and not", r.ID)
+		}
+		if r.Status == belay.RunFailed || r.Status == belay.RunStranded {
+			failed++
+		}
+	}
+	if failed != d.failed {
+		return fmt.Errorf("%d finished runs failed, counted %d", failed, d.failed)
+	}
+	return nil
+}
+
+// allRuns returns every run of st by id, the finished ones decoded.
+func allRuns(st *state) map[string]*belay.Run {
+	all := map[string]*belay.Run{}
+	if err := st.eachRun(func(r *belay.Run) bool { all[r.ID] = r; return true }); err != nil {
+		panic(err) // checkState has decoded them all
+	}
+	return all
+}
+
 // checkChange checks what one folded event may change: a finished run or
 // settled delivery stays as it was, and epochs never go back.
 func checkChange(prev, st *state) error {
-	for id, p := range prev.runs {
-		r := st.runs[id]
+	now := allRuns(st)
+	for id, p := range allRuns(prev) {
+		r := now[id]
 		if r == nil {
 			return fmt.Errorf("run %s vanished", id)
 		}

@@ -22,13 +22,11 @@ func (ss *session) pruneVerdict(p store.PrunePolicy, now time.Time) (ok bool, ru
 		return false, "quarantined", last
 	}
 	keep, outcome := p.KeepComplete, "complete"
-	for _, r := range ss.st.Runs {
-		if !r.Status.Terminal() {
-			return false, "active run", last
-		}
-		if r.Status == belay.RunFailed || r.Status == belay.RunStranded {
-			keep, outcome = p.KeepFailed, "failed"
-		}
+	if ss.st.active() {
+		return false, "active run", last
+	}
+	if ss.st.failed() {
+		keep, outcome = p.KeepFailed, "failed"
 	}
 	for _, d := range ss.st.Deliveries {
 		if !d.Status.Settled() {
@@ -199,6 +197,9 @@ func (s *Store) removeSessionLocked(ss *session) error {
 	s.idxMu.Lock()
 	for _, r := range ss.st.Runs {
 		delete(s.runs, r.ID)
+	}
+	for i := range ss.st.done.len() {
+		delete(s.runs, ss.st.done.id(i))
 	}
 	for _, d := range ss.st.Deliveries {
 		delete(s.deliveries, d.ID)

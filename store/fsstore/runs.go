@@ -26,10 +26,13 @@ func (s *Store) runSession(id string) (*session, *belay.Run, error) {
 		return nil, nil, err
 	}
 	ss.mu.Lock()
-	r, ok := ss.st.runs[id]
-	if !ok {
+	r, ok, err := ss.st.get(id)
+	if err != nil || !ok {
 		ss.mu.Unlock()
-		return nil, nil, fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+		if err == nil {
+			err = fmt.Errorf("%w: run %s", belay.ErrNotFound, id)
+		}
+		return nil, nil, err
 	}
 	return ss, r, nil
 }
@@ -50,7 +53,11 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 	defer ss.mu.Unlock()
 	if in.IdempotencyKey != "" {
 		if id, ok := ss.st.RunKeys[in.IdempotencyKey]; ok {
-			return copyRun(ss.st.runs[id]), false, nil
+			r, err := ss.st.keyed(id)
+			if err != nil {
+				return belay.Run{}, false, err
+			}
+			return copyRun(r), false, nil
 		}
 	}
 	if err := ss.writable(); err != nil {
@@ -146,12 +153,14 @@ func (s *Store) Runs(_ context.Context, f belay.RunFilter) ([]belay.Run, error) 
 	var out []belay.Run
 	for _, ss := range sessions {
 		ss.mu.Lock()
-		for _, r := range ss.st.Runs {
-			if f.Match(r) {
-				out = append(out, copyRun(r))
-			}
-		}
+		err := ss.st.eachMatch(f, func(r *belay.Run) bool {
+			out = append(out, copyRun(r))
+			return true
+		})
 		ss.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

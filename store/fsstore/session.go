@@ -250,7 +250,14 @@ func (ss *session) checkFence(e *belay.Event) error {
 	}
 	r, ok := ss.st.runs[e.Run]
 	if !ok {
-		return fmt.Errorf("%w: run %s in session %s", belay.ErrNotFound, e.Run, ss.id)
+		i := ss.st.done.find(e.Run)
+		switch {
+		case i < 0:
+			return fmt.Errorf("%w: run %s in session %s", belay.ErrNotFound, e.Run, ss.id)
+		case e.Epoch == 0:
+			return nil // an unfenced note about a run
+		}
+		return fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, e.Run, ss.st.done.status(i))
 	}
 	if e.Epoch == 0 {
 		return nil // an unfenced note about a run

@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -15,8 +16,11 @@ import (
 // state is a session folded from its journal. It is what snapshot.json
 // holds as the snapshot's state.
 type state struct {
-	Version      int               `json:"version"`
-	Session      belay.Session     `json:"session"`
+	Version int           `json:"version"`
+	Session belay.Session `json:"session"`
+	// Runs holds the runs not finished, in creation order, and done the
+	// finished ones (but those done cannot keep, see errNotKept, which
+	// stay in Runs). A snapshot lists all as "runs", in creation order.
 	Runs         []*belay.Run      `json:"runs"`
 	Deliveries   []*belay.Delivery `json:"deliveries"`
 	RunKeys      map[string]string `json:"runKeys"`
@@ -33,7 +37,8 @@ type state struct {
 	// by notifyKey (notify.go).
 	Notifications map[string]*store.Notification `json:"notifications,omitempty"`
 
-	runs       map[string]*belay.Run
+	runs       map[string]*belay.Run // Runs by id
+	done       doneRuns
 	deliveries map[string]*belay.Delivery
 	// inputs holds the inputs of queued runs, small ones only and a bounded
 	// number, as their run.created events carried them: a claim hands them
@@ -62,10 +67,67 @@ func newState() *state {
 	}
 }
 
+// plainState is state without its JSON methods.
+type plainState state
+
+// MarshalJSON writes the state with its finished runs among the others,
+// in creation order, as the JSON they are kept as.
+func (st *state) MarshalJSON() ([]byte, error) {
+	runs := []byte{'['}
+	live, done := st.Runs, 0
+	for len(live) > 0 || done < st.done.len() {
+		if len(runs) > 1 {
+			runs = append(runs, ',')
+		}
+		if done == st.done.len() || len(live) > 0 && live[0].InputSeq < st.done.ents[done].seq {
+			b, err := json.Marshal(live[0])
+			if err != nil {
+				return nil, err
+			}
+			runs, live = append(runs, b...), live[1:]
+			continue
+		}
+		runs = append(runs, st.done.raw(done)...)
+		done++
+	}
+	runs = append(runs, ']')
+	return json.Marshal(struct {
+		*plainState
+		Runs json.RawMessage `json:"runs"`
+	}{(*plainState)(st), runs})
+}
+
 func decodeState(raw []byte) (*state, error) {
 	st := newState()
-	if err := json.Unmarshal(raw, st); err != nil {
+	aux := struct {
+		*plainState
+		Runs []json.RawMessage `json:"runs"`
+	}{plainState: (*plainState)(st)}
+	if err := json.Unmarshal(raw, &aux); err != nil {
 		return nil, err
+	}
+	for _, b := range aux.Runs {
+		r := new(belay.Run)
+		if err := json.Unmarshal(b, r); err != nil {
+			return nil, err
+		}
+		if st.runs[r.ID] != nil {
+			return nil, fmt.Errorf("two runs have id %q", r.ID)
+		}
+		if r.Status.Terminal() {
+			err := st.done.add(r, b)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, errNotKept) {
+				return nil, err
+			}
+		}
+		if st.done.has(r.ID) {
+			return nil, fmt.Errorf("two runs have id %q", r.ID)
+		}
+		st.Runs = append(st.Runs, r)
+		st.runs[r.ID] = r
 	}
 	if st.Version != stateVersion {
 		return nil, fmt.Errorf("state version %d is not %d", st.Version, stateVersion)
@@ -75,9 +137,6 @@ func decodeState(raw []byte) (*state, error) {
 	}
 	if st.DeliveryKeys == nil {
 		st.DeliveryKeys = map[string]string{}
-	}
-	for _, r := range st.Runs {
-		st.runs[r.ID] = r
 	}
 	for _, d := range st.Deliveries {
 		st.deliveries[d.ID] = d
@@ -117,7 +176,7 @@ func (st *state) apply(e *belay.Event) error {
 		if err := decode(e, &p); err != nil {
 			return err
 		}
-		if p.ID == "" || st.runs[p.ID] != nil {
+		if p.ID == "" || st.runs[p.ID] != nil || st.done.has(p.ID) {
 			return corrupt(e, fmt.Sprintf("run id %q is empty or taken", p.ID))
 		}
 		r := &belay.Run{
@@ -228,12 +287,13 @@ func (st *state) apply(e *belay.Event) error {
 			r.Ref = *p.Ref
 			st.Session.Ref = *p.Ref
 		}
+		r.UpdatedAt = e.TS
 		if r.Status.Terminal() {
 			r.Lease = nil
 			r.EndedAt = e.TS
 			delete(st.Front, r.ID)
+			st.finish(r)
 		}
-		r.UpdatedAt = e.TS
 	case belay.EventDeliveryPosted:
 		var p belay.DeliveryPostedData
 		if err := decode(e, &p); err != nil {
@@ -339,12 +399,108 @@ func corrupt(e *belay.Event, why string) error {
 func (st *state) run(e *belay.Event) (*belay.Run, error) {
 	r, ok := st.runs[e.Run]
 	if !ok {
+		if i := st.done.find(e.Run); i >= 0 {
+			return nil, corrupt(e, fmt.Sprintf("changes run %s, which is %s", e.Run, st.done.status(i)))
+		}
 		return nil, corrupt(e, fmt.Sprintf("names unknown run %q", e.Run))
 	}
 	if r.Status.Terminal() {
 		return nil, corrupt(e, fmt.Sprintf("changes run %s, which is %s", r.ID, r.Status))
 	}
 	return r, nil
+}
+
+// finish moves a run that just finished from Runs to done, unless its
+// JSON cannot be written: such a run stays in Runs, as all did once.
+func (st *state) finish(r *belay.Run) {
+	if st.done.add(r, nil) != nil {
+		return
+	}
+	delete(st.runs, r.ID)
+	st.Runs = slices.DeleteFunc(st.Runs, func(x *belay.Run) bool { return x == r })
+}
+
+// ended reports whether run id is finished.
+func (st *state) ended(id string) bool {
+	if r, ok := st.runs[id]; ok {
+		return r.Status.Terminal()
+	}
+	return st.done.has(id)
+}
+
+// get returns run id, finished or not; a finished run is decoded afresh,
+// so changing it changes nothing.
+func (st *state) get(id string) (*belay.Run, bool, error) {
+	if r, ok := st.runs[id]; ok {
+		return r, true, nil
+	}
+	i := st.done.find(id)
+	if i < 0 {
+		return nil, false, nil
+	}
+	r, err := st.done.run(i)
+	return r, err == nil, err
+}
+
+// keyed returns the run an idempotency key names.
+func (st *state) keyed(id string) (*belay.Run, error) {
+	r, ok, err := st.get(id)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: run key names unknown run %s", belay.ErrCorruptRecord, id)
+	}
+	return r, err
+}
+
+// hasRun reports whether the session has run id, finished or not.
+func (st *state) hasRun(id string) bool {
+	_, ok := st.runs[id]
+	return ok || st.done.has(id)
+}
+
+// eachRun calls fn with every run in creation order, the finished ones
+// decoded, until fn returns false.
+func (st *state) eachRun(fn func(r *belay.Run) bool) error {
+	return st.eachMatch(belay.RunFilter{}, fn)
+}
+
+// eachMatch calls fn with every run that matches f, in creation order,
+// until fn returns false. A finished run is decoded only if its key
+// matches f (see keyFilter).
+func (st *state) eachMatch(f belay.RunFilter, fn func(r *belay.Run) bool) error {
+	keyed, whole := keyFilter(f)
+	var k belay.Run
+	live, done := st.Runs, 0
+	for len(live) > 0 || done < st.done.len() {
+		var r *belay.Run
+		if done == st.done.len() || len(live) > 0 && live[0].InputSeq < st.done.ents[done].seq {
+			r, live = live[0], live[1:]
+		} else {
+			i := done
+			done++
+			if st.done.keyInto(i, st.Session.ID, &k); !keyed.Match(&k) {
+				continue
+			}
+			var err error
+			if r, err = st.done.run(i); err != nil {
+				return err
+			}
+			if whole && !f.Match(r) {
+				continue
+			}
+		}
+		if f.Match(r) && !fn(r) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// keyFilter returns the part of f a finished run's key (doneRuns.key)
+// answers, and whether f asks more (its provider or a tag).
+func keyFilter(f belay.RunFilter) (keyed belay.RunFilter, whole bool) {
+	keyed = f
+	keyed.Provider, keyed.Tag = "", ""
+	return keyed, keyed != f
 }
 
 // delivery returns the delivery an event changes; a settled one takes no
@@ -370,6 +526,16 @@ func (st *state) active() bool {
 		}
 	}
 	return false
+}
+
+// failed reports whether any run failed or was stranded.
+func (st *state) failed() bool {
+	for _, r := range st.Runs {
+		if r.Status == belay.RunFailed || r.Status == belay.RunStranded {
+			return true
+		}
+	}
+	return st.done.failed > 0
 }
 
 // sortedDeliveries returns the deliveries in delivery order: priority

@@ -437,6 +437,9 @@ func (s *Store) indexLocked(ss *session) {
 	for _, r := range ss.st.Runs {
 		s.runs[r.ID] = ss.id
 	}
+	for i := range ss.st.done.len() {
+		s.runs[ss.st.done.id(i)] = ss.id
+	}
 	for _, d := range ss.st.Deliveries {
 		s.deliveries[d.ID] = ss.id
 	}

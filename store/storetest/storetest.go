@@ -1061,5 +1061,16 @@ func testRunTagsAndFilter(t *testing.T, h Harness) {
 			gotIDs = append(gotIDs, r.ID)
 		}
 		require.Equal(t, tc.want, gotIDs, "%+v", tc.f)
+		oldest := func(a, b *belay.Run) bool {
+			return a.CreatedAt.Before(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.ID < b.ID
+		}
+		page, more, err := b.s.(store.RunLister).ListRuns(b.ctx, tc.f, oldest, nil, 10)
+		require.NoError(t, err)
+		require.False(t, more)
+		gotIDs = nil
+		for _, r := range page {
+			gotIDs = append(gotIDs, r.ID)
+		}
+		require.Equal(t, tc.want, gotIDs, "ListRuns %+v", tc.f)
 	}
 }

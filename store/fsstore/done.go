@@ -1,0 +1,216 @@
+package fsstore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/belayhq/belay"
+)
+
+// doneRuns holds a session's finished runs where the garbage collector
+// does not look. A finished run takes no more changes (state.run refuses
+// them), so it is kept as the JSON a snapshot writes of it, in one byte
+// buffer, with a pointer-free entry per run for what is asked of every run
+// without reading it: its id, status and times. A session's history of
+// runs then costs the collector nothing to mark, where a *belay.Run per
+// run, with its strings, times and maps, cost it a walk of each at every
+// cycle; and the memory is about half.
+//
+// Runs are never removed from a session one by one (retention removes
+// whole sessions), so the buffers only grow.
+type doneRuns struct {
+	buf  []byte      // the runs' JSON, in the order they finished
+	ents []doneEntry // one per run, in InputSeq (creation) order
+	// byHash finds a run's entry by the hash of its id: the value is the
+	// run's InputSeq. clash holds the ids whose hash an earlier id took
+	// (never seen in practice; checked first, so lookups stay exact).
+	byHash map[uint64]uint64
+	clash  map[string]uint64
+	failed int // runs that failed or were stranded, for retention
+}
+
+// doneEntry is a finished run's pointer-free summary. Its id is in its
+// JSON, which starts {"id":"<id>".
+type doneEntry struct {
+	seq              uint64 // InputSeq
+	created, updated int64  // unix nanos
+	off, n           uint32 // its JSON: buf[off:off+n]
+	idLen            uint8
+	status           uint8 // index in doneStatuses
+}
+
+// idAt is where a run's id starts in its JSON.
+const idAt = len(`{"id":"`)
+
+// doneStatuses are the terminal statuses, by doneEntry.status.
+var doneStatuses = [...]belay.RunStatus{belay.RunComplete, belay.RunFailed, belay.RunCancelled, belay.RunStranded}
+
+var doneSeed = maphash.MakeSeed()
+
+// errNotKept is add's answer for a finished run it cannot keep as JSON
+// with a summary: one with a time that JSON or unix nanos cannot hold, or
+// an id JSON escapes. Such a run stays a *belay.Run in state.Runs.
+var errNotKept = errors.New("fsstore: finished run not kept encoded")
+
+func (d *doneRuns) len() int { return len(d.ents) }
+
+// add keeps a finished run; raw is its JSON (nil: encode it). It refuses a
+// run whose id or InputSeq another finished run has: only a damaged
+// snapshot holds such, and it is then not trusted. It returns errNotKept
+// for a run to keep as it is.
+func (d *doneRuns) add(r *belay.Run, raw []byte) error {
+	code := slices.Index(doneStatuses[:], r.Status)
+	if code < 0 {
+		return fmt.Errorf("run %s is %q, not finished", r.ID, r.Status)
+	}
+	if d.find(r.ID) >= 0 {
+		return fmt.Errorf("two runs have id %q", r.ID)
+	}
+	i, found := d.search(r.InputSeq)
+	if found {
+		return fmt.Errorf("runs %s and %s have input seq %d", d.id(i), r.ID, r.InputSeq)
+	}
+	created, ok1 := unixNanos(r.CreatedAt)
+	updated, ok2 := unixNanos(r.UpdatedAt)
+	if !ok1 || !ok2 || r.ID == "" || len(r.ID) > math.MaxUint8 {
+		return errNotKept
+	}
+	off := len(d.buf)
+	if raw != nil && hasID(raw, r.ID) {
+		d.buf = append(d.buf, raw...)
+	} else if err := json.NewEncoder(appender{&d.buf}).Encode(r); err != nil {
+		d.buf = d.buf[:off]
+		return errNotKept
+	} else {
+		d.buf = d.buf[:len(d.buf)-1] // Encode's newline
+	}
+	if !hasID(d.buf[off:], r.ID) || len(d.buf) > math.MaxUint32 {
+		d.buf = d.buf[:off]
+		return errNotKept
+	}
+	e := doneEntry{
+		seq: r.InputSeq, created: created, updated: updated,
+		off: uint32(off), n: uint32(len(d.buf) - off), idLen: uint8(len(r.ID)), status: uint8(code),
+	}
+	d.ents = slices.Insert(d.ents, i, e)
+	h := maphash.String(doneSeed, r.ID)
+	if d.byHash == nil {
+		d.byHash = map[uint64]uint64{}
+	}
+	if _, taken := d.byHash[h]; taken {
+		if d.clash == nil {
+			d.clash = map[string]uint64{}
+		}
+		d.clash[r.ID] = r.InputSeq
+	} else {
+		d.byHash[h] = r.InputSeq
+	}
+	if r.Status == belay.RunFailed || r.Status == belay.RunStranded {
+		d.failed++
+	}
+	return nil
+}
+
+// hasID reports whether a run's JSON starts with its id, unescaped.
+func hasID(raw []byte, id string) bool {
+	return len(raw) > idAt+len(id) && string(raw[:idAt]) == `{"id":"` &&
+		string(raw[idAt:idAt+len(id)]) == id && raw[idAt+len(id)] == '"'
+}
+
+// unixNanos returns t in unix nanos if they hold it.
+func unixNanos(t time.Time) (int64, bool) {
+	ns := t.UnixNano()
+	return ns, time.Unix(0, ns).Equal(t)
+}
+
+// appender appends what is written to a byte slice.
+type appender struct{ b *[]byte }
+
+func (a appender) Write(p []byte) (int, error) {
+	*a.b = append(*a.b, p...)
+	return len(p), nil
+}
+
+// search returns where seq's entry is or would go.
+func (d *doneRuns) search(seq uint64) (int, bool) {
+	// Runs mostly finish in the order they were created: look at the end
+	// first.
+	if n := len(d.ents); n == 0 || d.ents[n-1].seq < seq {
+		return n, false
+	}
+	i := sort.Search(len(d.ents), func(i int) bool { return d.ents[i].seq >= seq })
+	return i, i < len(d.ents) && d.ents[i].seq == seq
+}
+
+// find returns the index of the entry of run id, or -1.
+func (d *doneRuns) find(id string) int {
+	if len(d.ents) == 0 {
+		return -1
+	}
+	seq, ok := d.clash[id]
+	if !ok {
+		if seq, ok = d.byHash[maphash.String(doneSeed, id)]; !ok {
+			return -1
+		}
+	}
+	i, found := d.search(seq)
+	if !found {
+		return -1
+	}
+	if e := &d.ents[i]; string(d.buf[int(e.off)+idAt:int(e.off)+idAt+int(e.idLen)]) != id {
+		return -1
+	}
+	return i
+}
+
+// id returns entry i's run id.
+func (d *doneRuns) id(i int) string {
+	e := &d.ents[i]
+	return string(d.buf[int(e.off)+idAt : int(e.off)+idAt+int(e.idLen)])
+}
+
+// has reports whether run id is among the finished runs.
+func (d *doneRuns) has(id string) bool { return d.find(id) >= 0 }
+
+// status returns entry i's status.
+func (d *doneRuns) status(i int) belay.RunStatus { return doneStatuses[d.ents[i].status] }
+
+// run decodes entry i.
+func (d *doneRuns) run(i int) (*belay.Run, error) {
+	r := new(belay.Run)
+	if err := json.Unmarshal(d.raw(i), r); err != nil {
+		return nil, fmt.Errorf("fsstore: finished run %s does not decode: %w", d.id(i), err)
+	}
+	return r, nil
+}
+
+// raw returns entry i's JSON.
+func (d *doneRuns) raw(i int) []byte {
+	e := &d.ents[i]
+	return d.buf[e.off : e.off+e.n : e.off+e.n]
+}
+
+// key returns a run holding only entry i's id, session, status, input seq
+// and times: what ListRuns orders and pre-filters by.
+func (d *doneRuns) key(i int, session string) *belay.Run {
+	k := new(belay.Run)
+	d.keyInto(i, session, k)
+	k.ID = d.id(i)
+	return k
+}
+
+// keyInto sets k to entry i's key but its id, which a filter does not
+// ask, so that filtering allocates nothing.
+func (d *doneRuns) keyInto(i int, session string, k *belay.Run) {
+	e := &d.ents[i]
+	*k = belay.Run{
+		Session: session, Status: doneStatuses[e.status], InputSeq: e.seq,
+		CreatedAt: time.Unix(0, e.created).UTC(), UpdatedAt: time.Unix(0, e.updated).UTC(),
+	}
+}

@@ -1,0 +1,222 @@
+package fsstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/store/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// finishSome creates runs over a few sessions, some tagged, some on
+// another provider, and finishes about two in three of them in a random
+// order with every terminal status. It returns the runs' ids.
+func finishSome(t *testing.T, s *Store, clk *clock.Fake, rng *rand.Rand, runs int) []string {
+	t.Helper()
+	ctx := context.Background()
+	var sessions []string
+	for range 3 {
+		sessions = append(sessions, newSession(t, s).ID)
+	}
+	var ids []string
+	for i := range runs {
+		in := belay.RunInput{Session: sessions[i%len(sessions)]}
+		if i%4 == 0 {
+			in.Tags = []string{"even", fmt.Sprintf("n%d", i)}
+		}
+		if i%5 == 0 {
+			in.Provider = "other"
+		}
+		r, _, err := s.CreateRun(ctx, in)
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+		clk.Advance(time.Duration(rng.IntN(3)) * time.Second) // some share a time
+	}
+	for _, i := range rng.Perm(runs)[:runs*2/3] {
+		id := ids[i]
+		clk.Advance(time.Second)
+		if i%7 == 0 {
+			_, err := s.CancelQueuedRun(ctx, id, "not needed")
+			require.NoError(t, err)
+			continue
+		}
+		l, err := s.AcquireRunLease(ctx, id, "w", time.Minute, 0)
+		require.NoError(t, err)
+		phase := []belay.RunPhase{belay.PhaseComplete, belay.PhaseFailed, belay.PhaseStranded}[i%3]
+		_, err = s.UpdateRun(ctx, id, l.Epoch, belay.RunUpdate{Phase: phase})
+		require.NoError(t, err)
+	}
+	return ids
+}
+
+// listAll pages through ListRuns, limit at a time, in the order of the
+// API's newest first (created at, then id).
+func listAll(t *testing.T, s *Store, f belay.RunFilter, limit int) []belay.Run {
+	t.Helper()
+	less := func(a, b *belay.Run) bool {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c > 0
+		}
+		return a.ID > b.ID
+	}
+	var out []belay.Run
+	var last *belay.Run
+	for {
+		var after func(*belay.Run) bool
+		if last != nil {
+			l := *last
+			after = func(r *belay.Run) bool { return less(&l, r) }
+		}
+		page, more, err := s.ListRuns(context.Background(), f, less, after, limit)
+		require.NoError(t, err)
+		out = append(out, page...)
+		if !more {
+			return out
+		}
+		require.Len(t, page, limit)
+		last = &page[len(page)-1]
+	}
+}
+
+// TestFinishedRunsReadLikeLiveOnes: finished runs, kept encoded, are
+// found, filtered, paged and ordered exactly as the runs kept whole, and
+// read back the same after a restart from the index and from the
+// journals.
+func TestFinishedRunsReadLikeLiveOnes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := clock.NewFake(storetest.Start)
+	opts := Options{Clock: clk, SnapshotEvery: 5}
+	s := openStore(t, dir, opts)
+	ids := finishSome(t, s, clk, rand.New(rand.NewPCG(1, 2)), 60)
+
+	filters := []belay.RunFilter{
+		{}, {Status: belay.RunComplete}, {Status: belay.RunQueued}, {Failed: true},
+		{Provider: "other"}, {Tag: "even"}, {Tag: "even", Status: belay.RunFailed},
+		{Since: storetest.Start.Add(30 * time.Second)},
+	}
+	type seen struct {
+		byID  map[string]belay.Run
+		lists [][]belay.Run
+	}
+	look := func(s *Store) seen {
+		v := seen{byID: map[string]belay.Run{}}
+		for _, id := range ids {
+			r, err := s.Run(ctx, id)
+			require.NoError(t, err)
+			v.byID[id] = r
+		}
+		for _, f := range filters {
+			all, err := s.Runs(ctx, f)
+			require.NoError(t, err)
+			for _, r := range all {
+				require.True(t, f.Match(&r), "%+v lists %s (%s)", f, r.ID, r.Status)
+				require.Equal(t, v.byID[r.ID], r)
+			}
+			slices.SortFunc(all, func(a, b belay.Run) int {
+				if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+					return c
+				}
+				return -compareStrings(a.ID, b.ID)
+			})
+			for _, limit := range []int{1, 7, 100} {
+				require.Equal(t, all, listAll(t, s, f, limit), "ListRuns %+v by %d", f, limit)
+			}
+			v.lists = append(v.lists, all)
+		}
+		return v
+	}
+	before := look(s)
+	finished := 0
+	for _, r := range before.byID {
+		if r.Status.Terminal() {
+			finished++
+			require.False(t, r.EndedAt.IsZero())
+		}
+	}
+	require.Equal(t, 40, finished)
+	for i, f := range filters {
+		if f == (belay.RunFilter{}) {
+			require.Len(t, before.lists[i], len(ids))
+		}
+	}
+	require.NoError(t, s.Close())
+
+	s = openStore(t, dir, opts)
+	require.Positive(t, s.Loaded().FromIndex)
+	require.Equal(t, before, look(s), "restored from the index")
+	require.NoError(t, s.Close())
+	dropFolds(t, dir)
+	s = openStore(t, dir, opts)
+	require.Zero(t, s.Loaded().FromIndex)
+	require.Equal(t, before, look(s), "folded from the journals")
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// TestFinishedRunKeptWholeWhenItCannotBeEncoded: a run that ends at a time
+// unix nanos cannot hold stays whole among the live runs, and reads,
+// lists, snapshots and restores as any other.
+func TestFinishedRunKeptWholeWhenItCannotBeEncoded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := clock.NewFake(time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC))
+	opts := Options{Clock: clk, SnapshotEvery: 2}
+	s := openStore(t, dir, opts)
+	sess := newSession(t, s)
+	r, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+	l, err := s.AcquireRunLease(ctx, r.ID, "w", time.Minute, 0)
+	require.NoError(t, err)
+	_, err = s.UpdateRun(ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+
+	ss, err := s.session(sess.ID)
+	require.NoError(t, err)
+	ss.mu.Lock()
+	require.Zero(t, ss.st.done.len(), "past 2262 a run is not kept encoded")
+	require.Len(t, ss.st.Runs, 1)
+	require.NoError(t, checkState(ss.st))
+	ss.mu.Unlock()
+
+	want, err := s.Run(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, want.Status)
+	_, err = s.UpdateRun(ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseFailed})
+	require.ErrorIs(t, err, belay.ErrTerminal)
+	all, err := s.Runs(ctx, belay.RunFilter{Status: belay.RunComplete})
+	require.NoError(t, err)
+	require.Equal(t, []belay.Run{want}, all)
+	require.Equal(t, []belay.Run{want}, listAll(t, s, belay.RunFilter{}, 5))
+	require.NoError(t, s.Close())
+
+	for _, drop := range []bool{false, true} {
+		if drop {
+			dropFolds(t, dir)
+		}
+		s = openStore(t, dir, opts)
+		got, err := s.Run(ctx, r.ID)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "dropped folds: %v", drop)
+		v, err := s.Session(ctx, sess.ID)
+		require.NoError(t, err)
+		require.Equal(t, belay.SessionIdle, v.State)
+		require.NoError(t, s.Close())
+	}
+}
