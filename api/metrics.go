@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/runtime"
 )
 
@@ -97,7 +98,11 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	counts := map[belay.RunStatus]int{}
-	if runs, err := c.rt.Store().Runs(ctx, belay.RunFilter{}); err == nil {
+	if sc, ok := c.rt.Store().(store.RunStatusCounter); ok {
+		if n, err := sc.RunStatusCounts(ctx); err == nil {
+			counts = n
+		}
+	} else if runs, err := c.rt.Store().Runs(ctx, belay.RunFilter{}); err == nil {
 		for _, r := range runs {
 			counts[r.Status]++
 		}

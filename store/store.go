@@ -330,6 +330,12 @@ type RunLister interface {
 	ListRuns(ctx context.Context, f belay.RunFilter, less func(a, b *belay.Run) bool, after func(*belay.Run) bool, limit int) (page []belay.Run, more bool, err error)
 }
 
+// RunStatusCounter is implemented by stores that count runs by status
+// without reading each run (the /metrics gauges).
+type RunStatusCounter interface {
+	RunStatusCounts(ctx context.Context) (map[belay.RunStatus]int, error)
+}
+
 // JournalInspector is implemented by stores that keep a journal file per
 // session (fsstore), for doctor.
 type JournalInspector interface {

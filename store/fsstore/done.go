@@ -33,6 +33,11 @@ type doneRuns struct {
 	byHash map[uint64]uint64
 	clash  map[string]uint64
 	failed int // runs that failed or were stranded, for retention
+	// session is the Session of the first run kept; others, by InputSeq,
+	// that of any run with another (a session directory renamed or copied
+	// keeps its runs' own), so that a key is exact.
+	session string
+	others  map[uint64]string
 }
 
 // doneEntry is a finished run's pointer-free summary. Its id is in its
@@ -99,6 +104,14 @@ func (d *doneRuns) add(r *belay.Run, raw []byte) error {
 		off: uint32(off), n: uint32(len(d.buf) - off), idLen: uint8(len(r.ID)), status: uint8(code),
 	}
 	d.ents = slices.Insert(d.ents, i, e)
+	if len(d.ents) == 1 {
+		d.session = r.Session
+	} else if r.Session != d.session {
+		if d.others == nil {
+			d.others = map[uint64]string{}
+		}
+		d.others[r.InputSeq] = r.Session
+	}
 	h := maphash.String(doneSeed, r.ID)
 	if d.byHash == nil {
 		d.byHash = map[uint64]uint64{}
@@ -198,17 +211,21 @@ func (d *doneRuns) raw(i int) []byte {
 
 // key returns a run holding only entry i's id, session, status, input seq
 // and times: what ListRuns orders and pre-filters by.
-func (d *doneRuns) key(i int, session string) *belay.Run {
+func (d *doneRuns) key(i int) *belay.Run {
 	k := new(belay.Run)
-	d.keyInto(i, session, k)
+	d.keyInto(i, k)
 	k.ID = d.id(i)
 	return k
 }
 
 // keyInto sets k to entry i's key but its id, which a filter does not
 // ask, so that filtering allocates nothing.
-func (d *doneRuns) keyInto(i int, session string, k *belay.Run) {
+func (d *doneRuns) keyInto(i int, k *belay.Run) {
 	e := &d.ents[i]
+	session := d.session
+	if s, ok := d.others[e.seq]; ok {
+		session = s
+	}
 	*k = belay.Run{
 		Session: session, Status: doneStatuses[e.status], InputSeq: e.seq,
 		CreatedAt: time.Unix(0, e.created).UTC(), UpdatedAt: time.Unix(0, e.updated).UTC(),

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/store/storetest"
 	"github.com/stretchr/testify/require"
 )
@@ -218,5 +221,77 @@ func TestFinishedRunKeptWholeWhenItCannotBeEncoded(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, belay.SessionIdle, v.State)
 		require.NoError(t, s.Close())
+	}
+}
+
+// TestFinishedRunsOfARenamedSessionListAsTheyMatch: a session directory
+// renamed (or copied) keeps its runs' own session; a finished run's key
+// says that session, so ListRuns selects exactly what Runs does.
+func TestFinishedRunsOfARenamedSessionListAsTheyMatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := clock.NewFake(storetest.Start)
+	opts := Options{Clock: clk}
+	s := openStore(t, dir, opts)
+	finishSome(t, s, clk, rand.New(rand.NewPCG(3, 4)), 9)
+	sessions, err := s.Sessions(ctx, belay.SessionFilter{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	from := sessions[0].ID
+	to := ids.New(ids.Session)
+	require.NoError(t, os.Rename(filepath.Join(dir, SessionsName, from), filepath.Join(dir, SessionsName, to)))
+	dropFolds(t, dir)
+
+	s = openStore(t, dir, opts)
+	for _, f := range []belay.RunFilter{{}, {Session: to}, {Session: to, Status: belay.RunComplete}, {Status: belay.RunComplete}} {
+		want, err := s.Runs(ctx, f)
+		require.NoError(t, err)
+		got := listAll(t, s, f, 2)
+		require.ElementsMatch(t, want, got, "%+v", f)
+	}
+}
+
+// TestFinishedRunKeysSayTheirRunsSession: finished runs of two sessions
+// in one state (a state no fold makes, but a snapshot may hold) each keep
+// their own session in their key.
+func TestFinishedRunKeysSayTheirRunsSession(t *testing.T) {
+	t.Parallel()
+	var d doneRuns
+	a, b := ids.New(ids.Session), ids.New(ids.Session)
+	for i, sess := range []string{a, b, a, b} {
+		r := &belay.Run{ID: ids.New(ids.Run), Session: sess, Status: belay.RunCancelled, Phase: belay.PhaseCancelled, InputSeq: uint64(10 - i), CreatedAt: storetest.Start, UpdatedAt: storetest.Start}
+		require.NoError(t, d.add(r, nil))
+	}
+	for i := range d.len() {
+		r, err := d.run(i)
+		require.NoError(t, err)
+		require.Equal(t, r.Session, d.key(i).Session)
+	}
+}
+
+// BenchmarkListRunsNewestFirst pages the newest runs of a session with
+// 20,000 finished ones: the order in which every finished run, visited
+// oldest first, would enter the page for a moment.
+func BenchmarkListRunsNewestFirst(b *testing.B) {
+	st := newState()
+	st.Session.ID = ids.New(ids.Session)
+	t0 := storetest.Start
+	for i := range 20000 {
+		r := &belay.Run{
+			ID: fmt.Sprintf("run_%026d", i), Session: st.Session.ID, Status: belay.RunComplete, Phase: belay.PhaseComplete,
+			Provider: "fake", InputSeq: uint64(i + 1), CreatedAt: t0.Add(time.Duration(i) * time.Second),
+		}
+		r.UpdatedAt, r.EndedAt = r.CreatedAt, r.CreatedAt
+		require.NoError(b, st.done.add(r, nil))
+	}
+	s := &Store{sessions: map[string]*session{st.Session.ID: {id: st.Session.ID, st: st}}}
+	less := func(a, b *belay.Run) bool { return a.CreatedAt.After(b.CreatedAt) }
+	b.ReportAllocs()
+	for b.Loop() {
+		page, _, err := s.ListRuns(context.Background(), belay.RunFilter{Session: st.Session.ID}, less, nil, 50)
+		if err != nil || len(page) != 50 {
+			b.Fatal(len(page), err)
+		}
 	}
 }

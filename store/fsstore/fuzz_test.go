@@ -269,7 +269,7 @@ func checkDone(st *state) error {
 		if err != nil {
 			return err
 		}
-		k := d.key(i, st.Session.ID)
+		k := d.key(i)
 		switch {
 		case r.ID != k.ID || r.Status != k.Status || r.InputSeq != k.InputSeq || r.Session != k.Session:
 			return fmt.Errorf("finished run %s (%s, seq %d) has the entry of %s (%s, seq %d)", r.ID, r.Status, r.InputSeq, k.ID, k.Status, k.InputSeq)

@@ -477,7 +477,7 @@ func (st *state) eachMatch(f belay.RunFilter, fn func(r *belay.Run) bool) error 
 		} else {
 			i := done
 			done++
-			if st.done.keyInto(i, st.Session.ID, &k); !keyed.Match(&k) {
+			if st.done.keyInto(i, &k); !keyed.Match(&k) {
 				continue
 			}
 			var err error

@@ -412,21 +412,21 @@ func (s *Store) load() ([]*session, error) {
 	return loaded, nil
 }
 
-// index adds loaded sessions to the store and its id indexes.
+// index adds loaded sessions to the id indexes, then to the store: their
+// state is read before any write can reach them.
 func (s *Store) index(sessions ...*session) error {
+	s.idxMu.Lock()
+	for _, ss := range sessions {
+		s.indexLocked(ss)
+	}
+	s.idxMu.Unlock()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
 		return belay.ErrStoreClosed
 	}
 	for _, ss := range sessions {
 		s.sessions[ss.id] = ss
-	}
-	s.mu.Unlock()
-	s.idxMu.Lock()
-	defer s.idxMu.Unlock()
-	for _, ss := range sessions {
-		s.indexLocked(ss)
 	}
 	return nil
 }

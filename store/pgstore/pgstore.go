@@ -38,10 +38,11 @@ import (
 )
 
 var (
-	_ store.Store           = (*Store)(nil)
-	_ store.SessionDeleter  = (*Store)(nil)
-	_ store.RunLister       = (*Store)(nil)
-	_ store.AddressedLeaser = (*Store)(nil)
+	_ store.Store            = (*Store)(nil)
+	_ store.SessionDeleter   = (*Store)(nil)
+	_ store.RunLister        = (*Store)(nil)
+	_ store.RunStatusCounter = (*Store)(nil)
+	_ store.AddressedLeaser  = (*Store)(nil)
 )
 
 // notifyChannel is the LISTEN/NOTIFY channel on which every commit names

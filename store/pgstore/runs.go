@@ -220,6 +220,25 @@ func (s *Store) Runs(ctx context.Context, f belay.RunFilter) ([]belay.Run, error
 	return out, err
 }
 
+// RunStatusCounts counts the runs by status.
+func (s *Store) RunStatusCounts(ctx context.Context) (map[belay.RunStatus]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM belay_runs GROUP BY status`)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	counts := map[belay.RunStatus]int{}
+	var status string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+		counts[belay.RunStatus(status)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	return counts, nil
+}
+
 // ListRuns selects a page of runs across sessions (GET /v1/runs): the
 // filter is applied in SQL (by the session, status, tag and time
 // indexes), the order and cursor of the caller's functions to the rows

@@ -1073,4 +1073,9 @@ func testRunTagsAndFilter(t *testing.T, h Harness) {
 		}
 		require.Equal(t, tc.want, gotIDs, "ListRuns %+v", tc.f)
 	}
+	if sc, ok := b.s.(store.RunStatusCounter); ok {
+		counts, err := sc.RunStatusCounts(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[belay.RunStatus]int{belay.RunQueued: 1, belay.RunFailed: 1}, counts)
+	}
 }
