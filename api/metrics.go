@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store"
 )
 
 // Metrics are the daemon's Prometheus metrics.
