@@ -17,6 +17,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// clockedStore opens a store in a new directory with opts on a fake
+// clock, and returns the options to reopen it with.
+func clockedStore(t *testing.T, opts Options) (string, *clock.Fake, Options, *Store) {
+	t.Helper()
+	dir := t.TempDir()
+	clk := clock.NewFake(storetest.Start)
+	opts.Clock = clk
+	return dir, clk, opts, openStore(t, dir, opts)
+}
+
 // finishSome creates runs over a few sessions, some tagged, some on
 // another provider, and finishes about two in three of them in a random
 // order with every terminal status. It returns the runs' ids.
@@ -94,10 +104,7 @@ func listAll(t *testing.T, s *Store, f belay.RunFilter, limit int) []belay.Run {
 func TestFinishedRunsReadLikeLiveOnes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	clk := clock.NewFake(storetest.Start)
-	opts := Options{Clock: clk, SnapshotEvery: 5}
-	s := openStore(t, dir, opts)
+	dir, clk, opts, s := clockedStore(t, Options{SnapshotEvery: 5})
 	ids := finishSome(t, s, clk, rand.New(rand.NewPCG(1, 2)), 60)
 
 	filters := []belay.RunFilter{
@@ -230,10 +237,7 @@ func TestFinishedRunKeptWholeWhenItCannotBeEncoded(t *testing.T) {
 func TestFinishedRunsOfARenamedSessionListAsTheyMatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	clk := clock.NewFake(storetest.Start)
-	opts := Options{Clock: clk}
-	s := openStore(t, dir, opts)
+	dir, clk, opts, s := clockedStore(t, Options{})
 	finishSome(t, s, clk, rand.New(rand.NewPCG(3, 4)), 9)
 	sessions, err := s.Sessions(ctx, belay.SessionFilter{})
 	require.NoError(t, err)

@@ -483,10 +483,7 @@ func TestQuarantineDropsTheIndex(t *testing.T) {
 func TestIndexAfterEventWithItsOwnTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	clk := clock.NewFake(storetest.Start)
-	opts := Options{Clock: clk}
-	s := openStore(t, dir, opts)
+	dir, clk, opts, s := clockedStore(t, Options{})
 	a := newSession(t, s)
 	clk.Advance(time.Minute)
 	_, err := s.Append(ctx, a.ID, belay.Sync, belay.Event{Type: "note", TS: storetest.Start.Add(time.Hour)})
