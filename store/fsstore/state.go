@@ -74,21 +74,23 @@ type plainState state
 // in creation order, as the JSON they are kept as.
 func (st *state) MarshalJSON() ([]byte, error) {
 	runs := []byte{'['}
-	live, done := st.Runs, 0
-	for len(live) > 0 || done < st.done.len() {
+	sep := func() {
 		if len(runs) > 1 {
 			runs = append(runs, ',')
 		}
-		if done == st.done.len() || len(live) > 0 && live[0].InputSeq < st.done.ents[done].seq {
-			b, err := json.Marshal(live[0])
-			if err != nil {
-				return nil, err
-			}
-			runs, live = append(runs, b...), live[1:]
-			continue
-		}
-		runs = append(runs, st.done.raw(done)...)
-		done++
+	}
+	err := st.inOrder(func(r *belay.Run) (bool, error) {
+		b, err := json.Marshal(r)
+		sep()
+		runs = append(runs, b...)
+		return true, err
+	}, func(i int) (bool, error) {
+		sep()
+		runs = append(runs, st.done.raw(i)...)
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	runs = append(runs, ']')
 	return json.Marshal(struct {
@@ -467,29 +469,38 @@ func (st *state) eachRun(fn func(r *belay.Run) bool) error {
 // until fn returns false. A finished run is decoded only if its key
 // matches f (see keyFilter).
 func (st *state) eachMatch(f belay.RunFilter, fn func(r *belay.Run) bool) error {
-	keyed, whole := keyFilter(f)
+	keyed, _ := keyFilter(f)
 	var k belay.Run
-	live, done := st.Runs, 0
-	for len(live) > 0 || done < st.done.len() {
-		var r *belay.Run
-		if done == st.done.len() || len(live) > 0 && live[0].InputSeq < st.done.ents[done].seq {
-			r, live = live[0], live[1:]
-		} else {
-			i := done
-			done++
-			if st.done.keyInto(i, &k); !keyed.Match(&k) {
-				continue
-			}
-			var err error
-			if r, err = st.done.run(i); err != nil {
-				return err
-			}
-			if whole && !f.Match(r) {
-				continue
-			}
+	return st.inOrder(func(r *belay.Run) (bool, error) {
+		return !f.Match(r) || fn(r), nil
+	}, func(i int) (bool, error) {
+		if st.done.keyInto(i, &k); !keyed.Match(&k) {
+			return true, nil
 		}
-		if f.Match(r) && !fn(r) {
-			return nil
+		r, err := st.done.run(i)
+		if err != nil {
+			return false, err
+		}
+		return !f.Match(r) || fn(r), nil
+	})
+}
+
+// inOrder calls live with each run of Runs and done with the index of each
+// finished run, all in creation order, until one says to stop or fails.
+func (st *state) inOrder(live func(r *belay.Run) (bool, error), done func(i int) (bool, error)) error {
+	runs, i := st.Runs, 0
+	for len(runs) > 0 || i < st.done.len() {
+		var more bool
+		var err error
+		if i == st.done.len() || len(runs) > 0 && runs[0].InputSeq < st.done.ents[i].seq {
+			more, err = live(runs[0])
+			runs = runs[1:]
+		} else {
+			more, err = done(i)
+			i++
+		}
+		if err != nil || !more {
+			return err
 		}
 	}
 	return nil
