@@ -168,7 +168,13 @@ func (h *Heartbeater) run(ctx context.Context) {
 			// Failing heartbeats cannot go on forever: once ownership has
 			// been unproven for TTL-FenceMargin, the holder is fenced and
 			// told, like a loss.
-			if ferr := h.lock.Check(ctx); errors.Is(ferr, ErrFenced) {
+			ferr := h.lock.Check(ctx)
+			if errors.Is(ferr, ErrNotHeld) {
+				// Released while this heartbeat failed: not a loss.
+				h.err = ErrNotHeld
+				return
+			}
+			if errors.Is(ferr, ErrFenced) {
 				h.err = ferr
 				close(h.lost)
 				if h.opts.OnLost != nil {

@@ -103,10 +103,22 @@ func TestHeartbeaterStopsWithContext(t *testing.T) {
 
 func TestHeartbeaterEndsWhenReleased(t *testing.T) {
 	t.Parallel()
+	// Each heartbeat on time, and each one timed out before it starts (as
+	// one that waited too long for the CPU): a release during a failing
+	// heartbeat is no loss either.
+	for _, timeout := range []time.Duration{0, time.Nanosecond} {
+		t.Run(timeout.String(), func(t *testing.T) {
+			t.Parallel()
+			heartbeaterEndsWhenReleased(t, timeout)
+		})
+	}
+}
+
+func heartbeaterEndsWhenReleased(t *testing.T, timeout time.Duration) {
 	s := setup(t)
 	l := New(s.path, Options{})
 	require.NoError(t, l.TryAcquire(s.ctx))
-	h, err := l.StartHeartbeat(s.ctx, HeartbeatOptions{Interval: 5 * time.Millisecond})
+	h, err := l.StartHeartbeat(s.ctx, HeartbeatOptions{Interval: 5 * time.Millisecond, Timeout: timeout})
 	require.NoError(t, err)
 	require.NoError(t, l.Release())
 	select {
