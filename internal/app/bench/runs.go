@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +94,18 @@ type RunsResult struct {
 	SyncP50Millis      float64 `json:"sync_p50_ms,omitempty"`
 	SyncP99Millis      float64 `json:"sync_p99_ms,omitempty"`
 	PacedSyncP99Millis float64 `json:"paced_sync_p99_ms,omitempty"`
+	// SchedWaitP99Millis (PacedSchedWaitP99Millis in the paced phase) is
+	// the p99 of the time this process's goroutines spent runnable, waiting
+	// for a P (runtime/metrics /sched/latencies:seconds, at its bucket's
+	// upper bound): the part of submit-to-complete that is waiting for a
+	// CPU.
+	SchedWaitP99Millis      float64 `json:"sched_wait_p99_ms"`
+	PacedSchedWaitP99Millis float64 `json:"paced_sched_wait_p99_ms,omitempty"`
+	// GOMAXPROCS, CPUs and GOGC are what the process ran with (GOGC -1:
+	// off).
+	GOMAXPROCS int `json:"gomaxprocs"`
+	CPUs       int `json:"cpus"`
+	GOGC       int `json:"gogc"`
 	// The raw baseline, measured in the same run on the same filesystem:
 	// 4 KiB append + fdatasync loops on one file, and on Submitters files
 	// at once. RunsPerFsync is RunsPerSec over FsyncPerSec: the figure that
@@ -153,7 +167,8 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = 1
 	}
-	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Sync: cfg.Sync, Store: "file", Nodes: cfg.Nodes, Batch: cfg.Batch}
+	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Sync: cfg.Sync, Store: "file", Nodes: cfg.Nodes, Batch: cfg.Batch,
+		GOMAXPROCS: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(), GOGC: gogc()}
 	kind, err := daemon.StoreKind(cfg.Store)
 	if err != nil {
 		return nil, err
@@ -319,10 +334,12 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	p := newRunsPhase(cfg.Runs)
 	cur.Store(p)
 	cpu0 := cpuSeconds()
+	sched := readSchedWait()
 	rate, p50, p99, err := submitPhase(ctx, cfg, rts, sessions, p, 0)
 	if err != nil {
 		return err
 	}
+	res.SchedWaitP99Millis = sched.p99Since()
 	res.CPUMicrosPerRun = (cpuSeconds() - cpu0) * 1e6 / float64(cfg.Runs)
 	res.RunsPerSec, res.P50Millis, res.P99Millis = rate, p50, p99
 	res.SyncsPerRun = float64(totalSeq(ctx, st, sessions)-beforeSeq) / float64(cfg.Runs)
@@ -335,10 +352,12 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 		cfg.Progress(fmt.Sprintf("offering %d more runs at %.0f runs/s (%.0f%% of the peak), open loop", cfg.Runs, offered, 100*cfg.Paced))
 		p := newRunsPhase(cfg.Runs)
 		cur.Store(p)
+		sched := readSchedWait()
 		rate, p50, p99, err := submitPhase(ctx, cfg, rts, sessions, p, offered)
 		if err != nil {
 			return err
 		}
+		res.PacedSchedWaitP99Millis = sched.p99Since()
 		res.Paced, res.PacedOffered = cfg.Paced, offered
 		res.PacedSyncP99Millis = percentile(commits.take(), 0.99)
 		res.PacedRunsPerSec, res.PacedP50Millis, res.PacedP99Millis = rate, p50, p99
@@ -435,6 +454,62 @@ func submitPhase(ctx context.Context, cfg RunsConfig, rts []*brt.Runtime, sessio
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return float64(cfg.Runs) / elapsed.Seconds(), percentile(p.lat, 0.50), percentile(p.lat, 0.99), nil
+}
+
+// gogc returns the GC percent in effect (-1: off).
+func gogc() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	if v := s[0].Value.Uint64(); v <= math.MaxInt32 {
+		return int(v)
+	}
+	return -1
+}
+
+// schedWait is a reading of the runtime's scheduler latency histogram:
+// how long goroutines waited, runnable, for a P.
+type schedWait struct{ h *metrics.Float64Histogram }
+
+const schedLatencies = "/sched/latencies:seconds"
+
+func readSchedWait() schedWait {
+	s := []metrics.Sample{{Name: schedLatencies}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return schedWait{}
+	}
+	return schedWait{s[0].Value.Float64Histogram()}
+}
+
+// p99Since returns the p99 of the waits since w was read, in
+// milliseconds, at the upper bound of its bucket (0 if the runtime does
+// not report it).
+func (w schedWait) p99Since() float64 {
+	now := readSchedWait()
+	if w.h == nil || now.h == nil || len(now.h.Counts) != len(w.h.Counts) {
+		return 0
+	}
+	counts := make([]uint64, len(now.h.Counts))
+	var total uint64
+	for i := range counts {
+		counts[i] = now.h.Counts[i] - w.h.Counts[i]
+		total += counts[i]
+	}
+	var seen uint64
+	for i, c := range counts {
+		seen += c
+		if total > 0 && float64(seen) >= 0.99*float64(total) {
+			upper := now.h.Buckets[i+1]
+			if math.IsInf(upper, 1) {
+				upper = now.h.Buckets[i]
+			}
+			return upper * 1e3
+		}
+	}
+	return 0
 }
 
 func totalSeq(ctx context.Context, st store.Store, sessions []string) uint64 {

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"runtime"
+	"runtime/debug"
 	"testing"
 
 	"github.com/belayhq/belay"
@@ -21,6 +23,12 @@ func TestRunsBenchRuns(t *testing.T) {
 	require.Positive(t, res.P50Millis)
 	require.LessOrEqual(t, res.P50Millis, res.P99Millis)
 	require.Greater(t, res.SyncsPerRun, 3.0)
+	require.Positive(t, res.SchedWaitP99Millis, "goroutines waited for a P at some point in 300 runs")
+	require.Equal(t, runtime.GOMAXPROCS(0), res.GOMAXPROCS)
+	require.Equal(t, runtime.NumCPU(), res.CPUs)
+	gc := debug.SetGCPercent(-1)
+	debug.SetGCPercent(gc)
+	require.Equal(t, gc, res.GOGC)
 	require.Equal(t, 300, res.IdleSessions)
 	require.Positive(t, res.IdleLoadSeconds)
 	require.Equal(t, 300, res.IdleIndexed, "a restart after a clean stop opens no journal")

@@ -124,7 +124,7 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	if res.Batch > 0 {
 		how = fmt.Sprintf("batches of %d", res.Batch)
 	}
-	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters (%s), store %s, %d node(s)\n\n", res.Runs, res.Sessions, res.Submitters, how, res.Store, res.Nodes)
+	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters (%s), store %s, %d node(s); GOMAXPROCS %d on %d CPUs, GOGC %d\n\n", res.Runs, res.Sessions, res.Submitters, how, res.Store, res.Nodes, res.GOMAXPROCS, res.CPUs, res.GOGC)
 	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run\tsyncs/run\tCPU/run")
 	commits := "-" // not counted for PostgreSQL
 	if res.CommitsPerRun > 0 {
@@ -134,9 +134,10 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	if res.SyncP99Millis > 0 {
 		fmt.Fprintf(w, "sync latency\tp50 %.1f ms\tp99 %.1f ms\n", res.SyncP50Millis, res.SyncP99Millis)
 	}
+	fmt.Fprintf(w, "waiting for a CPU\t\tp99 %.1f ms\n", res.SchedWaitP99Millis)
 	if res.Paced > 0 {
-		fmt.Fprintf(w, "\nat %.0f%% of peak\toffered runs/s\truns/s\tp50\tp99\tsync p99\n", 100*res.Paced)
-		fmt.Fprintf(w, "\t%.0f\t%.0f\t%.1f ms\t%.1f ms\t%.1f ms\n", res.PacedOffered, res.PacedRunsPerSec, res.PacedP50Millis, res.PacedP99Millis, res.PacedSyncP99Millis)
+		fmt.Fprintf(w, "\nat %.0f%% of peak\toffered runs/s\truns/s\tp50\tp99\tsync p99\twaiting for a CPU p99\n", 100*res.Paced)
+		fmt.Fprintf(w, "\t%.0f\t%.0f\t%.1f ms\t%.1f ms\t%.1f ms\t%.1f ms\n", res.PacedOffered, res.PacedRunsPerSec, res.PacedP50Millis, res.PacedP99Millis, res.PacedSyncP99Millis, res.PacedSchedWaitP99Millis)
 	}
 	fmt.Fprintln(w, "\nbaseline (same filesystem, same run)\tfdatasync/s\truns/s ÷ fdatasync/s")
 	fmt.Fprintf(w, "1 file, 4 KiB appends\t%.0f\t%.2f\n", res.FsyncPerSec, res.RunsPerFsync)
