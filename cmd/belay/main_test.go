@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -165,16 +164,4 @@ func stopDaemon(home string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-}
-
-func TestTuneProcs(t *testing.T) {
-	before := runtime.GOMAXPROCS(0)
-	t.Cleanup(func() { runtime.GOMAXPROCS(before) })
-
-	if got := tuneProcs(func(string) string { return "3" }); got != before || runtime.GOMAXPROCS(0) != before {
-		t.Fatalf("with GOMAXPROCS set: tuneProcs = %d, GOMAXPROCS %d; want both %d (left as the environment set it)", got, runtime.GOMAXPROCS(0), before)
-	}
-	if got := tuneProcs(func(string) string { return "" }); got != before+extraProcs || runtime.GOMAXPROCS(0) != before+extraProcs {
-		t.Fatalf("without GOMAXPROCS: tuneProcs = %d, GOMAXPROCS %d; want both %d", got, runtime.GOMAXPROCS(0), before+extraProcs)
-	}
 }

@@ -1,6 +1,7 @@
 package fsstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,24 +142,22 @@ func (s *Store) afterCommit(ss *session, evs []belay.Event) {
 			}
 		case belay.EventDeliveryPosted, belay.EventDeliveryLeased, belay.EventDeliverySettled,
 			belay.EventDeliveryExpired, belay.EventDeliveryReturned:
-			var p struct {
-				ID string `json:"id"`
-			}
-			_ = json.Unmarshal(e.Data, &p) // the event was just written from such a struct
+			id := leadingID(e.Data)
 			if deliveries == nil {
 				deliveries = make([]string, len(evs))
 			}
-			deliveries[i] = p.ID
-			if e.Type == belay.EventDeliveryPosted && p.ID != "" {
+			deliveries[i] = id
+			if e.Type == belay.EventDeliveryPosted && id != "" {
 				index()
-				s.deliveries[p.ID] = ss.id
+				s.deliveries[id] = ss.id
 			}
 		}
 	}
 	if locked {
 		s.idxMu.Unlock()
 	}
-	changes := make([]store.Change, 0, len(evs))
+	var buf [4]store.Change // push copies them: most commits fit here
+	changes := buf[:0]
 	s.claims.mu.Lock()
 	for i := range evs {
 		e := &evs[i]
@@ -188,6 +187,23 @@ func (s *Store) afterCommit(ss *session, evs []belay.Event) {
 	}
 	s.claims.mu.Unlock()
 	s.feed.push(changes)
+}
+
+// leadingID returns the "id" of a delivery event's payload, which the
+// store wrote from a struct whose first field is the id: the id is read
+// from the front of the JSON, without decoding the rest (an inbox item
+// carries the caller's data). A payload that does not start so is decoded.
+func leadingID(data []byte) string {
+	if rest, ok := bytes.CutPrefix(data, []byte(`{"id":"`)); ok {
+		if i := bytes.IndexByte(rest, '"'); i >= 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
+			return string(rest[:i])
+		}
+	}
+	var p struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(data, &p) // the event was just written from such a struct
+	return p.ID
 }
 
 // forget drops a removed session's runs from the scheduler. ss.mu is held.
@@ -342,6 +358,7 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 		})
 	}
 	wg.Wait()
+	out = slices.Grow(out, len(leases))
 	var back []string
 	for i, l := range leases {
 		switch {

@@ -344,3 +344,39 @@ func checkChange(prev, st *state) error {
 	}
 	return nil
 }
+
+// FuzzLeadingID: the id read from the front of a delivery event's payload
+// is the one a decode of the payload gives, for every payload the store
+// writes (any id, any caller data), escaped ids included.
+func FuzzLeadingID(f *testing.F) {
+	f.Add("dlv_01m8ft3mj85jmdm6f8fhvf7e8z", `{"run":"run_1","status":"complete"}`)
+	f.Add(`a"b\c`, `null`)
+	f.Add("<&>\u2028\xff", `{"id":"not this one"}`)
+	f.Add("", `[]`)
+	f.Fuzz(func(t *testing.T, id, data string) {
+		var raw json.RawMessage
+		if json.Valid([]byte(data)) {
+			raw = json.RawMessage(data)
+		}
+		for _, v := range []any{
+			belay.DeliveryPostedData{ID: id, Type: "run.completed", Key: id, Data: raw},
+			belay.DeliveryLeasedData{ID: id, Owner: data},
+			belay.DeliverySettledData{ID: id, Kind: belay.SettleDone, Result: data},
+			belay.DeliveryExpiredData{ID: id},
+		} {
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(b, &p); err != nil {
+				t.Fatal(err)
+			}
+			if got := leadingID(b); got != p.ID {
+				t.Fatalf("leadingID(%s) = %q, the decode gives %q", b, got, p.ID)
+			}
+		}
+	})
+}
