@@ -14,8 +14,9 @@
 // (runtime.SubmitBatch, the path of POST /v1/runs:batch and `belay send
 // --batch`, in batches of the same size) on PostgreSQL.
 //
-// Both run in this one process with the Ps (GOMAXPROCS) the belay binary
-// runs with: the CPUs and 2 more, unless GOMAXPROCS is set.
+// Both run in this one process with the Go runtime settings the belay
+// binary runs with (GOMAXPROCS, GOGC and GOMEMLIMIT; internal/gotune),
+// unless the environment sets them.
 //
 // It lives in its own Go module so that belay's go.mod never depends on
 // River. Run it from the repository:
@@ -45,7 +46,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/belayhq/belay/internal/app/bench"
-	"github.com/belayhq/belay/internal/procs"
+	"github.com/belayhq/belay/internal/gotune"
 	"github.com/belayhq/belay/internal/testpg"
 )
 
@@ -83,6 +84,7 @@ type Report struct {
 	Submitters int               `json:"submitters"`
 	Workers    int               `json:"river_max_workers"`
 	GOMAXPROCS int               `json:"gomaxprocs"`
+	GOGC       int               `json:"gogc"`
 	Results    []Result          `json:"results"`
 	Ratios     map[string]string `json:"ratios"`
 }
@@ -104,9 +106,9 @@ func main() {
 	flag.StringVar(&skip, "skip", "", "comma-separated paths to skip: river, river-batch, belay-file, belay-pg, belay-pg-nodes, belay-batch")
 	flag.BoolVar(&cfg.JSON, "json", false, "print JSON")
 	flag.Parse()
-	// Both engines run in this one process, with the Ps the belay binary
-	// runs with (GOMAXPROCS in the environment wins).
-	procs.Tune(os.Getenv)
+	// Both engines run in this one process, with the Go runtime settings
+	// the belay binary runs with (the environment's win).
+	gotune.Apply(os.Getenv)
 	cfg.Skip = map[string]bool{}
 	for _, s := range strings.Split(skip, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -136,7 +138,7 @@ func run(ctx context.Context, cfg config) error {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 		}
 	}()
-	rep := Report{River: riverVersion, Jobs: cfg.Jobs, Submitters: cfg.Submitters, Workers: cfg.Workers, GOMAXPROCS: runtime.GOMAXPROCS(0), Ratios: map[string]string{}}
+	rep := Report{River: riverVersion, Jobs: cfg.Jobs, Submitters: cfg.Submitters, Workers: cfg.Workers, GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: gotune.Current().GCPercent, Ratios: map[string]string{}}
 	byName := map[string]Result{}
 	add := func(r Result) {
 		rep.Results = append(rep.Results, r)
@@ -217,7 +219,7 @@ func print(rep Report, asJSON bool) error {
 		return enc.Encode(rep)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "peer bench: %d jobs, %d submitters (one job per transaction), River %s (MaxWorkers %d), %s, GOMAXPROCS %d for both\n\n", rep.Jobs, rep.Submitters, rep.River, rep.Workers, rep.Postgres, rep.GOMAXPROCS)
+	fmt.Fprintf(w, "peer bench: %d jobs, %d submitters (one job per transaction), River %s (MaxWorkers %d), %s, GOMAXPROCS %d and GOGC %d for both\n\n", rep.Jobs, rep.Submitters, rep.River, rep.Workers, rep.Postgres, rep.GOMAXPROCS, rep.GOGC)
 	fmt.Fprintln(w, "path\tjobs/s\tp50\tp99\tnote")
 	for _, r := range rep.Results {
 		if r.Unmeasured {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/app/daemon"
+	"github.com/belayhq/belay/internal/gotune"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/provider"
 	"github.com/belayhq/belay/provider/fake"
@@ -101,11 +102,12 @@ type RunsResult struct {
 	// CPU.
 	SchedWaitP99Millis      float64 `json:"sched_wait_p99_ms"`
 	PacedSchedWaitP99Millis float64 `json:"paced_sched_wait_p99_ms,omitempty"`
-	// GOMAXPROCS, CPUs and GOGC are what the process ran with (GOGC -1:
-	// off).
-	GOMAXPROCS int `json:"gomaxprocs"`
-	CPUs       int `json:"cpus"`
-	GOGC       int `json:"gogc"`
+	// GOMAXPROCS, CPUs, GOGC and GOMEMLIMIT are what the process ran with
+	// (GOGC -1: off; GOMEMLIMIT 0: none).
+	GOMAXPROCS int   `json:"gomaxprocs"`
+	CPUs       int   `json:"cpus"`
+	GOGC       int   `json:"gogc"`
+	GOMEMLIMIT int64 `json:"gomemlimit_bytes"`
 	// The raw baseline, measured in the same run on the same filesystem:
 	// 4 KiB append + fdatasync loops on one file, and on Submitters files
 	// at once. RunsPerFsync is RunsPerSec over FsyncPerSec: the figure that
@@ -168,7 +170,12 @@ func Runs(ctx context.Context, cfg RunsConfig) (*RunsResult, error) {
 		cfg.Nodes = 1
 	}
 	res := &RunsResult{Runs: cfg.Runs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Sync: cfg.Sync, Store: "file", Nodes: cfg.Nodes, Batch: cfg.Batch,
-		GOMAXPROCS: runtime.GOMAXPROCS(0), CPUs: runtime.NumCPU(), GOGC: gogc()}
+		CPUs: runtime.NumCPU()}
+	rt := gotune.Current()
+	res.GOMAXPROCS, res.GOGC = rt.Procs, rt.GCPercent
+	if rt.MemLimit != math.MaxInt64 {
+		res.GOMEMLIMIT = rt.MemLimit
+	}
 	kind, err := daemon.StoreKind(cfg.Store)
 	if err != nil {
 		return nil, err
@@ -454,19 +461,6 @@ func submitPhase(ctx context.Context, cfg RunsConfig, rts []*brt.Runtime, sessio
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return float64(cfg.Runs) / elapsed.Seconds(), percentile(p.lat, 0.50), percentile(p.lat, 0.99), nil
-}
-
-// gogc returns the GC percent in effect (-1: off).
-func gogc() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	if v := s[0].Value.Uint64(); v <= math.MaxInt32 {
-		return int(v)
-	}
-	return -1
 }
 
 // schedWait is a reading of the runtime's scheduler latency histogram:

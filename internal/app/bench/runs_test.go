@@ -3,10 +3,10 @@ package bench
 import (
 	"context"
 	"runtime"
-	"runtime/debug"
 	"testing"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/gotune"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,9 +26,7 @@ func TestRunsBenchRuns(t *testing.T) {
 	require.Positive(t, res.SchedWaitP99Millis, "goroutines waited for a P at some point in 300 runs")
 	require.Equal(t, runtime.GOMAXPROCS(0), res.GOMAXPROCS)
 	require.Equal(t, runtime.NumCPU(), res.CPUs)
-	gc := debug.SetGCPercent(-1)
-	debug.SetGCPercent(gc)
-	require.Equal(t, gc, res.GOGC)
+	require.Equal(t, gotune.Current().GCPercent, res.GOGC)
 	require.Equal(t, 300, res.IdleSessions)
 	require.Positive(t, res.IdleLoadSeconds)
 	require.Equal(t, 300, res.IdleIndexed, "a restart after a clean stop opens no journal")

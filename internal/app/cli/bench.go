@@ -124,7 +124,12 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	if res.Batch > 0 {
 		how = fmt.Sprintf("batches of %d", res.Batch)
 	}
-	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters (%s), store %s, %d node(s); GOMAXPROCS %d on %d CPUs, GOGC %d\n\n", res.Runs, res.Sessions, res.Submitters, how, res.Store, res.Nodes, res.GOMAXPROCS, res.CPUs, res.GOGC)
+	fmt.Fprintf(w, "runs bench: %d runs over %d sessions, %d submitters (%s), store %s, %d node(s)\n", res.Runs, res.Sessions, res.Submitters, how, res.Store, res.Nodes)
+	limit := "none"
+	if res.GOMEMLIMIT > 0 {
+		limit = sizeString(res.GOMEMLIMIT)
+	}
+	fmt.Fprintf(w, "Go runtime: GOMAXPROCS %d on %d CPUs, GOGC %d, GOMEMLIMIT %s\n\n", res.GOMAXPROCS, res.CPUs, res.GOGC, limit)
 	fmt.Fprintln(w, "runs/s\tp50\tp99\tjournal events/run\tsyncs/run\tCPU/run")
 	commits := "-" // not counted for PostgreSQL
 	if res.CommitsPerRun > 0 {
