@@ -26,7 +26,7 @@ type layer struct {
 var layers = []layer{
 	{"vocabulary", 0, []string{"", "apitype"}},
 	{"utilities", 1, []string{"internal/atomicfile", "internal/chatsite", "internal/clock", "internal/crashtest", "internal/datadir", "internal/delta",
-		"internal/ids", "internal/jsonx", "internal/proc", "internal/testpg", "internal/vfs/..."}},
+		"internal/gotune", "internal/ids", "internal/jsonx", "internal/proc", "internal/testpg", "internal/vfs/..."}},
 	{"formats", 2, []string{"journal", "journal/commitlog", "lock", "transcript"}},
 	{"store", 3, []string{"store/..."}},
 	// The store conformance suite drives runtime instances over a store

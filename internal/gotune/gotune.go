@@ -1,7 +1,8 @@
 // Package gotune sets how the Go runtime schedules and collects for
 // belay's binaries: more Ps than CPUs, and a collector that runs less
-// often, bounded by a soft memory limit. Each setting the environment
-// makes (GOMAXPROCS, GOGC, GOMEMLIMIT) stays as given.
+// often, bounded by a soft memory limit near the memory there is. Each
+// setting the environment makes (GOMAXPROCS, GOGC, GOMEMLIMIT) stays as
+// given.
 package gotune
 
 import (
@@ -17,7 +18,9 @@ import (
 // scheduler notices and hands the P on, and meanwhile runnable goroutines
 // wait. With one P per CPU, on 2 cores, `belay bench runs` measured a
 // scheduler wait p99 of 5.2 ms; with 2 more, 2.6 ms, and 1.1-1.7x the
-// runs/s (docs/performance.md, "The Go runtime's settings").
+// runs/s (docs/performance.md, "The Go runtime's settings"). Under a CPU
+// quota (a container's), where Go's default is the quota, none are added:
+// Ps beyond the quota would only get the process throttled.
 const ExtraProcs = 2
 
 // GCPercent is belay's GOGC: the heap may grow to five times what is live
@@ -25,15 +28,18 @@ const ExtraProcs = 2
 // under load allocates for every event it journals, and each collection
 // cycle delays the runs in flight: on 2 cores, at half the peak load, the
 // p99 from submit to complete was 19-43 ms at 100 and 8-18 ms at 400
-// (and 7 ms with no collection at all). The cost is memory: the bench's
-// process peaked at 420-427 MB instead of 243-259 MB.
+// (6.6 ms in two of three runs with no collection at all). The cost is
+// memory: the bench's process peaked at 420-427 MB instead of 243-259 MB.
 const GCPercent = 400
 
-// MemLimitShare is the share of the machine's memory (or its cgroup's
-// limit, when lower) set as the soft memory limit: as the heap nears it
-// the collector runs as often as Go's default would, or more, so GCPercent
-// costs memory only while memory is plentiful.
-const MemLimitShare = 0.5
+// MemLimitShare is the share of the memory there is (the machine's, or
+// its cgroups' limit when lower) set as the soft memory limit: as the heap
+// nears it, the collector runs more often, so GCPercent does not take a
+// process with a moderate live heap past its container's limit. Belay
+// collects more often than Go's default only when its live heap is above
+// 45 % of that memory, where the default's next collection (at twice the
+// live heap) would be past 90 % of it.
+const MemLimitShare = 0.9
 
 // Settings are what Apply left in effect; MemLimit is math.MaxInt64 for
 // none.
@@ -43,12 +49,16 @@ type Settings struct {
 	MemLimit  int64
 }
 
-// Apply sets GOMAXPROCS to the CPUs plus ExtraProcs, GOGC to GCPercent
-// and the soft memory limit to MemLimitShare of the memory there is, each
-// unless the environment sets it. It returns the settings in effect.
+// Apply sets GOMAXPROCS to the CPUs plus ExtraProcs (not under a CPU
+// quota), GOGC to GCPercent and the soft memory limit to MemLimitShare of
+// the memory there is, each unless the environment sets it. Setting
+// GOMAXPROCS stops the runtime from following later changes of the CPUs
+// it may use. It returns the settings in effect.
 func Apply(getenv func(string) string) Settings {
 	if getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + ExtraProcs)
+		if n := runtime.GOMAXPROCS(0); n >= runtime.NumCPU() {
+			runtime.GOMAXPROCS(n + ExtraProcs)
+		}
 	}
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(GCPercent)

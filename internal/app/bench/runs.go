@@ -479,8 +479,8 @@ func readSchedWait() schedWait {
 }
 
 // p99Since returns the p99 of the waits since w was read, in
-// milliseconds, at the upper bound of its bucket (0 if the runtime does
-// not report it).
+// milliseconds, at the upper bound of its bucket (the lower bound for the
+// last, unbounded bucket; 0 if the runtime does not report it).
 func (w schedWait) p99Since() float64 {
 	now := readSchedWait()
 	if w.h == nil || now.h == nil || len(now.h.Counts) != len(w.h.Counts) {
