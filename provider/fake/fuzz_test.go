@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -67,5 +68,32 @@ func FuzzDecodeScript(f *testing.F) {
 			return
 		}
 		checkScript(t, s)
+	})
+}
+
+// FuzzFieldScript: skipping the decode of an input with no "script" in it
+// finds what the decode finds, for any JSON.
+func FuzzFieldScript(f *testing.F) {
+	f.Add(`{"prompt":"ok"}`)
+	f.Add(`{"\u0073cript":{"text":"hi"}}`)
+	f.Add(`{"script":{"text":"hi"}}`)
+	f.Add(`{"prompt":"say \"script\""}`)
+	f.Add(`[{"script":1}]`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		got, gotErr := fieldScript(json.RawMessage(raw), "input")
+		var obj map[string]json.RawMessage
+		var want *Script
+		var wantErr error
+		if len(raw) > 0 && json.Unmarshal([]byte(raw), &obj) == nil {
+			if field, ok := obj["script"]; ok && string(field) != "null" {
+				want, wantErr = DecodeScript(field)
+				if wantErr != nil {
+					want = nil
+				}
+			}
+		}
+		if (gotErr != nil) != (wantErr != nil) || (got == nil) != (want == nil) {
+			t.Fatalf("fieldScript(%q) = %v, %v; the decode gives %v, %v", raw, got, gotErr, want, wantErr)
+		}
 	})
 }
