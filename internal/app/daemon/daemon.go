@@ -23,6 +23,7 @@ import (
 	"github.com/belayhq/belay/client"
 	"github.com/belayhq/belay/internal/app/mcpserver"
 	"github.com/belayhq/belay/internal/atomicfile"
+	"github.com/belayhq/belay/internal/gotune"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/internal/vfs"
 	"github.com/belayhq/belay/runtime"
@@ -223,7 +224,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	cleanup = append(cleanup, cancelBase)
 	serve(ul, srv.Handler(""))
-	log.Info("serving", "socket", sock, "data", dir, "incarnation", incarnation, "pid", os.Getpid())
+	gor := gotune.Current()
+	log.Info("serving", "socket", sock, "data", dir, "incarnation", incarnation, "pid", os.Getpid(),
+		"gomaxprocs", gor.Procs, "gogc", gor.GCPercent, "gomemlimit", gor.MemLimit)
 	if tl != nil {
 		serve(tl, srv.Handler(token))
 		log.Info("serving", "tcp", tl.Addr().String(), "token_file", filepath.Join(dir, TokenName))
