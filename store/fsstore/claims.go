@@ -289,7 +289,7 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 		}
 	}
 	evs = append(evs, create)
-	if _, err := ss.commitAll(ctx, evs...); err != nil {
+	if _, err := ss.commitAll(ctx, nil, evs...); err != nil {
 		return store.SubmitResult{}, err
 	}
 	res.Run, res.Created = copyRun(ss.st.runs[id]), true
@@ -457,12 +457,13 @@ func (s *Store) leaseQueued(ctx context.Context, id, owner string, ttl time.Dura
 	if err := ss.writable(); err != nil {
 		return store.Claimed{}, false, err
 	}
-	data, err := marshal(belay.RunLeasedData{Owner: owner, ExpiresAt: s.clock.Now().Add(ttl).UTC()})
+	payload := &belay.RunLeasedData{Owner: owner, ExpiresAt: s.clock.Now().Add(ttl).UTC()}
+	data, err := marshal(payload)
 	if err != nil {
 		return store.Claimed{}, false, err
 	}
 	input := ss.st.inputs[id] // (the lease's fold drops it)
-	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commitHinted(ctx, payloadHint(payload), belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
 		return store.Claimed{}, false, err
 	}
 	return store.Claimed{Run: copyRun(r), Input: input}, true, nil

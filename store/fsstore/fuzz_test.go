@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
@@ -377,6 +379,89 @@ func FuzzLeadingID(f *testing.F) {
 			if got := leadingID(b); got != p.ID {
 				t.Fatalf("leadingID(%s) = %q, the decode gives %q", b, got, p.ID)
 			}
+		}
+	})
+}
+
+// FuzzPayloadHint: the fold given a payload hint (applyWith) ends in the
+// same state as the fold that decodes the data, for every lease and run
+// update the store can write, and the hint is refused where they would
+// differ.
+func FuzzPayloadHint(f *testing.F) {
+	f.Add("inc_1", int64(1_700_000_000_123_456_789), 0, "streaming", 1, "", "fake", "c1", false)
+	f.Add("inc_\xff", int64(0), 0, "complete", 0, "done <&>", "", "", true)
+	f.Add("owner", int64(-1), 0, "failed", 2, "bad \xc3", "k\u2028", "\x00", true)
+	f.Add("o", int64(1<<62), 0, "", 0, "", "", "", false)
+	f.Add("o", int64(5), 0, "streaming", 1, "bad \xc3", "k", "c", true)
+	f.Add("o", int64(5), 0, "streaming", 1, "", "\xff", "c", true)
+	f.Add("o", int64(5), 0, "streaming", 1, "", "k", "c\xff", true)
+	f.Add("o", int64(5), 60, "awaiting_response", 1, "", "", "", false)
+	f.Fuzz(func(t *testing.T, owner string, expires int64, zone int, phase string, attempt int, reason, kind, cursor string, withRef bool) {
+		at := time.Unix(0, expires).UTC()
+		if zone %= 24 * 60; zone != 0 {
+			at = at.In(time.FixedZone("", zone*60)) // not the store's: it writes UTC
+		}
+		start := func(t *testing.T) *state {
+			t.Helper()
+			st := newState()
+			ts := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+			for i, v := range []struct {
+				typ  string
+				run  string
+				data any
+			}{
+				{belay.EventSessionCreated, "", belay.SessionCreatedData{ID: "ses_1", Provider: "fake"}},
+				{belay.EventRunCreated, "run_1", belay.RunCreatedData{ID: "run_1", Provider: "fake"}},
+			} {
+				b, err := json.Marshal(v.data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := st.apply(&belay.Event{Seq: uint64(i + 1), TS: ts, Type: v.typ, Run: v.run, Data: b}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return st
+		}
+		// both applies one event to two states, with the hint and without,
+		// and requires the same outcome; it reports whether the hint was
+		// taken.
+		both := func(t *testing.T, with, without *state, e belay.Event, payload any) bool {
+			t.Helper()
+			b, err := json.Marshal(payload)
+			if err != nil {
+				return false // not written by the store either
+			}
+			e.Data = b
+			hint := payloadHint(payload)
+			e1, e2 := e, e
+			err1, err2 := with.applyWith(&e1, hint), without.apply(&e2)
+			if (err1 == nil) != (err2 == nil) || err1 != nil && err1.Error() != err2.Error() {
+				t.Fatalf("%s %s: with the hint %v, decoding %v", e.Type, b, err1, err2)
+			}
+			r1, _, err1 := with.get("run_1")
+			r2, _, err2 := without.get("run_1")
+			if err1 != nil || err2 != nil {
+				t.Fatalf("run_1 does not read back: %v, %v", err1, err2)
+			}
+			if !reflect.DeepEqual(r1, r2) || !reflect.DeepEqual(with.Session, without.Session) {
+				t.Fatalf("%s %s: with the hint the run is %+v, decoding %+v", e.Type, b, r1, r2)
+			}
+			return hint != nil
+		}
+		with, without := start(t), start(t)
+		lease := &belay.RunLeasedData{Owner: owner, ExpiresAt: at}
+		if both(t, with, without, belay.Event{Seq: 3, TS: at, Type: belay.EventRunLeased, Run: "run_1", Epoch: 1}, lease) != (utf8.ValidString(owner) && zone == 0 && at.Year() >= 0 && at.Year() <= 9999) {
+			t.Fatalf("lease %+v: hint given where it should not be, or refused where it should be", lease)
+		}
+		upd := &belay.RunUpdatedData{Phase: belay.RunPhase(phase), Attempt: attempt, Reason: reason}
+		if withRef {
+			upd.Ref = &belay.ConversationRef{Kind: kind, Cursor: cursor}
+		}
+		both(t, with, without, belay.Event{Seq: 4, TS: at, Type: belay.EventRunUpdated, Run: "run_1", Epoch: 1}, upd)
+		upd.Error = &belay.RunError{Class: belay.ClassInternal, Message: reason}
+		if payloadHint(upd) != nil {
+			t.Fatal("a run error is given as a hint: the fold would keep the caller's pointer")
 		}
 	})
 }

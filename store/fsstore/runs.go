@@ -282,17 +282,19 @@ func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.
 }
 
 func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, epoch uint64, u belay.RunUpdate) (belay.Run, error) {
-	data, err := marshal(belay.RunUpdatedData{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data})
+	payload := &belay.RunUpdatedData{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data}
+	data, err := marshal(payload)
 	if err != nil {
 		return belay.Run{}, err
 	}
 	evs := []belay.Event{{Type: belay.EventRunUpdated, Run: r.ID, Epoch: epoch, Data: data}}
+	hints := []any{payloadHint(payload)}
 	if u.Buffered && r.Status == belay.RunRunning {
 		// A phase change a crash may take back: it rides on the next
 		// synced write (docs/journal-format.md, "What a crash may take
 		// back"). It is folded, and seen by readers, once durable; the
 		// caller gets the run as it will be then.
-		if err := ss.commitBuffered(ctx, evs...); err != nil {
+		if err := ss.commitBuffered(ctx, hints, evs...); err != nil {
 			return belay.Run{}, err
 		}
 		out := copyRun(r)
@@ -312,7 +314,7 @@ func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, 
 			evs, posted = append(evs, ev), id
 		}
 	}
-	if _, err := ss.commitAll(ctx, evs...); err != nil {
+	if _, err := ss.commitAll(ctx, hints, evs...); err != nil {
 		return belay.Run{}, err
 	}
 	if posted != "" {

@@ -295,10 +295,12 @@ func (ss *session) wrap(err error) error {
 	return err
 }
 
-// pendingChange is a buffered state change and the journal it went to.
+// pendingChange is a buffered state change and the journal it went to,
+// with its payload hint (applyWith).
 type pendingChange struct {
-	j *journal.Journal
-	e belay.Event
+	j    *journal.Journal
+	e    belay.Event
+	hint any
 }
 
 // committed is the journal's commit hook: buffered state changes may have
@@ -337,7 +339,7 @@ func (ss *session) foldPendingLocked() {
 		}
 		n++
 		e := p.e
-		if err := ss.st.apply(&e); err != nil {
+		if err := ss.st.applyWith(&e, p.hint); err != nil {
 			// Durable but does not fold: stop writing, as commitAll does.
 			ss.setProblem(err)
 			n = len(ss.pending)
@@ -363,8 +365,9 @@ func (ss *session) foldPendingLocked() {
 // commitBuffered journals state changes as one Buffered append: they are
 // folded once durable (foldPendingLocked), by the next synced commit of
 // the session at the latest. The caller checked that a crash may take
-// them back (belay.RunUpdate.CheckBuffered). ss.mu is held.
-func (ss *session) commitBuffered(ctx context.Context, evs ...belay.Event) error {
+// them back (belay.RunUpdate.CheckBuffered). hints are the events' payload
+// hints (applyWith), by index; nil for none. ss.mu is held.
+func (ss *session) commitBuffered(ctx context.Context, hints []any, evs ...belay.Event) error {
 	now := ss.store.clock.Now().UTC()
 	for i := range evs {
 		evs[i].TS = now
@@ -383,7 +386,7 @@ func (ss *session) commitBuffered(ctx context.Context, evs ...belay.Event) error
 	ss.touch(now)
 	for i := range evs {
 		evs[i].Seq = seqs[i]
-		ss.pending = append(ss.pending, pendingChange{j: j, e: evs[i]})
+		ss.pending = append(ss.pending, pendingChange{j: j, e: evs[i], hint: hintAt(hints, i)})
 	}
 	ss.npending.Store(int32(len(ss.pending)))
 	return nil
@@ -392,16 +395,35 @@ func (ss *session) commitBuffered(ctx context.Context, evs ...belay.Event) error
 // commit journals one state change as a Sync event and applies it once it
 // is durable. ss.mu is held.
 func (ss *session) commit(ctx context.Context, e belay.Event) (belay.Event, error) {
-	evs, err := ss.commitAll(ctx, e)
+	return ss.commitHinted(ctx, nil, e)
+}
+
+// commitHinted is commit with the event's payload hint (applyWith).
+func (ss *session) commitHinted(ctx context.Context, hint any, e belay.Event) (belay.Event, error) {
+	var hints []any
+	if hint != nil {
+		hints = []any{hint}
+	}
+	evs, err := ss.commitAll(ctx, hints, e)
 	if len(evs) == 1 {
 		e = evs[0]
 	}
 	return e, err
 }
 
+// hintAt returns hints[i], nil past its end.
+func hintAt(hints []any, i int) any {
+	if i < len(hints) {
+		return hints[i]
+	}
+	return nil
+}
+
 // commitAll journals state changes in one Sync append, so that they are
-// durable together (one fdatasync), and applies them. ss.mu is held.
-func (ss *session) commitAll(ctx context.Context, evs ...belay.Event) ([]belay.Event, error) {
+// durable together (one fdatasync), and applies them. hints are the
+// events' payload hints (applyWith), by index; nil for none. ss.mu is
+// held.
+func (ss *session) commitAll(ctx context.Context, hints []any, evs ...belay.Event) ([]belay.Event, error) {
 	now := ss.store.clock.Now().UTC()
 	for i := range evs {
 		evs[i].TS = now
@@ -424,7 +446,7 @@ func (ss *session) commitAll(ctx context.Context, evs ...belay.Event) ([]belay.E
 	ss.foldPendingLocked()
 	for i := range evs {
 		evs[i].Seq = seqs[i]
-		if err := ss.st.apply(&evs[i]); err != nil {
+		if err := ss.st.applyWith(&evs[i], hintAt(hints, i)); err != nil {
 			// The event is durable but does not fold: stop writing to this
 			// session rather than diverge from its journal.
 			ss.setProblem(err)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/store"
@@ -150,7 +151,13 @@ func decodeState(raw []byte) (*state, error) {
 // before the event was appended; apply only replays. It fails only for an
 // event that cannot be decoded or does not fit the state, which means the
 // journal was written by something else.
-func (st *state) apply(e *belay.Event) error {
+func (st *state) apply(e *belay.Event) error { return st.applyWith(e, nil) }
+
+// applyWith is apply given the payload the store encoded e's data from,
+// when a decode of the data gives exactly that payload back (see
+// payloadHint): the fold then skips the decode. With nil, or a payload of
+// another type, it decodes.
+func (st *state) applyWith(e *belay.Event, hint any) error {
 	if !belay.StoreEventType(e.Type) {
 		// Caller events do not change the state; keeping them out makes the
 		// fold through any seq before the next state change the same.
@@ -224,7 +231,7 @@ func (st *state) apply(e *belay.Event) error {
 			return err
 		}
 		var p belay.RunLeasedData
-		if err := decode(e, &p); err != nil {
+		if err := decodeOr(e, hint, &p); err != nil {
 			return err
 		}
 		if e.Epoch <= r.Epoch {
@@ -267,7 +274,7 @@ func (st *state) apply(e *belay.Event) error {
 			return err
 		}
 		var p belay.RunUpdatedData
-		if err := decode(e, &p); err != nil {
+		if err := decodeOr(e, hint, &p); err != nil {
 			return err
 		}
 		if p.Phase != "" && (p.Phase.Status() == "" || p.Phase == belay.PhaseQueued) {
@@ -381,6 +388,42 @@ func (st *state) apply(e *belay.Event) error {
 		if r := st.runs[e.Run]; r == nil || r.Status != belay.RunQueued {
 			delete(st.inputs, e.Run) // leased or ended: a claim no longer needs it
 		}
+	}
+	return nil
+}
+
+// decodeOr sets p to the payload hint when it is one (applyWith), else
+// decodes e's data into p.
+func decodeOr[T any](e *belay.Event, hint any, p *T) error {
+	if h, ok := hint.(*T); ok {
+		*p = *h
+		return nil
+	}
+	return decode(e, p)
+}
+
+// payloadHint returns p, the payload an event's data is encoded from, for
+// the fold to take instead of decoding the data (applyWith), or nil where
+// a decode could give something else or the fold would keep what the
+// caller still holds: a string that is not valid UTF-8 (encoding replaces
+// it), a time not in UTC without a monotonic reading, a run error (a
+// pointer the fold would keep). Only the payloads the runs' hot path
+// writes are given: run.leased and run.updated.
+func payloadHint(p any) any {
+	switch p := p.(type) {
+	case *belay.RunLeasedData:
+		if utf8.ValidString(p.Owner) && p.ExpiresAt == p.ExpiresAt.UTC() {
+			return p
+		}
+	case *belay.RunUpdatedData:
+		if p.Error != nil || !utf8.ValidString(string(p.Phase)) || !utf8.ValidString(p.Reason) {
+			return nil
+		}
+		if r := p.Ref; r != nil && !(utf8.ValidString(r.Kind) && utf8.ValidString(r.ID) && utf8.ValidString(r.URL) &&
+			utf8.ValidString(r.Target) && utf8.ValidString(r.Cursor)) {
+			return nil
+		}
+		return p
 	}
 	return nil
 }
