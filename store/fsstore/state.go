@@ -156,7 +156,8 @@ func (st *state) apply(e *belay.Event) error { return st.applyWith(e, nil) }
 // applyWith is apply given the payload the store encoded e's data from,
 // when a decode of the data gives exactly that payload back (see
 // payloadHint): the fold then skips the decode. With nil, or a payload of
-// another type, it decodes.
+// another type, it decodes. A field of a run.leased or run.updated payload
+// that the fold starts to read must be checked by payloadHint too.
 func (st *state) applyWith(e *belay.Event, hint any) error {
 	if !belay.StoreEventType(e.Type) {
 		// Caller events do not change the state; keeping them out makes the
@@ -423,7 +424,16 @@ func payloadHint(p any) any {
 			utf8.ValidString(r.Target) && utf8.ValidString(r.Cursor)) {
 			return nil
 		}
-		return p
+		// A copy holding nothing of the caller's: a buffered update waits
+		// in the pending list until it is durable. (The fold does not read
+		// Data.)
+		h := *p
+		h.Data = nil
+		if p.Ref != nil {
+			ref := *p.Ref
+			h.Ref = &ref
+		}
+		return &h
 	}
 	return nil
 }
