@@ -194,7 +194,7 @@ func (s *Store) afterCommit(ss *session, evs []belay.Event) {
 // from the front of the JSON, without decoding the rest (an inbox item
 // carries the caller's data). A payload that does not start so is decoded.
 func leadingID(data []byte) string {
-	if rest, ok := bytes.CutPrefix(data, []byte(`{"id":"`)); ok {
+	if rest, ok := bytes.CutPrefix(data, []byte(idPrefix)); ok {
 		if i := bytes.IndexByte(rest, '"'); i >= 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
 			return string(rest[:i])
 		}
@@ -433,11 +433,11 @@ func (s *Store) rescue(ctx context.Context, id, owner string, ttl time.Duration)
 	if err := ss.writable(); err != nil {
 		return belay.Run{}, false, err
 	}
-	data, err := marshal(belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: r.Epoch})
+	data, hint, err := encodeChange(&belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: r.Epoch})
 	if err != nil {
 		return belay.Run{}, false, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commitHinted(ctx, hint, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
 		return belay.Run{}, false, err
 	}
 	return copyRun(r), true, nil
@@ -457,13 +457,12 @@ func (s *Store) leaseQueued(ctx context.Context, id, owner string, ttl time.Dura
 	if err := ss.writable(); err != nil {
 		return store.Claimed{}, false, err
 	}
-	payload := &belay.RunLeasedData{Owner: owner, ExpiresAt: s.clock.Now().Add(ttl).UTC()}
-	data, err := marshal(payload)
+	data, hint, err := encodeChange(&belay.RunLeasedData{Owner: owner, ExpiresAt: s.clock.Now().Add(ttl).UTC()})
 	if err != nil {
 		return store.Claimed{}, false, err
 	}
 	input := ss.st.inputs[id] // (the lease's fold drops it)
-	if _, err := ss.commitHinted(ctx, payloadHint(payload), belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commitHinted(ctx, hint, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
 		return store.Claimed{}, false, err
 	}
 	return store.Claimed{Run: copyRun(r), Input: input}, true, nil

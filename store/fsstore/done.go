@@ -50,8 +50,12 @@ type doneEntry struct {
 	status           uint8 // index in doneStatuses
 }
 
+// idPrefix starts the JSON of every record the store writes from a struct
+// whose first field is its id: a run, a delivery event's payload.
+const idPrefix = `{"id":"`
+
 // idAt is where a run's id starts in its JSON.
-const idAt = len(`{"id":"`)
+const idAt = len(idPrefix)
 
 // doneStatuses are the terminal statuses, by doneEntry.status.
 var doneStatuses = [...]belay.RunStatus{belay.RunComplete, belay.RunFailed, belay.RunCancelled, belay.RunStranded}
@@ -132,7 +136,7 @@ func (d *doneRuns) add(r *belay.Run, raw []byte) error {
 
 // hasID reports whether a run's JSON starts with its id, unescaped.
 func hasID(raw []byte, id string) bool {
-	return len(raw) > idAt+len(id) && string(raw[:idAt]) == `{"id":"` &&
+	return len(raw) > idAt+len(id) && string(raw[:idAt]) == idPrefix &&
 		string(raw[idAt:idAt+len(id)]) == id && raw[idAt+len(id)] == '"'
 }
 

@@ -186,11 +186,11 @@ func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.
 		return belay.Run{}, fmt.Errorf("%w: run %s is leased by %s at epoch %d until %s",
 			belay.ErrLeaseHeld, id, r.Lease.Owner, r.Epoch, r.Lease.ExpiresAt.Format(time.RFC3339))
 	}
-	data, err := marshal(belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: takeover})
+	data, hint, err := encodeChange(&belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: takeover})
 	if err != nil {
 		return belay.Run{}, err
 	}
-	if _, err := ss.commit(ctx, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commitHinted(ctx, hint, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
 		return belay.Run{}, err
 	}
 	return copyRun(r), nil
@@ -282,13 +282,12 @@ func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.
 }
 
 func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, epoch uint64, u belay.RunUpdate) (belay.Run, error) {
-	payload := &belay.RunUpdatedData{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data}
-	data, err := marshal(payload)
+	data, hint, err := encodeChange(&belay.RunUpdatedData{Phase: u.Phase, Attempt: u.Attempt, Error: u.Error, Reason: u.Reason, Ref: u.Ref, Data: u.Data})
 	if err != nil {
 		return belay.Run{}, err
 	}
 	evs := []belay.Event{{Type: belay.EventRunUpdated, Run: r.ID, Epoch: epoch, Data: data}}
-	hints := []any{payloadHint(payload)}
+	hints := []any{hint}
 	if u.Buffered && r.Status == belay.RunRunning {
 		// A phase change a crash may take back: it rides on the next
 		// synced write (docs/journal-format.md, "What a crash may take

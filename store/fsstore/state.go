@@ -403,13 +403,23 @@ func decodeOr[T any](e *belay.Event, hint any, p *T) error {
 	return decode(e, p)
 }
 
-// payloadHint returns p, the payload an event's data is encoded from, for
-// the fold to take instead of decoding the data (applyWith), or nil where
-// a decode could give something else or the fold would keep what the
-// caller still holds: a string that is not valid UTF-8 (encoding replaces
-// it), a time not in UTC without a monotonic reading, a run error (a
-// pointer the fold would keep). Only the payloads the runs' hot path
-// writes are given: run.leased and run.updated.
+// encodeChange encodes a state change's payload and returns, with its
+// data, its hint for the fold (payloadHint).
+func encodeChange(p any) (json.RawMessage, any, error) {
+	data, err := marshal(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return data, payloadHint(p), nil
+}
+
+// payloadHint returns the payload an event's data is encoded from (or a
+// copy of it), for the fold to take instead of decoding the data
+// (applyWith), or nil where a decode could give something else or the
+// fold would keep what the caller still holds: a string that is not valid
+// UTF-8 (encoding replaces it), a time not in UTC without a monotonic
+// reading, a run error (a pointer the fold would keep). Only the payloads
+// of the runs' hot path are given: run.leased and run.updated.
 func payloadHint(p any) any {
 	switch p := p.(type) {
 	case *belay.RunLeasedData:
