@@ -852,15 +852,29 @@ func (rn *runner) update(u belay.RunUpdate) error {
 		// a phase older than the stored one.
 		rn.setPhase(u.Phase)
 	}
+	if wb, ok := rn.r.store.(store.WriteBehind); ok && u.Buffered {
+		// Queued with the session's next write (store.WriteBehind): the
+		// run as the store has it is not needed, only its phase changes.
+		return rn.writeErr(wb.UpdateRunBehind(rn.run.Session, rn.id, rn.epoch, u))
+	}
 	run, err := rn.r.store.UpdateRun(bgCtx, rn.id, rn.epoch, u)
 	if err != nil {
-		if errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased) {
-			return errLeaseLost
-		}
-		return rn.storeErr(err)
+		return rn.writeErr(err)
 	}
 	rn.run = run
 	return nil
+}
+
+// writeErr is what the attempt makes of a failed journal write: a lost
+// lease, or a store error that stalls the run.
+func (rn *runner) writeErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, belay.ErrStaleEpoch) || errors.Is(err, belay.ErrNotLeased):
+		return errLeaseLost
+	}
+	return rn.storeErr(err)
 }
 
 // record journals a decision (Sync) before acting on it. When the write
@@ -887,14 +901,12 @@ func (rn *runner) stallIfStore(err error) {
 }
 
 func (rn *runner) append(d belay.Durability, typ string, v any) error {
-	_, err := rn.r.store.Append(bgCtx, rn.run.Session, d, belay.Event{Type: typ, Run: rn.id, Epoch: rn.epoch, Data: jsonx.Must(v)})
-	if err != nil {
-		if errors.Is(err, belay.ErrStaleEpoch) {
-			return errLeaseLost
-		}
-		return rn.storeErr(err)
+	e := belay.Event{Type: typ, Run: rn.id, Epoch: rn.epoch, Data: jsonx.Must(v)}
+	if wb, ok := rn.r.store.(store.WriteBehind); ok && d == belay.Buffered {
+		return rn.writeErr(wb.AppendBehind(rn.run.Session, e))
 	}
-	return nil
+	_, err := rn.r.store.Append(bgCtx, rn.run.Session, d, e)
+	return rn.writeErr(err)
 }
 
 // appendAnswer journals a final answer as run.answer events (Sync), in

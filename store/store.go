@@ -336,6 +336,30 @@ type RunStatusCounter interface {
 	RunStatusCounts(ctx context.Context) (map[belay.RunStatus]int, error)
 }
 
+// WriteBehind is implemented by stores whose every commit costs a round
+// trip to a server (pgstore). A runner's buffered writes (its phase
+// while it streams, the streamed text, usage, the turn's end: the writes
+// a crash may take back, docs/journal-format.md) are queued there instead
+// of committed one by one. The store commits a session's queue, in
+// order, before that session's next write of any kind, and a short delay
+// after the first write queued (pgstore: 20 ms) when no write comes.
+//
+// A queued write is checked against the run's lease when its queue is
+// committed. A refused one (a stale epoch, a run that ended) is dropped
+// with the rest of that lease's queue, and so is a queue whose commit
+// failed. The run's next write under that epoch, behind or not, returns
+// that error, so the runner stops as after any failed write. A runner
+// whose write failed rereads the journal before it goes on
+// (scanRunText), so a dropped queue costs only what a crash would.
+type WriteBehind interface {
+	// UpdateRunBehind queues a buffered run update: a phase of a running
+	// run (streaming, tool running, finishing) and its data, nothing else.
+	UpdateRunBehind(session, id string, epoch uint64, u belay.RunUpdate) error
+	// AppendBehind queues events that each name a run and its lease epoch,
+	// and carry no idempotency ID.
+	AppendBehind(session string, evs ...belay.Event) error
+}
+
 // JournalInspector is implemented by stores that keep a journal file per
 // session (fsstore), for doctor.
 type JournalInspector interface {

@@ -73,6 +73,15 @@ type sharer struct {
 // (t.queue, t.emit, t.tail): what it executes itself would be committed
 // with the others even if it then failed.
 func (s *Store) shared(ctx context.Context, session string, d belay.Durability, missing error, after func(b *pgx.Batch, t *tx), fn func(t *tx) error) error {
+	// The session's queued writes go first (behind.go).
+	if err := s.flushBehind(session); err != nil {
+		return err
+	}
+	return s.share(ctx, session, d, missing, after, fn)
+}
+
+// share is shared without the session's write-behind queue.
+func (s *Store) share(ctx context.Context, session string, d belay.Durability, missing error, after func(b *pgx.Batch, t *tx), fn func(t *tx) error) error {
 	if err := s.writable(); err != nil {
 		return err
 	}

@@ -133,6 +133,14 @@ type Store struct {
 	shareMu sync.Mutex
 	sharers [2]sharer
 
+	// behindMu guards the write-behind queues by session (behind.go), the
+	// errors kept for leases whose queued writes failed, and whether Close
+	// refuses new ones.
+	behindMu     sync.Mutex
+	behind       map[string]*behindQueue
+	behindErrs   map[behindKey]error
+	behindClosed bool
+
 	mu      sync.Mutex
 	closed  bool
 	waiters map[string]map[*waiter]struct{}
@@ -163,7 +171,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	s := &Store{pool: pool, clock: opts.Clock, url: url, poll: opts.PollEvery, keepChanges: int64(opts.KeepChanges),
 		waiters: map[string]map[*waiter]struct{}{}, feedWaiters: map[*waiter]struct{}{},
-		toNotify: map[string]struct{}{}, runSessions: map[string]string{}, deliverySessions: map[string]string{}, notifyKick: make(chan struct{}, 1), notifyDone: make(chan struct{})}
+		toNotify: map[string]struct{}{}, runSessions: map[string]string{}, deliverySessions: map[string]string{},
+		behind: map[string]*behindQueue{}, behindErrs: map[behindKey]error{}, notifyKick: make(chan struct{}, 1), notifyDone: make(chan struct{})}
 	if opts.Migrate {
 		if _, err := migrate(ctx, pool); err != nil {
 			pool.Close()
@@ -262,6 +271,15 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Close stops the listener and closes the pool. It is safe to call more
 // than once.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	// Queued writes first, while the store still writes (what cannot be
+	// committed is lost, as in a crash; a buffered write may be).
+	_ = s.flushAllBehind()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -394,6 +412,9 @@ const lockSession = `SELECT last_seq, provider, model, coalesce($2::timestamptz,
 // the error wraps ErrUnreachable and a retry with the same idempotency
 // key is safe.
 func (s *Store) withSession(ctx context.Context, session string, d belay.Durability, fn func(t *tx) error) error {
+	if err := s.flushBehind(session); err != nil {
+		return err
+	}
 	return s.write(ctx, session, d, s.lockOpen(session), fn)
 }
 

@@ -499,6 +499,10 @@ func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.
 			return belay.Run{}, err
 		}
 	}
+	if err := s.behindErr(id, epoch); err != nil {
+		// A queued write of this lease was refused or lost (behind.go).
+		return belay.Run{}, err
+	}
 	var extra func(b *pgx.Batch, t *tx)
 	if d := u.Deliver; d != nil && d.Key != "" {
 		// Whether its (Key, Type) was posted is read in the lock's round

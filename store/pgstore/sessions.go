@@ -272,6 +272,13 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 		if e.Epoch != 0 || e.Run != "" {
 			fenced = true
 		}
+		if e.Epoch != 0 {
+			if err := s.behindErr(e.Run, e.Epoch); err != nil {
+				// A queued write of this lease was refused or lost
+				// (behind.go).
+				return nil, err
+			}
+		}
 	}
 	var seqs []uint64
 	var after func(b *pgx.Batch, t *tx)

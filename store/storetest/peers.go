@@ -302,6 +302,13 @@ func testPeerStalledOwner(t *testing.T, h PeerHarness) {
 			close(entered)
 			<-resume
 			err := emit(provider.Event{Kind: provider.TextDelta, Text: "late"})
+			if err == nil {
+				// A store that queues buffered writes (store.WriteBehind)
+				// refuses the text when its queue commits and tells the
+				// lease's next write; a side effect's intent is refused at
+				// once by every store (G9).
+				err = emit(provider.Event{Kind: provider.ToolCall, Call: &belay.ToolCall{ID: "late_call", Name: "late", SideEffect: true}})
+			}
 			lateErr <- err
 			return err
 		}
@@ -329,6 +336,7 @@ func testPeerStalledOwner(t *testing.T, h PeerHarness) {
 	for _, e := range evs {
 		if e.Run == run.ID && e.Epoch == first.Epoch {
 			require.NotEqual(t, "late", textOf(e), "no write from the old epoch after the rescue")
+			require.NotEqual(t, belay.EventRunToolCall, e.Type, "no side effect from the old epoch")
 		}
 	}
 	require.Equal(t, b.rt.Incarnation(), lastOwner(t, b.rt.Store(), run))

@@ -1,0 +1,243 @@
+package pgstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/provider"
+	"github.com/belayhq/belay/provider/fake"
+	"github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store"
+	"github.com/belayhq/belay/store/fsstore"
+	"github.com/belayhq/belay/store/pgstore"
+)
+
+// leasedRun creates a session with a run and leases it to owner.
+func leasedRun(t *testing.T, s *pgstore.Store) (belay.Session, belay.Run) {
+	t.Helper()
+	ctx := context.Background()
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+	require.NoError(t, err)
+	run, _, err := s.CreateRun(ctx, belay.RunInput{Session: sess.ID, Input: json.RawMessage(`{"prompt":"hi"}`)})
+	require.NoError(t, err)
+	run, err = s.AcquireRunLease(ctx, run.ID, "owner", time.Minute, 0)
+	require.NoError(t, err)
+	return sess, run
+}
+
+// kinds lists a session's events from seq after as "type" or
+// "run.updated:phase" or "run.text:text", checking their seqs have no gap.
+func kinds(t *testing.T, s store.Store, session string, after uint64) []string {
+	t.Helper()
+	evs, err := s.Events(context.Background(), session, after, 0)
+	require.NoError(t, err)
+	var out []string
+	for i, e := range evs {
+		require.Equal(t, after+uint64(i)+1, e.Seq, "seqs without a gap")
+		switch e.Type {
+		case belay.EventRunUpdated:
+			var d belay.RunUpdatedData
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			out = append(out, e.Type+":"+string(d.Phase))
+		case belay.EventRunText:
+			var d belay.TextData
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			out = append(out, e.Type+":"+d.Text)
+		default:
+			out = append(out, e.Type)
+		}
+	}
+	return out
+}
+
+// TestWriteBehindRidesOnTheNextWrite: queued writes are committed, in
+// order and before it, by the session's next write; the run's row takes
+// the last phase queued.
+func TestWriteBehindRidesOnTheNextWrite(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	sess, run := leasedRun(t, s)
+	base := run.InputSeq + 1 // run.created, then run.leased
+	text := func(x string) belay.Event {
+		return belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
+	}
+	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}))
+	require.NoError(t, s.AppendBehind(sess.ID, text("a"), text("b")))
+	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing, Buffered: true, Data: json.RawMessage(`{"stopReason":"end_turn"}`)}))
+	// The next write (a synced append) commits them first.
+	seqs, err := s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "app.note", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"run.updated:streaming", "run.text:a", "run.text:b", "run.updated:finishing", "app.note"}, kinds(t, s, sess.ID, base))
+	require.Equal(t, []uint64{base + 5}, seqs)
+	got, err := s.Run(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.PhaseFinishing, got.Phase)
+	require.Equal(t, belay.RunRunning, got.Status)
+
+	// An update of the run commits the queue before its own event.
+	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}))
+	done, err := s.UpdateRun(ctx, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, done.Status)
+	require.Equal(t, []string{"run.updated:streaming", "run.updated:complete"}, kinds(t, s, sess.ID, base+5))
+}
+
+// TestWriteBehindCommitsAlone: with no other write to the session, a
+// queue is committed by itself, soon.
+func TestWriteBehindCommitsAlone(t *testing.T) {
+	s := open(t, database(t), nil)
+	defer s.Close()
+	sess, run := leasedRun(t, s)
+	require.NoError(t, s.AppendBehind(sess.ID, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"x"}`)}))
+	require.Eventually(t, func() bool {
+		evs, err := s.Events(context.Background(), sess.ID, run.InputSeq+1, 0)
+		return err == nil && len(evs) == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, []string{"run.text:x"}, kinds(t, s, sess.ID, run.InputSeq+1))
+}
+
+// TestWriteBehindRefusesAStaleLease: a queued write of a lease taken over
+// is dropped when its queue commits, leaves the writes of the current
+// lease in the same queue alone, and fails the stale lease's next write.
+func TestWriteBehindRefusesAStaleLease(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	sess, old := leasedRun(t, s)
+	cur, err := s.AcquireRunLease(ctx, old.ID, "rescuer", time.Minute, old.Epoch)
+	require.NoError(t, err)
+	base := cur.InputSeq + 2
+	ev := func(r belay.Run, x string) belay.Event {
+		return belay.Event{Type: belay.EventRunText, Run: r.ID, Epoch: r.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
+	}
+	require.NoError(t, s.AppendBehind(sess.ID, ev(old, "stale")))
+	require.NoError(t, s.AppendBehind(sess.ID, ev(cur, "current")))
+	require.NoError(t, s.UpdateRunBehind(sess.ID, old.ID, old.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}))
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "app.note", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"run.text:current", "app.note"}, kinds(t, s, sess.ID, base))
+	got, err := s.Run(ctx, cur.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.PhaseAdmitted, got.Phase, "the stale lease's phase is not applied")
+	// The stale lease's next write is told, once; the store's own check
+	// refuses it after that.
+	err = s.AppendBehind(sess.ID, ev(old, "again"))
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+	_, err = s.UpdateRun(ctx, old.ID, old.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming})
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+	require.NoError(t, s.AppendBehind(sess.ID, ev(cur, "more")))
+}
+
+// TestWriteBehindFailedCommit: a queue whose commit the database refuses
+// fails the write that carried it and the lease's next write; nothing of
+// the queue is journaled, and the session takes writes again after.
+func TestWriteBehindFailedCommit(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	_, err := s.Pool().Exec(ctx, `CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.type = 'run.text' AND NEW.data::text LIKE '%boom%' THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse_boom BEFORE INSERT ON belay_events FOR EACH ROW EXECUTE FUNCTION refuse_boom()`)
+	require.NoError(t, err)
+	sess, run := leasedRun(t, s)
+	base := run.InputSeq + 1
+	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}))
+	require.NoError(t, s.AppendBehind(sess.ID, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"boom"}`)}))
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "app.note", Data: json.RawMessage(`{}`)})
+	require.ErrorContains(t, err, "boom refused")
+	require.Empty(t, kinds(t, s, sess.ID, base))
+	_, err = s.UpdateRun(ctx, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing})
+	require.ErrorContains(t, err, "boom refused", "the lease's next write is told")
+	_, err = s.UpdateRun(ctx, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing})
+	require.NoError(t, err)
+	require.Equal(t, []string{"run.updated:finishing"}, kinds(t, s, sess.ID, base))
+}
+
+// TestWriteBehindCloseCommits: Close commits what is queued; a closed
+// store queues nothing.
+func TestWriteBehindCloseCommits(t *testing.T) {
+	url := database(t)
+	s := open(t, url, nil)
+	sess, run := leasedRun(t, s)
+	require.NoError(t, s.AppendBehind(sess.ID, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"kept"}`)}))
+	require.NoError(t, s.Close())
+	require.ErrorIs(t, s.AppendBehind(sess.ID, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{}`)}), belay.ErrStoreClosed)
+	again := open(t, url, nil)
+	defer again.Close()
+	require.Equal(t, []string{"run.text:kept"}, kinds(t, again, sess.ID, run.InputSeq+1))
+}
+
+// TestWriteBehindRefusesWhatItDoesNotQueue: only a running phase and its
+// data, and events of one lease without ids, are queued.
+func TestWriteBehindRefusesWhatItDoesNotQueue(t *testing.T) {
+	s := open(t, database(t), nil)
+	defer s.Close()
+	sess, run := leasedRun(t, s)
+	for name, u := range map[string]belay.RunUpdate{
+		"terminal": {Phase: belay.PhaseComplete},
+		"no phase": {Data: json.RawMessage(`{}`)},
+		"error":    {Phase: belay.PhaseStreaming, Error: &belay.RunError{Class: belay.ClassInternal}},
+		"ref":      {Phase: belay.PhaseStreaming, Ref: &belay.ConversationRef{ID: "x"}},
+		"bad data": {Phase: belay.PhaseStreaming, Data: json.RawMessage(`{`)},
+	} {
+		require.ErrorIs(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, u), belay.ErrInvalid, name)
+	}
+	require.ErrorIs(t, s.UpdateRunBehind(sess.ID, run.ID, 0, belay.RunUpdate{Phase: belay.PhaseStreaming}), belay.ErrInvalid, "epoch 0")
+	ok := belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"x"}`)}
+	for name, e := range map[string]belay.Event{
+		"no run":      {Type: belay.EventRunText, Epoch: run.Epoch, Data: ok.Data},
+		"no epoch":    {Type: belay.EventRunText, Run: run.ID, Data: ok.Data},
+		"an id":       {Type: belay.EventRunText, ID: "x", Run: run.ID, Epoch: run.Epoch, Data: ok.Data},
+		"store event": {Type: belay.EventRunUpdated, Run: run.ID, Epoch: run.Epoch, Data: ok.Data},
+		"too large":   {Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`"` + strings.Repeat("x", belay.MaxRecordSize) + `"`)},
+		"other epoch": {Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch + 1, Data: ok.Data},
+	} {
+		require.ErrorIs(t, s.AppendBehind(sess.ID, ok, e), belay.ErrInvalid, name)
+	}
+	require.Empty(t, kinds(t, s, sess.ID, run.InputSeq+1), "nothing refused was queued")
+}
+
+// TestWriteBehindJournalsWhatTheFileStoreDoes: a run with streamed
+// thinking and text, usage and a tool call leaves the same events, in the
+// same order, on PostgreSQL (where its buffered writes are queued) as in
+// the file store (where they are written at once).
+func TestWriteBehindJournalsWhatTheFileStoreDoes(t *testing.T) {
+	ctx := context.Background()
+	reply := "one two three four five six seven"
+	script := &fake.Script{Reply: &reply, Thinking: "let me think", UsageEvery: 3,
+		Steps: []fake.Step{{Kind: fake.StepTool, At: 3, Tool: "lookup", SideEffect: true}}}
+	journal := func(st store.Store) []string {
+		rt, err := runtime.New(runtime.Options{Store: st, Providers: provider.Registry{"fake": fake.New(fake.Options{Name: "fake", Script: script})}, PruneEvery: -1})
+		require.NoError(t, err)
+		require.NoError(t, rt.Start(ctx))
+		defer func() {
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			require.NoError(t, rt.Stop(sctx))
+		}()
+		run, err := rt.Submit(ctx, runtime.SubmitRequest{Provider: "fake", Prompt: "hi"})
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		done, err := rt.Wait(wctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, belay.RunComplete, done.Status, done.Reason)
+		return kinds(t, st, run.Session, 0)
+	}
+	fs, err := fsstore.Open(ctx, t.TempDir(), fsstore.Options{})
+	require.NoError(t, err)
+	defer fs.Close()
+	pg := open(t, database(t), nil)
+	defer pg.Close()
+	want := journal(fs)
+	require.Contains(t, want, "run.text:one ")
+	require.Contains(t, want, "run.usage")
+	require.Equal(t, want, journal(pg))
+}
