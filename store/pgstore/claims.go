@@ -308,6 +308,9 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 			return err
 		}
 		now = now.UTC()
+		if err := s.repairReady(ctx, q); err != nil {
+			return err
+		}
 		grants, err := s.rescuable(ctx, q, c.Owner, now, max)
 		if err != nil {
 			return err
@@ -374,6 +377,33 @@ func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now ti
 	})
 }
 
+// readyRepairEvery is how often a node's claim looks for a run that
+// should be ready and is not. Every write keeps the marks (refreshReady);
+// this bounds what a missed one costs (a run that waits that long more),
+// for instance one left by a node of an older belay still writing during
+// an upgrade. The look walks every queued run, as claims once did.
+const readyRepairEvery = 30 * time.Second
+
+// repairReady adds the ready runs that belay_ready lacks, at most every
+// readyRepairEvery (from the node's start), counting them (readyRepaired).
+func (s *Store) repairReady(ctx context.Context, q *pgx.Conn) error {
+	if time.Since(s.readyRepairedAt) < readyRepairEvery {
+		return nil
+	}
+	s.readyRepairedAt = time.Now()
+	tag, err := q.Exec(ctx, `INSERT INTO belay_ready (run, session, priority, ord)
+		SELECT r.id, r.session, r.priority, r.ord FROM belay_runs r
+		WHERE r.status = 'queued'
+		  AND r.id = (SELECT n.id FROM belay_runs n WHERE n.session = r.session AND n.status = 'queued' ORDER BY `+queuedOrder+` LIMIT 1)
+		  AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running')
+		ON CONFLICT (run) DO NOTHING`)
+	if err != nil {
+		return err
+	}
+	s.readyRepaired.Add(tag.RowsAffected())
+	return nil
+}
+
 // candidate is a session's next queued run.
 type candidate struct {
 	id, session, provider string
@@ -432,11 +462,11 @@ func (s *Store) claimable(ctx context.Context, q *pgx.Conn, lim store.Limits, ma
 		// A page of candidates, their sessions locked. Providers at their
 		// cap are left out, so a page is never all runs that cannot start.
 		page := 2*max + 8
-		rows, err := q.Query(ctx, `SELECT r.id FROM belay_runs r JOIN belay_sessions s ON s.id = r.session
+		rows, err := q.Query(ctx, `SELECT r.id FROM belay_ready y JOIN belay_runs r ON r.id = y.run JOIN belay_sessions s ON s.id = r.session
 			WHERE r.status = 'queued' AND r.provider <> ALL($1) AND r.id <> ALL($2)
 			  AND r.id = (SELECT n.id FROM belay_runs n WHERE n.session = r.session AND n.status = 'queued' ORDER BY `+queuedOrder+` LIMIT 1)
 			  AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running')
-			ORDER BY r.priority DESC, r.ord
+			ORDER BY y.priority DESC, y.ord
 			LIMIT $3
 			FOR UPDATE OF s SKIP LOCKED`, fullProviders, seen, page)
 		if err != nil {
@@ -545,6 +575,9 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 			started_at = CASE WHEN r.phase = 'queued' THEN $2 ELSE r.started_at END,
 			front = false
 		FROM unnest($4::text[], $5::bigint[]) AS g(id, epoch) WHERE r.id = g.id`, owner, now, expires, runs, epochs)
+	// The claimed runs are not ready any more; no other run of their
+	// sessions was (each was its session's next run).
+	b.Queue(`DELETE FROM belay_ready WHERE run = ANY($1)`, runs)
 	b.Queue(`UPDATE belay_sessions s SET last_seq = c.seq, updated_at = $1, last_event_at = $1
 		FROM unnest($2::text[], $3::bigint[]) AS c(id, seq) WHERE s.id = c.id`, now, sessions, counters)
 	// The runs as leased, with what their runners read first: the input

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -722,4 +723,104 @@ func TestSequencerLeavesItsRowsToTheBusyOne(t *testing.T) {
 		{Cursor: 2, Session: sess.ID, Seq: 2, Type: belay.EventRunCreated},
 		{Cursor: 3, Session: sess.ID, Seq: 3, Type: belay.EventRunLeased},
 	}, changes)
+}
+
+// TestReadyMarks: every write that changes a session's queued or running
+// runs leaves exactly its next queued run marked ready while none of it
+// runs (belay_ready, migration 11), so that claims walk only those; the repair that
+// looks for a missed mark finds none.
+func TestReadyMarks(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	// marked lists the runs marked ready; should those that the
+	// definition names. They must be the same, and the expected ones.
+	check := func(step string, want ...string) {
+		t.Helper()
+		rows, err := s.Pool().Query(ctx, `SELECT run FROM belay_ready ORDER BY run`)
+		require.NoError(t, err)
+		marked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		rows, err = s.Pool().Query(ctx, `SELECT r.id FROM belay_runs r WHERE r.status = 'queued'
+			AND r.id = (SELECT n.id FROM belay_runs n WHERE n.session = r.session AND n.status = 'queued' ORDER BY front DESC, CASE WHEN front THEN -ord ELSE ord END LIMIT 1)
+			AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running') ORDER BY id`)
+		require.NoError(t, err)
+		should, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		slices.Sort(want)
+		require.Equal(t, should, marked, step)
+		require.Equal(t, append([]string{}, want...), marked, step)
+	}
+	submit := func(session string, p belay.Policy) store.SubmitResult {
+		t.Helper()
+		res, err := s.Submit(ctx, store.SubmitInput{RunInput: belay.RunInput{Session: session, Input: json.RawMessage(`{}`)}, Policy: p})
+		require.NoError(t, err)
+		return res
+	}
+	a, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	b, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+
+	r1 := submit(a.ID, belay.PolicyEnqueue).Run
+	check("a submit to an idle session", r1.ID)
+	r2 := submit(a.ID, belay.PolicyEnqueue).Run
+	check("a second submit waits", r1.ID)
+	got, err := s.ClaimRuns(ctx, store.Claim{Owner: "o", Max: 10, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, []string{r1.ID}, claimIDs(got))
+	check("the session runs")
+	r3 := submit(a.ID, belay.PolicyInterrupt).Run
+	check("an interrupting run waits for the run it interrupts")
+	_, err = s.UpdateRun(ctx, r1.ID, 1, belay.RunUpdate{Phase: belay.PhaseCancelled, Error: &belay.RunError{Class: belay.ClassCancelled}})
+	require.NoError(t, err)
+	check("the run ended: the interrupting run goes next", r3.ID)
+
+	b1 := submit(b.ID, belay.PolicyEnqueue).Run
+	b2 := submit(b.ID, belay.PolicyEnqueue).Run
+	check("b's first run", r3.ID, b1.ID)
+	_, err = s.AcquireRunLease(ctx, b2.ID, "o", time.Minute, 0)
+	require.NoError(t, err)
+	check("a run leased out of turn makes its session busy", r3.ID)
+
+	_, err = s.CancelQueuedRun(ctx, r3.ID, "")
+	require.NoError(t, err)
+	check("the next run after a cancelled one", r2.ID)
+	r4 := submit(a.ID, belay.PolicyReplace)
+	require.Equal(t, []string{r2.ID}, r4.Cancelled)
+	check("a replacing run", r4.Run.ID)
+	_, err = s.Submit(ctx, store.SubmitInput{RunInput: belay.RunInput{Session: a.ID, Input: json.RawMessage(`{}`)}, Policy: belay.PolicyReject})
+	require.ErrorIs(t, err, store.ErrConversationBusy)
+	check("a rejected submit changes nothing", r4.Run.ID)
+	_, err = s.UpdateRun(ctx, b2.ID, 1, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	check("b is idle again", r4.Run.ID, b1.ID)
+	_, err = s.RequestCancel(ctx, b1.ID, "")
+	require.NoError(t, err)
+	check("a queued run cancelled by request", r4.Run.ID)
+
+	got, err = s.ClaimRuns(ctx, store.Claim{Owner: "o", Max: 10, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, []string{r4.Run.ID}, claimIDs(got))
+	check("all claimed")
+	repaired, err := pgstore.RepairReadyNow(ctx, s)
+	require.NoError(t, err)
+	require.Zero(t, repaired, "no mark was missed")
+
+	// A mark lost (a node of an older belay wrote) is found by the repair.
+	r5 := submit(a.ID, belay.PolicyEnqueue).Run
+	_, err = s.UpdateRun(ctx, r4.Run.ID, 1, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	check("r5 next", r5.ID)
+	_, err = s.Pool().Exec(ctx, `DELETE FROM belay_ready WHERE run = $1`, r5.ID)
+	require.NoError(t, err)
+	got, err = s.ClaimRuns(ctx, store.Claim{Owner: "o", Max: 10, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, got, "an unmarked run is not walked")
+	repaired, err = pgstore.RepairReadyNow(ctx, s)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), repaired)
+	got, err = s.ClaimRuns(ctx, store.Claim{Owner: "o", Max: 10, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, []string{r5.ID}, claimIDs(got))
 }

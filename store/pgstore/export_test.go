@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,3 +59,21 @@ func SequenceNow(ctx context.Context, s *Store, wait bool) (int64, error) {
 // OnSequenced sets a hook called in each sequencer pass after it numbered
 // rows (n of them), before its commit lets the lock go.
 func OnSequenced(s *Store, f func(n int64)) { s.sequencedHook.Store(&f) }
+
+// RepairReadyNow looks for runs that should be marked ready and are not
+// (repairReady, without waiting for its period), and returns how many it
+// marked since the store opened.
+func RepairReadyNow(ctx context.Context, s *Store) (int64, error) {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	s.readyRepairedAt = time.Time{}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	if err := s.repairReady(ctx, conn.Conn()); err != nil {
+		return 0, err
+	}
+	return s.readyRepaired.Load(), nil
+}

@@ -126,6 +126,12 @@ type Store struct {
 	// to trim the change feed.
 	sequenceDue, trimDue atomic.Bool
 
+	// readyRepairedAt is when this node's claims last looked for runs
+	// that should be marked ready (guarded by claimMu); readyRepaired
+	// counts the marks they set (repairReady).
+	readyRepairedAt time.Time
+	readyRepaired   atomic.Int64
+
 	// writeAlone turns shared transactions off (Options.WriteAlone).
 	writeAlone bool
 	// shareMu guards sharers, the writes waiting to share a transaction
@@ -193,6 +199,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: the database schema is at version %d, this belay needs %d; run: belay migrate --store %s", st.Current, st.Latest, Redact(url))
 	}
 	s.sharers[0].d, s.sharers[1].d = belay.Sync, belay.Buffered
+	s.readyRepairedAt = time.Now()
 	s.writeAlone = opts.WriteAlone
 	nctx, cancel := context.WithCancel(context.Background())
 	s.stopNotify = cancel
@@ -363,6 +370,9 @@ type tx struct {
 	changes []store.Change
 	// changed says a store event was emitted (updated_at moves).
 	changed bool
+	// reready says the session's queued or running runs changed: which of
+	// its runs is ready is set again at commit (refreshReady).
+	reready bool
 	// executed counts the changes already sent by execute.
 	executed int
 	// deliveryKeys are the items (type, key) of the session read with
@@ -526,8 +536,32 @@ func (t *tx) reset(m txMark) {
 	t.lastSeq, t.changed = m.lastSeq, m.changed
 }
 
+// refreshReady is the statement that sets which queued run of each
+// session of $1 is ready (belay_ready, migration 11): the session's next
+// queued run (queuedOrder) while no run of it is running, and no other.
+// It writes only what changes.
+const refreshReady = `WITH want AS (
+		SELECT h.id, c.session, h.priority, h.ord FROM unnest($1::text[]) AS c(session)
+		CROSS JOIN LATERAL (SELECT n.id, n.priority, n.ord FROM belay_runs n
+			WHERE n.session = c.session AND n.status = 'queued' ORDER BY ` + queuedOrder + ` LIMIT 1) h
+		WHERE NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = c.session AND a.status = 'running')),
+	gone AS (DELETE FROM belay_ready y WHERE y.session = ANY($1) AND NOT EXISTS (SELECT 1 FROM want w WHERE w.id = y.run))
+	INSERT INTO belay_ready (run, session, priority, ord) SELECT id, session, priority, ord FROM want
+	ON CONFLICT (run) DO NOTHING`
+
+// queueReady queues refreshReady for the sessions whose runs changed.
+func queueReady(b *pgx.Batch, sessions []string) {
+	if len(sessions) > 0 {
+		b.Queue(refreshReady, sessions)
+	}
+}
+
 // flush queues t's events and the session's counter for the commit.
 func (s *Store) flush(t *tx) {
+	if t.reready {
+		queueReady(&t.final, []string{t.session})
+		t.reready = false
+	}
 	if len(t.evs) == 0 {
 		return
 	}
@@ -563,6 +597,14 @@ func flushMany(b *pgx.Batch, ts []*tx) {
 	var changedAt []bool
 	var nows []time.Time
 	var changes []store.Change
+	var reready []string
+	for _, t := range ts {
+		if t.reready {
+			reready = append(reready, t.session)
+			t.reready = false
+		}
+	}
+	queueReady(b, reready)
 	for _, t := range ts {
 		changes = append(changes, t.changes...)
 		if len(t.evs) == 0 {

@@ -157,6 +157,7 @@ func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, ses
 	if len(in.Meta) > 0 {
 		meta = in.Meta
 	}
+	t.reready = true
 	r := lockedRun{out: out}
 	r.set(t, `INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front, tags, meta)
 		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)`,
@@ -411,6 +412,9 @@ func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.
 		if _, err := t.emit(belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return err
 		}
+		if r.status == belay.RunQueued {
+			t.reready = true // it runs now: no run of its session is ready
+		}
 		r.set(t, `UPDATE belay_runs SET epoch = $2, lease_owner = $3, lease_granted_at = $4, lease_expires_at = $5, updated_at = $4,
 			phase = CASE WHEN phase = 'queued' THEN 'admitted' ELSE phase END,
 			status = CASE WHEN phase = 'queued' THEN 'running' ELSE status END,
@@ -545,6 +549,9 @@ func (s *Store) updateRun(t *tx, id string, epoch uint64, r *lockedRun, u belay.
 		ref = string(raw)
 	}
 	terminal := status.Terminal()
+	if terminal {
+		t.reready = true // the session's next run may be ready now
+	}
 	r.set(t, `UPDATE belay_runs SET phase = $2, status = $3,
 		attempt = CASE WHEN $4 <> 0 THEN $4 ELSE attempt END,
 		error_class = coalesce($5, error_class), error_message = CASE WHEN $5::text IS NOT NULL THEN $6 ELSE error_message END,
