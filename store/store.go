@@ -347,10 +347,12 @@ type RunStatusCounter interface {
 // A queued write is checked against the run's lease when its queue is
 // committed. A refused one (a stale epoch, a run that ended) is dropped
 // with the rest of that lease's queue, and so is a queue whose commit
-// failed. The run's next write under that epoch, behind or not, returns
-// that error, so the runner stops as after any failed write. A runner
-// whose write failed rereads the journal before it goes on
-// (scanRunText), so a dropped queue costs only what a crash would.
+// failed. From then on every write of that lease, behind or not, fails
+// with that error and nothing more of it is journaled, so nothing it
+// writes follows the gap; the runner stops as after any failed write, and
+// its retry takes a new lease and rereads the journal before it goes on
+// (scanRunText): a dropped queue costs only what a crash would. Other
+// writers of the session are not failed by it.
 type WriteBehind interface {
 	// UpdateRunBehind queues a buffered run update: a phase of a running
 	// run (streaming, tool running, finishing) and its data, nothing else.

@@ -39,7 +39,7 @@ const (
 	maxBehindOps = 256
 	// maxBehindErrs bounds the errors kept for leases that did not write
 	// again; a full map starts over.
-	maxBehindErrs = 1 << 12
+	maxBehindErrs = 1 << 16
 )
 
 // behindOp is one queued write of a run under the lease of epoch: a
@@ -63,6 +63,15 @@ type behindQueue struct {
 type behindKey struct {
 	run   string
 	epoch uint64
+}
+
+// leaseErr is the error a lease's queued writes met: it stays until the
+// run is leased again or ends on this node (every later write of the
+// lease fails with it, and its later queued writes are dropped), so that
+// what the lease journals after a lost queued write never follows the gap.
+type leaseErr struct {
+	epoch uint64
+	err   error
 }
 
 // UpdateRunBehind queues a buffered phase change of a running run.
@@ -146,7 +155,7 @@ func (s *Store) enqueueBehind(session string, op behindOp) error {
 	if s.behindClosed {
 		return belay.ErrStoreClosed
 	}
-	if err := s.takeBehindErrLocked(behindKey{op.run, op.epoch}); err != nil {
+	if err := s.leaseErrLocked(op.run, op.epoch); err != nil {
 		return err
 	}
 	q := s.behind[session]
@@ -170,35 +179,56 @@ func (s *Store) enqueueBehind(session string, op behindOp) error {
 	return nil
 }
 
-// behindErr returns, once, the error a queued write of the lease met.
+// behindErr returns the error a queued write of the lease met, if any.
 func (s *Store) behindErr(run string, epoch uint64) error {
 	s.behindMu.Lock()
 	defer s.behindMu.Unlock()
-	return s.takeBehindErrLocked(behindKey{run, epoch})
+	return s.leaseErrLocked(run, epoch)
 }
 
-func (s *Store) takeBehindErrLocked(k behindKey) error {
+func (s *Store) leaseErrLocked(run string, epoch uint64) error {
 	if len(s.behindErrs) == 0 {
 		return nil
 	}
-	err, ok := s.behindErrs[k]
-	if ok {
-		delete(s.behindErrs, k)
+	if le, ok := s.behindErrs[run]; ok && le.epoch == epoch {
+		return le.err
 	}
-	return err
+	return nil
+}
+
+// setLeaseErrLocked keeps err for the lease, unless a newer lease of the
+// run already has one.
+func (s *Store) setLeaseErrLocked(run string, epoch uint64, err error) {
+	if le, ok := s.behindErrs[run]; ok && le.epoch > epoch {
+		return
+	}
+	if len(s.behindErrs) >= maxBehindErrs {
+		// Leases that never wrote again on this node (their runs were
+		// rescued elsewhere); far more than the runs a node holds.
+		clear(s.behindErrs)
+	}
+	s.behindErrs[run] = leaseErr{epoch, err}
+}
+
+// forgetLease drops what was kept for the run's leases: it was leased
+// again, or ended.
+func (s *Store) forgetLease(run string) {
+	s.behindMu.Lock()
+	defer s.behindMu.Unlock()
+	delete(s.behindErrs, run)
 }
 
 // flushBehindAsync commits a session's queue for a timer or a full queue;
 // what fails is kept for the leases (flushBehind).
 func (s *Store) flushBehindAsync(session string) {
-	_ = s.flushBehind(session)
+	_ = s.flushBehind(context.Background(), session)
 }
 
 // flushBehind commits the session's queued writes, after any commit of
 // them already in flight. A refused write is kept for its lease and does
 // not fail the flush; the error of a commit that failed is kept for every
 // lease it carried and returned.
-func (s *Store) flushBehind(session string) error {
+func (s *Store) flushBehind(ctx context.Context, session string) error {
 	for {
 		s.behindMu.Lock()
 		q := s.behind[session]
@@ -208,7 +238,11 @@ func (s *Store) flushBehind(session string) error {
 		}
 		if ch := q.flushing; ch != nil {
 			s.behindMu.Unlock()
-			<-ch
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 			continue
 		}
 		ops := q.ops
@@ -222,22 +256,31 @@ func (s *Store) flushBehind(session string) error {
 			return nil
 		}
 		q.ops = nil
+		// A lease whose earlier queued write was lost writes nothing more.
+		live := ops[:0]
+		for _, op := range ops {
+			if s.leaseErrLocked(op.run, op.epoch) == nil {
+				live = append(live, op)
+			}
+		}
+		ops = live
 		done := make(chan struct{})
 		q.flushing = done
 		s.behindMu.Unlock()
 
-		refused, err := s.commitBehind(session, ops)
+		var refused map[behindKey]error
+		var err error
+		if len(ops) > 0 {
+			refused, err = s.commitBehind(session, ops)
+		}
 
 		s.behindMu.Lock()
-		if len(s.behindErrs)+len(ops) > maxBehindErrs {
-			clear(s.behindErrs)
-		}
 		for k, rerr := range refused {
-			s.behindErrs[k] = rerr
+			s.setLeaseErrLocked(k.run, k.epoch, rerr)
 		}
 		if err != nil {
 			for _, op := range ops {
-				s.behindErrs[behindKey{op.run, op.epoch}] = err
+				s.setLeaseErrLocked(op.run, op.epoch, err)
 			}
 		}
 		q.flushing = nil
@@ -266,7 +309,11 @@ func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]erro
 	var fence map[string]fenceRow
 	var refused map[behindKey]error
 	missing := fmt.Errorf("%w: session %s", belay.ErrNotFound, session)
-	err := s.share(context.Background(), session, belay.Buffered, missing, func(b *pgx.Batch, t *tx) {
+	// Bounded like a shared transaction: every writer of the session
+	// waits for it.
+	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+	defer cancel()
+	err := s.share(ctx, session, belay.Buffered, missing, func(b *pgx.Batch, t *tx) {
 		fence = queueRunFence(b, session, runs)
 	}, func(t *tx) error {
 		refused = map[behindKey]error{}
@@ -331,7 +378,7 @@ func (s *Store) flushAllBehind() error {
 	slices.SortFunc(sessions, strings.Compare)
 	var errs []error
 	for _, id := range sessions {
-		if err := s.flushBehind(id); err != nil {
+		if err := s.flushBehind(context.Background(), id); err != nil {
 			errs = append(errs, fmt.Errorf("session %s: %w", id, err))
 		}
 	}

@@ -136,8 +136,9 @@ func TestWriteBehindRefusesAStaleLease(t *testing.T) {
 }
 
 // TestWriteBehindFailedCommit: a queue whose commit the database refuses
-// fails the write that carried it and the lease's next write; nothing of
-// the queue is journaled, and the session takes writes again after.
+// is dropped whole; another writer of the session goes on after it; the
+// lease is told at its next write and stays failed, writing nothing more
+// (so nothing it journals follows the gap), until the run is leased again.
 func TestWriteBehindFailedCommit(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, database(t), nil)
@@ -148,16 +149,55 @@ func TestWriteBehindFailedCommit(t *testing.T) {
 	require.NoError(t, err)
 	sess, run := leasedRun(t, s)
 	base := run.InputSeq + 1
+	text := func(x string) belay.Event {
+		return belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
+	}
 	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}))
-	require.NoError(t, s.AppendBehind(sess.ID, belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"boom"}`)}))
+	require.NoError(t, s.AppendBehind(sess.ID, text("boom")))
 	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "app.note", Data: json.RawMessage(`{}`)})
-	require.ErrorContains(t, err, "boom refused")
-	require.Empty(t, kinds(t, s, sess.ID, base))
+	require.NoError(t, err, "another writer goes on after the failed queue")
+	require.Equal(t, []string{"app.note"}, kinds(t, s, sess.ID, base))
 	_, err = s.UpdateRun(ctx, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing})
 	require.ErrorContains(t, err, "boom refused", "the lease's next write is told")
-	_, err = s.UpdateRun(ctx, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing})
+	_, err = s.Append(ctx, sess.ID, belay.Sync, text("after"))
+	require.ErrorContains(t, err, "boom refused", "and every one after it")
+	require.ErrorContains(t, s.AppendBehind(sess.ID, text("after")), "boom refused")
+	require.Equal(t, []string{"app.note"}, kinds(t, s, sess.ID, base), "nothing of the lease follows the gap")
+
+	// Re-leased (as a stalled runner's retry does), the run writes again.
+	again, err := s.AcquireRunLease(ctx, run.ID, "owner", time.Minute, run.Epoch)
 	require.NoError(t, err)
-	require.Equal(t, []string{"run.updated:finishing"}, kinds(t, s, sess.ID, base))
+	_, err = s.UpdateRun(ctx, run.ID, again.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing})
+	require.NoError(t, err)
+	require.Equal(t, []string{"app.note", "run.leased", "run.updated:finishing"}, kinds(t, s, sess.ID, base))
+}
+
+// TestWriteBehindDropsWhatFollowsALoss: writes a lease queues while its
+// failing queue commits are dropped with it, not committed after the gap.
+func TestWriteBehindDropsWhatFollowsALoss(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	_, err := s.Pool().Exec(ctx, `CREATE FUNCTION slow_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.data::text LIKE '%boom%' THEN PERFORM pg_sleep(0.3); RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER slow_boom BEFORE INSERT ON belay_events FOR EACH ROW EXECUTE FUNCTION slow_boom()`)
+	require.NoError(t, err)
+	sess, run := leasedRun(t, s)
+	text := func(x string) belay.Event {
+		return belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
+	}
+	require.NoError(t, s.AppendBehind(sess.ID, text("boom")))
+	// Queued while the first queue commits (and fails), or before: either
+	// way it must not be journaled after the lost write.
+	var lateErr error
+	require.Eventually(t, func() bool {
+		lateErr = s.AppendBehind(sess.ID, text("late"))
+		return lateErr != nil
+	}, 10*time.Second, 10*time.Millisecond)
+	require.ErrorContains(t, lateErr, "boom refused")
+	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "app.note", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"app.note"}, kinds(t, s, sess.ID, run.InputSeq+1))
 }
 
 // TestWriteBehindCloseCommits: Close commits what is queued; a closed

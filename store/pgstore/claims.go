@@ -717,6 +717,12 @@ func (s *Store) SubmitBatch(ctx context.Context, ins []store.SubmitInput) ([]sto
 	}
 	for from := 0; from < len(ops); from += maxBatchSessions {
 		chunk := ops[from:min(from+maxBatchSessions, len(ops))]
+		for _, op := range chunk {
+			// The sessions' queued writes go first (behind.go); their
+			// failure is kept for their leases, and a done ctx fails the
+			// chunk's writes below.
+			_ = s.flushBehind(ctx, op.session)
+		}
 		s.runShared(belay.Sync, slices.Clone(chunk))
 		for k, op := range chunk {
 			if err := <-op.done; err != nil {

@@ -73,8 +73,9 @@ type sharer struct {
 // (t.queue, t.emit, t.tail): what it executes itself would be committed
 // with the others even if it then failed.
 func (s *Store) shared(ctx context.Context, session string, d belay.Durability, missing error, after func(b *pgx.Batch, t *tx), fn func(t *tx) error) error {
-	// The session's queued writes go first (behind.go).
-	if err := s.flushBehind(session); err != nil {
+	// The session's queued writes go first (behind.go). Their failure is
+	// kept for their lease, not this write's: it goes on after them.
+	if err := s.flushBehind(ctx, session); err != nil && ctx.Err() != nil {
 		return err
 	}
 	return s.share(ctx, session, d, missing, after, fn)

@@ -144,7 +144,7 @@ type Store struct {
 	// refuses new ones.
 	behindMu     sync.Mutex
 	behind       map[string]*behindQueue
-	behindErrs   map[behindKey]error
+	behindErrs   map[string]leaseErr
 	behindClosed bool
 
 	mu      sync.Mutex
@@ -178,7 +178,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	s := &Store{pool: pool, clock: opts.Clock, url: url, poll: opts.PollEvery, keepChanges: int64(opts.KeepChanges),
 		waiters: map[string]map[*waiter]struct{}{}, feedWaiters: map[*waiter]struct{}{},
 		toNotify: map[string]struct{}{}, runSessions: map[string]string{}, deliverySessions: map[string]string{},
-		behind: map[string]*behindQueue{}, behindErrs: map[behindKey]error{}, notifyKick: make(chan struct{}, 1), notifyDone: make(chan struct{})}
+		behind: map[string]*behindQueue{}, behindErrs: map[string]leaseErr{}, notifyKick: make(chan struct{}, 1), notifyDone: make(chan struct{})}
 	if opts.Migrate {
 		if _, err := migrate(ctx, pool); err != nil {
 			pool.Close()
@@ -422,7 +422,9 @@ const lockSession = `SELECT last_seq, provider, model, coalesce($2::timestamptz,
 // the error wraps ErrUnreachable and a retry with the same idempotency
 // key is safe.
 func (s *Store) withSession(ctx context.Context, session string, d belay.Durability, fn func(t *tx) error) error {
-	if err := s.flushBehind(session); err != nil {
+	// The session's queued writes go first (behind.go). Their failure is
+	// kept for their lease, not this write's: it goes on after them.
+	if err := s.flushBehind(ctx, session); err != nil && ctx.Err() != nil {
 		return err
 	}
 	return s.write(ctx, session, d, s.lockOpen(session), fn)

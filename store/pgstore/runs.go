@@ -395,6 +395,7 @@ func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.
 	if owner == "" || ttl <= 0 {
 		return belay.Run{}, fmt.Errorf("%w: a lease needs an owner and a positive ttl", belay.ErrInvalid)
 	}
+	defer s.forgetLease(id) // a new lease writes afresh (behind.go)
 	return s.withRun(ctx, id, func(t *tx, r *lockedRun) error {
 		if r.status.Terminal() {
 			return fmt.Errorf("%w: run %s is %s", belay.ErrTerminal, id, r.status)
@@ -503,22 +504,27 @@ func (s *Store) UpdateRun(ctx context.Context, id string, epoch uint64, u belay.
 			return belay.Run{}, err
 		}
 	}
-	if err := s.behindErr(id, epoch); err != nil {
-		// A queued write of this lease was refused or lost (behind.go).
-		return belay.Run{}, err
-	}
 	var extra func(b *pgx.Batch, t *tx)
 	if d := u.Deliver; d != nil && d.Key != "" {
 		// Whether its (Key, Type) was posted is read in the lock's round
 		// trip.
 		extra = func(b *pgx.Batch, t *tx) { queueDeliveryKey(b, t, d.Type, d.Key) }
 	}
-	return s.withRunOpen(ctx, id, extra, func(t *tx, r *lockedRun) error {
+	run, err := s.withRunOpen(ctx, id, extra, func(t *tx, r *lockedRun) error {
+		// After the session's queued writes (behind.go): one of this
+		// lease's that was refused or lost fails it.
+		if err := s.behindErr(id, epoch); err != nil {
+			return err
+		}
 		if err := leased(id, r, epoch); err != nil {
 			return err
 		}
 		return s.updateRun(t, id, epoch, r, u)
 	})
+	if err == nil && run.Status.Terminal() {
+		s.forgetLease(id)
+	}
+	return run, err
 }
 
 // updateRun journals run.updated (and the delivery it posts) and applies it.

@@ -272,13 +272,6 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 		if e.Epoch != 0 || e.Run != "" {
 			fenced = true
 		}
-		if e.Epoch != 0 {
-			if err := s.behindErr(e.Run, e.Epoch); err != nil {
-				// A queued write of this lease was refused or lost
-				// (behind.go).
-				return nil, err
-			}
-		}
 	}
 	var seqs []uint64
 	var after func(b *pgx.Batch, t *tx)
@@ -292,6 +285,13 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 			for i := range evs {
 				if err := checkFence(t.session, &evs[i], fence); err != nil {
 					return err
+				}
+				// After the session's queued writes (behind.go): one of
+				// this lease's that was refused or lost fails it.
+				if e := &evs[i]; e.Epoch != 0 {
+					if err := s.behindErr(e.Run, e.Epoch); err != nil {
+						return err
+					}
 				}
 			}
 		}
