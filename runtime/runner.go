@@ -929,11 +929,8 @@ func (rn *runner) appendAnswer(ev provider.Event) error {
 		d.Offset, d.Text = int64(off), text[off:end]
 		id := fmt.Sprintf("answer/%s/%d/%s/%d", rn.id, max(rn.fresh, 1), d.SHA256[:16], off)
 		_, err := rn.r.store.Append(bgCtx, rn.run.Session, belay.Sync, belay.Event{Type: belay.EventRunAnswer, ID: id, Run: rn.id, Epoch: rn.epoch, Data: jsonx.Must(d)})
-		if err != nil {
-			if errors.Is(err, belay.ErrStaleEpoch) {
-				return errLeaseLost
-			}
-			return rn.storeErr(err)
+		if err := rn.writeErr(err); err != nil {
+			return err
 		}
 		if end == len(text) {
 			return nil

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/belayhq/belay"
-	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/store"
 )
 
@@ -119,13 +118,7 @@ func (s *Store) AppendBehind(session string, evs ...belay.Event) error {
 		if e.ID != "" {
 			return fmt.Errorf("%w: a write-behind event has no idempotency id", belay.ErrInvalid)
 		}
-		if belay.StoreEventType(e.Type) {
-			return fmt.Errorf("%w: event type %q is written by the store only", belay.ErrInvalid, e.Type)
-		}
-		if err := journal.Validate(e); err != nil {
-			return fmt.Errorf("%w: %w", belay.ErrInvalid, err)
-		}
-		if err := checkJSON("event data", e.Data); err != nil {
+		if err := checkCallerEvent(e); err != nil {
 			return err
 		}
 		if err := checkSize(e); err != nil {
@@ -138,8 +131,7 @@ func (s *Store) AppendBehind(session string, evs ...belay.Event) error {
 	return s.enqueueBehind(session, behindOp{run: run, epoch: epoch, evs: slices.Clone(evs)})
 }
 
-// checkSize refuses an event larger than a record may be (as emit would,
-// but when it is queued).
+// checkSize refuses an event larger than a record may be.
 func checkSize(e *belay.Event) error {
 	if len(e.Data)+len(e.Type)+len(e.ID)+len(e.Run)+128 > belay.MaxRecordSize {
 		return fmt.Errorf("%w: event of %d bytes exceeds %d", belay.ErrInvalid, len(e.Data), belay.MaxRecordSize)
@@ -314,7 +306,7 @@ func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]erro
 	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
 	defer cancel()
 	err := s.share(ctx, session, belay.Buffered, missing, func(b *pgx.Batch, t *tx) {
-		fence = queueRunFence(b, session, runs)
+		fence = queueFenceRead(b, session, runs)
 	}, func(t *tx) error {
 		refused = map[behindKey]error{}
 		last := map[string]belay.RunPhase{}
@@ -353,16 +345,6 @@ func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]erro
 		return refused, nil
 	}
 	return refused, err
-}
-
-// queueRunFence queues the read of runs (of session) that checkFence
-// judges a write by.
-func queueRunFence(b *pgx.Batch, session string, runs []string) map[string]fenceRow {
-	evs := make([]belay.Event, len(runs))
-	for i, r := range runs {
-		evs[i].Run = r
-	}
-	return queueFenceRead(b, session, evs)
 }
 
 // flushAllBehind commits every session's queue (Close), after refusing

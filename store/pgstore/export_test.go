@@ -25,7 +25,7 @@ func ShareNow(s *Store, d belay.Durability, ws []SharedAppend) []error {
 	ops := make([]*sharedOp, len(ws))
 	for i, w := range ws {
 		var fence map[string]fenceRow
-		after := func(b *pgx.Batch, t *tx) { fence = queueFenceRead(b, w.Session, []belay.Event{w.Event}) }
+		after := func(b *pgx.Batch, t *tx) { fence = queueFenceRead(b, w.Session, []string{w.Event.Run}) }
 		ops[i] = &sharedOp{ctx: context.Background(), session: w.Session, missing: belay.ErrNotFound, after: after, done: make(chan error, 1),
 			fn: func(t *tx) error {
 				e := w.Event

@@ -393,8 +393,8 @@ func (t *tx) emit(e belay.Event) (uint64, error) {
 	if len(e.Data) == 0 {
 		e.Data = json.RawMessage("null")
 	}
-	if len(e.Data)+len(e.Type)+len(e.ID)+len(e.Run)+128 > belay.MaxRecordSize {
-		return 0, fmt.Errorf("%w: event of %d bytes exceeds %d", belay.ErrInvalid, len(e.Data), belay.MaxRecordSize)
+	if err := checkSize(&e); err != nil {
+		return 0, err
 	}
 	t.lastSeq++
 	e.Seq, e.TS = t.lastSeq, t.now

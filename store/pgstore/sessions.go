@@ -249,28 +249,38 @@ func (s *Store) Sessions(ctx context.Context, f belay.SessionFilter) ([]belay.Se
 	return out, s.wrap(rows.Err())
 }
 
+// checkCallerEvent refuses an event a caller may not append: a store
+// event type or id, an invalid event, data that is not JSON.
+func checkCallerEvent(e *belay.Event) error {
+	if belay.StoreEventType(e.Type) {
+		return fmt.Errorf("%w: event type %q is written by the store only", belay.ErrInvalid, e.Type)
+	}
+	if strings.HasPrefix(e.ID, storeIDPrefix) {
+		return fmt.Errorf("%w: event ids starting with %q are the store's", belay.ErrInvalid, storeIDPrefix)
+	}
+	if err := journal.Validate(e); err != nil {
+		return fmt.Errorf("%w: %w", belay.ErrInvalid, err)
+	}
+	return checkJSON("event data", e.Data)
+}
+
 // Append journals caller events in a session.
 func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs ...belay.Event) ([]uint64, error) {
 	if err := checkSession(id); err != nil {
 		return nil, err
 	}
 	fenced := false
+	var runs []string
 	for i := range evs {
 		e := &evs[i]
-		if belay.StoreEventType(e.Type) {
-			return nil, fmt.Errorf("%w: event type %q is written by the store only", belay.ErrInvalid, e.Type)
-		}
-		if strings.HasPrefix(e.ID, storeIDPrefix) {
-			return nil, fmt.Errorf("%w: event ids starting with %q are the store's", belay.ErrInvalid, storeIDPrefix)
-		}
-		if err := journal.Validate(e); err != nil {
-			return nil, fmt.Errorf("%w: %w", belay.ErrInvalid, err)
-		}
-		if err := checkJSON("event data", e.Data); err != nil {
+		if err := checkCallerEvent(e); err != nil {
 			return nil, err
 		}
 		if e.Epoch != 0 || e.Run != "" {
 			fenced = true
+			if e.Run != "" && !slices.Contains(runs, e.Run) {
+				runs = append(runs, e.Run)
+			}
 		}
 	}
 	var seqs []uint64
@@ -278,7 +288,7 @@ func (s *Store) Append(ctx context.Context, id string, d belay.Durability, evs .
 	var fence map[string]fenceRow
 	if fenced {
 		// The runs the events name are read in the lock's round trip.
-		after = func(b *pgx.Batch, t *tx) { fence = queueFenceRead(b, id, evs) }
+		after = func(b *pgx.Batch, t *tx) { fence = queueFenceRead(b, id, runs) }
 	}
 	err := s.shared(ctx, id, d, fmt.Errorf("%w: session %s", belay.ErrNotFound, id), after, func(t *tx) error {
 		if fenced {
@@ -364,16 +374,10 @@ type fenceRow struct {
 	leased bool
 }
 
-// queueFenceRead queues, after the session's lock, the read of the runs
-// evs name; the map it returns is filled when the batch is read.
-func queueFenceRead(b *pgx.Batch, session string, evs []belay.Event) map[string]fenceRow {
+// queueFenceRead queues, after the session's lock, the read of runs (of
+// session); the map it returns is filled when the batch is read.
+func queueFenceRead(b *pgx.Batch, session string, runs []string) map[string]fenceRow {
 	rows := map[string]fenceRow{}
-	var runs []string
-	for _, e := range evs {
-		if e.Run != "" && !slices.Contains(runs, e.Run) {
-			runs = append(runs, e.Run)
-		}
-	}
 	b.Queue(`SELECT id, status, epoch, lease_owner IS NOT NULL FROM belay_runs WHERE id = ANY($1) AND session = $2`, runs, session).Query(func(r pgx.Rows) error {
 		for r.Next() {
 			var id string
