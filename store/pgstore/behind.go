@@ -22,8 +22,9 @@ import (
 // a queue per session, and the whole queue is committed as one write: the
 // run's row is updated once, to the last phase queued.
 //
-// A queue is committed before the session's next write of any kind (that
-// write waits for it: shared and withSession call flushBehind first), or
+// A queue is committed with the session's next write of any kind, in its
+// transaction (shared calls carryBehind; withSession and SubmitBatch
+// commit it just before, as a write of its own), or
 // behindDelay after its first write when no other write comes, or at once
 // when it holds maxBehindOps writes. Its writes are checked against the
 // run's lease when it commits; the refusal, or the failure of the commit,
@@ -221,52 +222,63 @@ func (s *Store) flushBehindAsync(session string) {
 // not fail the flush; the error of a commit that failed is kept for every
 // lease it carried and returned.
 func (s *Store) flushBehind(ctx context.Context, session string) error {
+	ops, done, err := s.takeBehind(ctx, session)
+	if err != nil || done == nil {
+		return err
+	}
+	refused, err := s.commitBehind(session, ops)
+	done(refused, err)
+	return err
+}
+
+// takeBehind takes the session's queued writes for a commit, after any
+// commit of them already in flight (waiting for it is bounded by ctx).
+// Writes of a lease whose earlier queued write was lost are dropped. With
+// writes to commit it returns them and done, which the commit must call
+// with its outcome: the refusals by lease, or the error that failed it
+// for every lease it carried. Until then the session's next commit waits.
+func (s *Store) takeBehind(ctx context.Context, session string) (ops []behindOp, done func(map[behindKey]error, error), err error) {
+	s.behindMu.Lock()
+	defer s.behindMu.Unlock()
 	for {
-		s.behindMu.Lock()
 		q := s.behind[session]
 		if q == nil {
-			s.behindMu.Unlock()
-			return nil
+			return nil, nil, nil
 		}
-		if ch := q.flushing; ch != nil {
-			s.behindMu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			continue
+		ch := q.flushing
+		if ch == nil {
+			break
 		}
-		ops := q.ops
-		if q.timer != nil {
-			q.timer.Stop()
-			q.timer = nil
-		}
-		if len(ops) == 0 {
-			delete(s.behind, session)
-			s.behindMu.Unlock()
-			return nil
-		}
-		q.ops = nil
-		// A lease whose earlier queued write was lost writes nothing more.
-		live := ops[:0]
-		for _, op := range ops {
-			if s.leaseErrLocked(op.run, op.epoch) == nil {
-				live = append(live, op)
-			}
-		}
-		ops = live
-		done := make(chan struct{})
-		q.flushing = done
 		s.behindMu.Unlock()
-
-		var refused map[behindKey]error
-		var err error
-		if len(ops) > 0 {
-			refused, err = s.commitBehind(session, ops)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.behindMu.Lock()
+			return nil, nil, ctx.Err()
 		}
-
 		s.behindMu.Lock()
+	}
+	q := s.behind[session]
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
+	}
+	for _, op := range q.ops {
+		if s.leaseErrLocked(op.run, op.epoch) == nil {
+			ops = append(ops, op)
+		}
+	}
+	clear(q.ops)
+	q.ops = q.ops[:0]
+	if len(ops) == 0 {
+		delete(s.behind, session)
+		return nil, nil, nil
+	}
+	ch := make(chan struct{})
+	q.flushing = ch
+	return ops, func(refused map[behindKey]error, err error) {
+		s.behindMu.Lock()
+		defer s.behindMu.Unlock()
 		for k, rerr := range refused {
 			s.setLeaseErrLocked(k.run, k.epoch, rerr)
 		}
@@ -276,21 +288,15 @@ func (s *Store) flushBehind(ctx context.Context, session string) error {
 			}
 		}
 		q.flushing = nil
-		close(done)
+		close(ch)
 		if len(q.ops) == 0 && q.timer == nil {
 			delete(s.behind, session)
 		}
-		s.behindMu.Unlock()
-		return err
-	}
+	}, nil
 }
 
-// commitBehind commits ops (one session's queue) as one write: each
-// lease's writes are checked against its run under the session's lock, the
-// accepted ones journaled in order, and each run's row takes its last
-// queued phase. It returns the refusals by lease, or err when nothing was
-// committed.
-func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]error, error) {
+// behindRuns are the runs ops write to, in id order.
+func behindRuns(ops []behindOp) []string {
 	var runs []string
 	for _, op := range ops {
 		if !slices.Contains(runs, op.run) {
@@ -298,6 +304,47 @@ func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]erro
 		}
 	}
 	slices.Sort(runs)
+	return runs
+}
+
+// journalBehind journals ops (one session's queue) in t: each lease's
+// writes checked against its run as read under the session's lock
+// (fence), the accepted ones emitted in order. It returns the refusals by
+// lease and each run's last accepted phase.
+func journalBehind(t *tx, session string, ops []behindOp, fence map[string]fenceRow) (map[behindKey]error, map[string]belay.RunPhase, error) {
+	refused := map[behindKey]error{}
+	last := map[string]belay.RunPhase{}
+	for _, op := range ops {
+		k := behindKey{op.run, op.epoch}
+		if _, ok := refused[k]; ok {
+			continue
+		}
+		if err := checkFence(session, &belay.Event{Run: op.run, Epoch: op.epoch}, fence); err != nil {
+			refused[k] = err
+			continue
+		}
+		for _, e := range op.evs {
+			if _, err := t.emit(e); err != nil {
+				return nil, nil, err
+			}
+		}
+		if op.phase != "" {
+			last[op.run] = op.phase
+		}
+	}
+	return refused, last, nil
+}
+
+// setPhase is the update of a run's row to a running phase.
+const setPhase = `UPDATE belay_runs SET phase = $2, status = $3, updated_at = $4 WHERE id = $1`
+
+// commitBehind commits ops (one session's queue) as one write: each
+// lease's writes are checked against its run under the session's lock, the
+// accepted ones journaled in order, and each run's row takes its last
+// queued phase. It returns the refusals by lease, or err when nothing was
+// committed.
+func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]error, error) {
+	runs := behindRuns(ops)
 	var fence map[string]fenceRow
 	var refused map[behindKey]error
 	missing := fmt.Errorf("%w: session %s", belay.ErrNotFound, session)
@@ -308,30 +355,15 @@ func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]erro
 	err := s.share(ctx, session, belay.Buffered, missing, func(b *pgx.Batch, t *tx) {
 		fence = queueFenceRead(b, session, runs)
 	}, func(t *tx) error {
-		refused = map[behindKey]error{}
-		last := map[string]belay.RunPhase{}
-		for _, op := range ops {
-			k := behindKey{op.run, op.epoch}
-			if _, ok := refused[k]; ok {
-				continue
-			}
-			if err := checkFence(session, &belay.Event{Run: op.run, Epoch: op.epoch}, fence); err != nil {
-				refused[k] = err
-				continue
-			}
-			for _, e := range op.evs {
-				if _, err := t.emit(e); err != nil {
-					return err
-				}
-			}
-			if op.phase != "" {
-				last[op.run] = op.phase
-			}
+		var last map[string]belay.RunPhase
+		var err error
+		refused, last, err = journalBehind(t, session, ops, fence)
+		if err != nil {
+			return err
 		}
 		for _, run := range runs {
 			if phase, ok := last[run]; ok {
-				t.queue(`UPDATE belay_runs SET phase = $2, status = $3, updated_at = $4 WHERE id = $1`,
-					run, string(phase), string(phase.Status()), t.now)
+				t.queue(setPhase, run, string(phase), string(phase.Status()), t.now)
 			}
 		}
 		return nil
@@ -345,6 +377,104 @@ func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]erro
 		return refused, nil
 	}
 	return refused, err
+}
+
+// carryBehind makes a write to session as share does, with the session's
+// queued writes ops (taken by takeBehind, done its outcome) committed in
+// the same transaction, journaled before the write's own events: one
+// transaction, and for a run the write updates with its phase (updateRun)
+// one update of its row. The write finds the run at its carried phase
+// (tx.behindPhase).
+//
+// A refused queued write is kept for its lease (at once, so that the
+// lease's own write in this transaction fails with it) and the write goes
+// on. A write that refuses keeps its statements out and the queued writes
+// still commit. When the transaction fails and nothing of it committed,
+// the queued writes are committed alone (commitBehind) and then the write
+// alone, as without this; when its outcome is unknown, every lease it
+// carried keeps that error.
+func (s *Store) carryBehind(ctx context.Context, session string, d belay.Durability, missing error, after func(b *pgx.Batch, t *tx), fn func(t *tx) error, ops []behindOp, done func(map[behindKey]error, error)) error {
+	runs := behindRuns(ops)
+	var fence map[string]fenceRow
+	var refused map[behindKey]error
+	var carried error
+	// outcome is what came of the last transaction that carried ops: 0
+	// unknown (or none carried them yet: reached is false), 1 committed,
+	// 2 refused by the server (nothing of it committed).
+	outcome, reached := 0, false
+	err := s.share(ctx, session, d, missing, func(b *pgx.Batch, t *tx) {
+		fence = queueFenceRead(b, session, runs)
+		if after != nil {
+			after(b, t)
+		}
+	}, func(t *tx) error {
+		carried, outcome = nil, 0
+		var last map[string]belay.RunPhase
+		var err error
+		refused, last, err = journalBehind(t, session, ops, fence)
+		if err != nil {
+			return err
+		}
+		if len(refused) > 0 {
+			s.behindMu.Lock()
+			for k, rerr := range refused {
+				s.setLeaseErrLocked(k.run, k.epoch, rerr)
+			}
+			s.behindMu.Unlock()
+		}
+		// Each run's phase update first, so that the write's reads of its
+		// rows (RETURNING) see them; one the write makes itself is dropped.
+		at := map[string]int{}
+		for _, run := range runs {
+			if phase, ok := last[run]; ok {
+				at[run] = len(t.final.QueuedQueries)
+				t.queue(setPhase, run, string(phase), string(phase.Status()), t.now)
+			}
+		}
+		t.behindPhase = last
+		m := t.mark()
+		if ferr := fn(t); ferr != nil {
+			if t.IsClosed() || t.PgConn().TxStatus() != 'T' {
+				return ferr // a read failed on the server: nothing commits
+			}
+			t.reset(m)
+			carried = ferr
+		}
+		for i := len(runs) - 1; i >= 0; i-- {
+			if k, ok := at[runs[i]]; ok && slices.Contains(t.phaseSet, runs[i]) {
+				t.final.QueuedQueries = slices.Delete(t.final.QueuedQueries, k, k+1)
+			}
+		}
+		t.behindPhase = nil
+		reached = true
+		t.onEnd = func(committed bool) {
+			outcome = 2
+			if committed {
+				outcome = 1
+			}
+		}
+		return nil
+	})
+	switch {
+	case outcome == 1 || err == nil:
+		// Committed (or, with every write refused, nothing to commit).
+		done(refused, nil)
+		if err != nil {
+			return err
+		}
+		return carried
+	case reached && outcome == 0:
+		// Its outcome is unknown: the leases it carried write no more.
+		done(nil, err)
+		return err
+	}
+	// Nothing committed: each alone, the queued writes first.
+	refused, berr := s.commitBehind(session, ops)
+	done(refused, berr)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.share(ctx, session, d, missing, after, fn)
 }
 
 // flushAllBehind commits every session's queue (Close), after refusing

@@ -89,6 +89,75 @@ func TestWriteBehindRidesOnTheNextWrite(t *testing.T) {
 	require.Equal(t, []string{"run.updated:streaming", "run.updated:complete"}, kinds(t, s, sess.ID, base+5))
 }
 
+// TestWriteBehindCarriedByTheNextWrite: the session's next write commits
+// the queue in its own transaction. An update of the run that sets its
+// phase updates its row once for both; a write that refuses leaves the
+// queue committed; a write that leaves the phase finds (and returns) the
+// run at the queued phase.
+func TestWriteBehindCarriedByTheNextWrite(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	// Every update of a run's row is counted, with its transaction.
+	_, err := s.Pool().Exec(ctx, `CREATE TABLE run_updates (run text, xid xid8);
+		CREATE FUNCTION count_run_update() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO run_updates VALUES (NEW.id, pg_current_xact_id()); RETURN NEW; END $$;
+		CREATE TRIGGER count_run_update BEFORE UPDATE ON belay_runs FOR EACH ROW EXECUTE FUNCTION count_run_update()`)
+	require.NoError(t, err)
+	sess, run := leasedRun(t, s)
+	base := run.InputSeq + 1
+	text := func(x string) belay.Event {
+		return belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
+	}
+	// xids returns the distinct transactions of the session's events
+	// after seq after.
+	xids := func(after uint64) int {
+		var n int
+		require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM belay_events WHERE session = $1 AND seq > $2`, sess.ID, int64(after)).Scan(&n))
+		return n
+	}
+	updates := func() int {
+		var n int
+		require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM run_updates WHERE run = $1`, run.ID).Scan(&n))
+		return n
+	}
+
+	// A write that leaves the phase: the run is returned at the queued one.
+	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}))
+	require.NoError(t, s.AppendBehind(sess.ID, text("a")))
+	renewed, err := s.RenewRunLease(ctx, run.ID, run.Epoch, time.Minute, nil)
+	require.NoError(t, err)
+	require.Equal(t, belay.PhaseStreaming, renewed.Phase)
+	require.Equal(t, []string{"run.updated:streaming", "run.text:a", "run.renewed"}, kinds(t, s, sess.ID, base))
+	require.Equal(t, 1, xids(base), "one transaction")
+	base += 3
+
+	// A write that refuses: the queue commits all the same.
+	require.NoError(t, s.AppendBehind(sess.ID, text("b")))
+	_, err = s.RenewRunLease(ctx, run.ID, run.Epoch+1, time.Minute, nil)
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+	require.Equal(t, []string{"run.text:b"}, kinds(t, s, sess.ID, base))
+	base++
+
+	// The run's own update: one transaction, one update of its row.
+	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing, Buffered: true}))
+	require.NoError(t, s.AppendBehind(sess.ID, text("c")))
+	before := updates()
+	// Without a phase of its own the update keeps the queued one.
+	got, err := s.UpdateRun(ctx, run.ID, run.Epoch, belay.RunUpdate{Data: json.RawMessage(`{"note":1}`)})
+	require.NoError(t, err)
+	require.Equal(t, belay.PhaseFinishing, got.Phase)
+	require.Equal(t, before+1, updates(), "the queued phase and the update are one update of the row")
+	done, err := s.UpdateRun(ctx, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err)
+	require.Equal(t, belay.RunComplete, done.Status)
+	require.Equal(t, []string{"run.updated:finishing", "run.text:c", "run.updated:", "run.updated:complete"}, kinds(t, s, sess.ID, base))
+	require.Equal(t, 2, xids(base))
+	stored, err := s.Run(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, belay.PhaseComplete, stored.Phase)
+}
+
 // TestWriteBehindCommitsAlone: with no other write to the session, a
 // queue is committed by itself, soon.
 func TestWriteBehindCommitsAlone(t *testing.T) {

@@ -364,7 +364,9 @@ func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now ti
 	if err != nil || len(locked) == 0 {
 		return nil, err
 	}
-	rows, err = q.Query(ctx, `SELECT r.id, r.session, r.epoch FROM belay_runs r WHERE r.id = ANY($3) AND `+cond+` ORDER BY r.ord`, owner, now, locked)
+	rows, err = q.Query(ctx, `SELECT r.id, r.session, r.epoch FROM unnest($3::text[]) AS k(id)
+		CROSS JOIN LATERAL (SELECT id, session, epoch, status, lease_owner, lease_expires_at, ord FROM belay_runs WHERE id = k.id OFFSET 0) r
+		WHERE `+cond+` ORDER BY r.ord`, owner, now, locked)
 	if err != nil {
 		return nil, err
 	}
@@ -462,10 +464,14 @@ func (s *Store) claimable(ctx context.Context, q *pgx.Conn, lim store.Limits, ma
 		// A page of candidates, their sessions locked. Providers at their
 		// cap are left out, so a page is never all runs that cannot start.
 		page := 2*max + 8
-		rows, err := q.Query(ctx, `SELECT r.id FROM belay_ready y JOIN belay_runs r ON r.id = y.run JOIN belay_sessions s ON s.id = r.session
+		// Each step a lookup by key, in the ready runs' order (see
+		// planRobust).
+		rows, err := q.Query(ctx, `SELECT r.id FROM (SELECT run, priority, ord FROM belay_ready ORDER BY priority DESC, ord OFFSET 0) y
+			CROSS JOIN LATERAL (SELECT id, session, provider, status FROM belay_runs WHERE id = y.run OFFSET 0) r
+			CROSS JOIN LATERAL (SELECT id FROM belay_sessions WHERE id = r.session OFFSET 0) s
 			WHERE r.status = 'queued' AND r.provider <> ALL($1) AND r.id <> ALL($2)
 			  AND r.id = (SELECT n.id FROM belay_runs n WHERE n.session = r.session AND n.status = 'queued' ORDER BY `+queuedOrder+` LIMIT 1)
-			  AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running')
+			  AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running' OFFSET 0)
 			ORDER BY y.priority DESC, y.ord
 			LIMIT $3
 			FOR UPDATE OF s SKIP LOCKED`, fullProviders, seen, page)
@@ -481,10 +487,11 @@ func (s *Store) claimable(ctx context.Context, q *pgx.Conn, lim store.Limits, ma
 		}
 		seen = append(seen, locked...)
 		// Under the locks, the same test on a fresh snapshot.
-		rows, err = q.Query(ctx, `SELECT r.id, r.session, r.provider, r.epoch FROM belay_runs r
-			WHERE r.id = ANY($1) AND r.status = 'queued'
+		rows, err = q.Query(ctx, `SELECT r.id, r.session, r.provider, r.epoch FROM unnest($1::text[]) AS k(id)
+			CROSS JOIN LATERAL (SELECT id, session, provider, epoch, status, priority, ord FROM belay_runs WHERE id = k.id OFFSET 0) r
+			WHERE r.status = 'queued'
 			  AND r.id = (SELECT n.id FROM belay_runs n WHERE n.session = r.session AND n.status = 'queued' ORDER BY `+queuedOrder+` LIMIT 1)
-			  AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running')
+			  AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running' OFFSET 0)
 			ORDER BY r.priority DESC, r.ord`, locked)
 		if err != nil {
 			return nil, err
@@ -529,7 +536,8 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 		}
 	}
 	lastSeq := map[string]uint64{}
-	rows, err := q.Query(ctx, `SELECT id, last_seq FROM belay_sessions WHERE id = ANY($1)`, sessions)
+	rows, err := q.Query(ctx, `SELECT s.id, s.last_seq FROM unnest($1::text[]) AS k(id)
+		CROSS JOIN LATERAL (SELECT id, last_seq FROM belay_sessions WHERE id = k.id OFFSET 0) s`, sessions)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -569,25 +577,30 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 		SELECT e.session, e.seq, $1, $2, e.run, e.epoch, e.data::json
 		FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::text[]) AS e(session, seq, run, epoch, data)`,
 		now, belay.EventRunLeased, evSessions, seqs, runs, epochs, data)
-	b.Queue(`UPDATE belay_runs r SET epoch = g.epoch, lease_owner = $1, lease_granted_at = $2, lease_expires_at = $3, updated_at = $2,
-			phase = CASE WHEN r.phase = 'queued' THEN 'admitted' ELSE r.phase END,
-			status = CASE WHEN r.phase = 'queued' THEN 'running' ELSE r.status END,
-			started_at = CASE WHEN r.phase = 'queued' THEN $2 ELSE r.started_at END,
-			front = false
-		FROM unnest($4::text[], $5::bigint[]) AS g(id, epoch) WHERE r.id = g.id`, owner, now, expires, runs, epochs)
-	// The claimed runs are not ready any more; no other run of their
-	// sessions was (each was its session's next run).
-	b.Queue(`DELETE FROM belay_ready WHERE run = ANY($1)`, runs)
-	b.Queue(`UPDATE belay_sessions s SET last_seq = c.seq, updated_at = $1, last_event_at = $1
-		FROM unnest($2::text[], $3::bigint[]) AS c(id, seq) WHERE s.id = c.id`, now, sessions, counters)
+	// A row per statement, by key (planRobust).
+	for i, id := range runs {
+		b.Queue(`UPDATE belay_runs SET epoch = $5, lease_owner = $1, lease_granted_at = $2, lease_expires_at = $3, updated_at = $2,
+				phase = CASE WHEN phase = 'queued' THEN 'admitted' ELSE phase END,
+				status = CASE WHEN phase = 'queued' THEN 'running' ELSE status END,
+				started_at = CASE WHEN phase = 'queued' THEN $2 ELSE started_at END,
+				front = false
+			WHERE id = $4`, owner, now, expires, id, epochs[i])
+		// Not ready any more; no other run of its session was (it was
+		// its session's next run).
+		b.Queue(`DELETE FROM belay_ready WHERE run = $1`, id)
+	}
+	for i, id := range sessions {
+		b.Queue(`UPDATE belay_sessions SET last_seq = $3, updated_at = $1, last_event_at = $1 WHERE id = $2`, now, id, counters[i])
+	}
 	// The runs as leased, with what their runners read first: the input
 	// (from its run.created event) and the session (locked here).
 	byID := map[string]store.Claimed{}
 	// The session is active: the claimed run is running in it (no probe).
 	b.Queue(`SELECT r.*, (SELECT e.data::text FROM belay_events e WHERE e.session = r.run_session AND e.seq = r.run_input AND e.type = $2),
 			`+sessionColsActive+`
-		FROM (SELECT `+runCols+`, session AS run_session, input_seq AS run_input FROM belay_runs WHERE id = ANY($1)) r
-		JOIN belay_sessions s ON s.id = r.run_session`, runs, belay.EventRunCreated).Query(func(rows pgx.Rows) error {
+		FROM unnest($1::text[]) AS k(id)
+		CROSS JOIN LATERAL (SELECT `+runCols+`, session AS run_session, input_seq AS run_input FROM belay_runs WHERE id = k.id OFFSET 0) r
+		CROSS JOIN LATERAL (SELECT * FROM belay_sessions WHERE id = r.run_session OFFSET 0) s`, runs, belay.EventRunCreated).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var c claimedRow
 			if err := rows.Scan(c.dest()...); err != nil {

@@ -73,10 +73,15 @@ type sharer struct {
 // (t.queue, t.emit, t.tail): what it executes itself would be committed
 // with the others even if it then failed.
 func (s *Store) shared(ctx context.Context, session string, d belay.Durability, missing error, after func(b *pgx.Batch, t *tx), fn func(t *tx) error) error {
-	// The session's queued writes go first (behind.go). Their failure is
-	// kept for their lease, not this write's: it goes on after them.
-	if err := s.flushBehind(ctx, session); err != nil && ctx.Err() != nil {
+	// The session's queued writes go first, in the same transaction
+	// (behind.go). Their failure is kept for their lease, not this
+	// write's: it goes on after them.
+	ops, done, err := s.takeBehind(ctx, session)
+	if err != nil {
 		return err
+	}
+	if done != nil {
+		return s.carryBehind(ctx, session, d, missing, after, fn, ops, done)
 	}
 	return s.share(ctx, session, d, missing, after, fn)
 }
@@ -210,8 +215,10 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 			ids[i], byID[op.session] = op.session, ts[i]
 		}
 		found := map[string]bool{}
-		b.Queue(`SELECT id, last_seq, provider, model, coalesce($2::timestamptz, now()) FROM belay_sessions
-			WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids, s.nowArg()).Query(func(rows pgx.Rows) error {
+		// Each locked by key, in the order of ids (planRobust).
+		b.Queue(`SELECT s.id, s.last_seq, s.provider, s.model, coalesce($2::timestamptz, now()) FROM unnest($1::text[]) AS k(id)
+			CROSS JOIN LATERAL (SELECT id, last_seq, provider, model FROM belay_sessions WHERE id = k.id FOR UPDATE) s`,
+			ids, s.nowArg()).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id string
 				var lastSeq int64
@@ -300,11 +307,23 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 		var sessions []string
 		for i, t := range ts {
 			if errs[i] == nil {
+				if t.onEnd != nil {
+					t.onEnd(true)
+				}
 				n += t.executed
 				sessions = append(sessions, t.session)
 			}
 		}
 		s.committed(n, sessions...)
+	}
+	if !committed && retry {
+		// Nothing of it committed (each write is made again alone, or not
+		// at all if the connection is gone).
+		for _, t := range ts {
+			if t != nil && t.onEnd != nil {
+				t.onEnd(false)
+			}
+		}
 	}
 	if err != nil {
 		if retry && !conn.IsClosed() {

@@ -214,16 +214,16 @@ func (s *Store) Changes(ctx context.Context, after uint64, max int) ([]store.Cha
 	if _, err := s.sequence(ctx, true); err != nil {
 		return nil, after, err
 	}
-	limit := "ALL"
-	if max > 0 {
-		limit = fmt.Sprint(max)
-	}
 	// One statement, one snapshot: the head, the floor and the rows agree.
+	// Cursors are dense, so the rows are read by key, one per cursor from
+	// after to the head (planRobust; a range scan's plan could turn into a
+	// scan of the table).
 	rows, err := s.pool.Query(ctx, `SELECT h.floor, h.head, c.cursor, c.session, c.seq, c.type, c.run, c.delivery, c.ended
 		FROM belay_change_head h LEFT JOIN LATERAL (
-			SELECT cursor, session, seq, type, coalesce(run, '') AS run, coalesce(delivery, '') AS delivery, ended
-			FROM belay_changes WHERE cursor > $1 ORDER BY cursor LIMIT `+limit+`
-		) c ON true ORDER BY c.cursor`, int64(after))
+			SELECT x.cursor, x.session, x.seq, x.type, coalesce(x.run, '') AS run, coalesce(x.delivery, '') AS delivery, x.ended
+			FROM generate_series(greatest($1::bigint, h.floor) + 1, CASE WHEN $2::bigint > 0 THEN least(h.head, $1::bigint + $2::bigint) ELSE h.head END) AS k(cur)
+			CROSS JOIN LATERAL (SELECT cursor, session, seq, type, run, delivery, ended FROM belay_changes WHERE cursor = k.cur OFFSET 0) x
+		) c ON true ORDER BY c.cursor`, int64(after), int64(max))
 	if err != nil {
 		return nil, after, s.wrap(err)
 	}

@@ -373,6 +373,20 @@ type tx struct {
 	// reready says the session's queued or running runs changed: which of
 	// its runs is ready is set again at commit (refreshReady).
 	reready bool
+	// readyNew are the runs created queued behind nothing (not in front):
+	// each is ready when its session has no other queued or running run
+	// (set at commit by markReady, cheaper than refreshReady).
+	readyNew []string
+	// behindPhase is each run's last phase in the session's queued writes
+	// this write carries (carryBehind): the run's phase as fn finds it.
+	behindPhase map[string]belay.RunPhase
+	// phaseSet are the runs whose row this write sets with their phase
+	// (updateRun): a carried phase of theirs needs no update of its own.
+	phaseSet []string
+	// onEnd learns what came of the transaction once that is known: it
+	// committed (true), or the server refused it and nothing of it
+	// committed (false). It is not called when the outcome is unknown.
+	onEnd func(committed bool)
 	// executed counts the changes already sent by execute.
 	executed int
 	// deliveryKeys are the items (type, key) of the session read with
@@ -486,7 +500,19 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		}
 		queueChanges(&t.final, t.changes)
 		t.final.Queue(`COMMIT`)
-		return t.SendBatch(ctx, &t.final).Close()
+		err := t.SendBatch(ctx, &t.final).Close()
+		var pe *pgconn.PgError
+		if t.onEnd != nil {
+			switch {
+			case err == nil || !errors.As(err, &pe) && !t.IsClosed() && t.PgConn().TxStatus() == 'I':
+				// Committed (with err, a callback failed reading a result).
+				t.onEnd(true)
+			case errors.As(err, &pe):
+				// The server refused a statement, or COMMIT.
+				t.onEnd(false)
+			}
+		}
+		return err
 	}()
 	if err != nil {
 		if !t.IsClosed() && t.PgConn().TxStatus() != 'I' {
@@ -521,13 +547,13 @@ func (s *Store) execute(t *tx) error {
 
 // txMark is what t had queued at a point, to drop what came after.
 type txMark struct {
-	queued, tail, evs, changes int
-	lastSeq                    uint64
-	changed                    bool
+	queued, tail, evs, changes, readyNew, phaseSet int
+	lastSeq                                        uint64
+	changed, reready                               bool
 }
 
 func (t *tx) mark() txMark {
-	return txMark{len(t.final.QueuedQueries), len(t.tail), len(t.evs), len(t.changes), t.lastSeq, t.changed}
+	return txMark{len(t.final.QueuedQueries), len(t.tail), len(t.evs), len(t.changes), len(t.readyNew), len(t.phaseSet), t.lastSeq, t.changed, t.reready}
 }
 
 // reset drops what t queued after m (nothing of it was sent).
@@ -535,8 +561,23 @@ func (t *tx) reset(m txMark) {
 	clear(t.final.QueuedQueries[m.queued:])
 	t.final.QueuedQueries = t.final.QueuedQueries[:m.queued]
 	t.tail, t.evs, t.changes = t.tail[:m.tail], t.evs[:m.evs], t.changes[:m.changes]
-	t.lastSeq, t.changed = m.lastSeq, m.changed
+	t.readyNew, t.phaseSet = t.readyNew[:m.readyNew], t.phaseSet[:m.phaseSet]
+	t.lastSeq, t.changed, t.reready = m.lastSeq, m.changed, m.reready
 }
+
+// planRobust: the statements a write or a claim runs reach each row by
+// its key, whatever the planner's statistics say. pgx prepares each
+// statement once per connection and PostgreSQL then reuses one generic
+// plan, made from the statistics of that moment: on a new database (every
+// table empty and never analyzed) it chose a scan of the whole table for
+// "id = ANY($1)" and for "UPDATE ... FROM unnest(...)", and kept it as
+// the tables grew (a table-wide scan per statement, thousands of rows a
+// run); with statistics taken while no run was queued, the claim's walk
+// scanned every queued run per ready one. So a set of rows is looked up
+// through unnest and a LATERAL subquery by key (OFFSET 0 keeps it from
+// being flattened into a join the planner may turn into a scan), and a
+// set of updates is a statement per row by key, which the pipeline sends
+// in the same round trip.
 
 // refreshReady is the statement that sets which queued run of each
 // session of $1 is ready (belay_ready, migration 11): the session's next
@@ -546,24 +587,53 @@ const refreshReady = `WITH want AS (
 		SELECT h.id, c.session, h.priority, h.ord FROM unnest($1::text[]) AS c(session)
 		CROSS JOIN LATERAL (SELECT n.id, n.priority, n.ord FROM belay_runs n
 			WHERE n.session = c.session AND n.status = 'queued' ORDER BY ` + queuedOrder + ` LIMIT 1) h
-		WHERE NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = c.session AND a.status = 'running')),
-	gone AS (DELETE FROM belay_ready y WHERE y.session = ANY($1) AND NOT EXISTS (SELECT 1 FROM want w WHERE w.id = y.run))
+		WHERE NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = c.session AND a.status = 'running' OFFSET 0)),
+	gone AS (DELETE FROM belay_ready y WHERE y.ctid = ANY(ARRAY(
+		SELECT x.ctid FROM unnest($1::text[]) AS c(session)
+		CROSS JOIN LATERAL (SELECT ctid, run FROM belay_ready WHERE session = c.session OFFSET 0) x
+		WHERE NOT EXISTS (SELECT 1 FROM want w WHERE w.id = x.run))))
 	INSERT INTO belay_ready (run, session, priority, ord) SELECT id, session, priority, ord FROM want
 	ON CONFLICT (run) DO NOTHING`
 
-// queueReady queues refreshReady for the sessions whose runs changed.
-func queueReady(b *pgx.Batch, sessions []string) {
+// markReady is the statement that makes each run of $1, just created
+// queued and not in front, ready when its session has no other queued
+// run and none running: refreshReady's outcome for a session whose only
+// change is that run. Its subqueries are kept from being flattened into
+// joins (OFFSET 0): on a new database, whose tables have no statistics
+// yet, a cached plan of the joins scanned every queued run on each call;
+// these are index lookups whatever the statistics.
+const markReady = `INSERT INTO belay_ready (run, session, priority, ord)
+	SELECT r.id, r.session, r.priority, r.ord FROM unnest($1::text[]) AS c(id)
+	CROSS JOIN LATERAL (SELECT n.id, n.session, n.priority, n.ord FROM belay_runs n WHERE n.id = c.id OFFSET 0) r
+	WHERE NOT EXISTS (SELECT 1 FROM belay_runs q WHERE q.session = r.session AND q.status = 'queued' AND q.id <> r.id OFFSET 0)
+		AND NOT EXISTS (SELECT 1 FROM belay_runs a WHERE a.session = r.session AND a.status = 'running' OFFSET 0)
+	ON CONFLICT (run) DO NOTHING`
+
+// queueReady queues what sets the ready runs of ts's sessions: the
+// refresh for sessions whose queued or running runs changed, or markReady
+// for those whose only change is one new run.
+func queueReady(b *pgx.Batch, ts ...*tx) {
+	var sessions, runs []string
+	for _, t := range ts {
+		switch {
+		case t.reready || len(t.readyNew) > 1:
+			sessions = append(sessions, t.session)
+		case len(t.readyNew) == 1:
+			runs = append(runs, t.readyNew[0])
+		}
+		t.reready, t.readyNew = false, nil
+	}
 	if len(sessions) > 0 {
 		b.Queue(refreshReady, sessions)
+	}
+	if len(runs) > 0 {
+		b.Queue(markReady, runs)
 	}
 }
 
 // flush queues t's events and the session's counter for the commit.
 func (s *Store) flush(t *tx) {
-	if t.reready {
-		queueReady(&t.final, []string{t.session})
-		t.reready = false
-	}
+	queueReady(&t.final, t)
 	if len(t.evs) == 0 {
 		return
 	}
@@ -599,14 +669,7 @@ func flushMany(b *pgx.Batch, ts []*tx) {
 	var changedAt []bool
 	var nows []time.Time
 	var changes []store.Change
-	var reready []string
-	for _, t := range ts {
-		if t.reready {
-			reready = append(reready, t.session)
-			t.reready = false
-		}
-	}
-	queueReady(b, reready)
+	queueReady(b, ts...)
 	for _, t := range ts {
 		changes = append(changes, t.changes...)
 		if len(t.evs) == 0 {
@@ -626,10 +689,11 @@ func flushMany(b *pgx.Batch, ts []*tx) {
 			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
 				AS e(session, seq, ts, type, idem, run, epoch, data)`,
 			sessions, seqs, stamps, types, idems, runs, epochs, data)
-		b.Queue(`UPDATE belay_sessions s SET last_seq = c.seq, last_event_at = c.ts,
-				updated_at = CASE WHEN c.changed THEN c.ts ELSE s.updated_at END
-			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::bool[]) AS c(id, seq, ts, changed) WHERE s.id = c.id`,
-			counted, counters, nows, changedAt)
+		// A row per statement, by key (planRobust).
+		for i, id := range counted {
+			b.Queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3,
+				updated_at = CASE WHEN $4 THEN $3 ELSE updated_at END WHERE id = $1`, id, counters[i], nows[i], changedAt[i])
+		}
 	}
 	queueChanges(b, changes)
 	for _, t := range ts {

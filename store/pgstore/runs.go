@@ -157,7 +157,11 @@ func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, ses
 	if len(in.Meta) > 0 {
 		meta = in.Meta
 	}
-	t.reready = true
+	if front {
+		t.reready = true
+	} else {
+		t.readyNew = append(t.readyNew, p.ID)
+	}
 	r := lockedRun{out: out}
 	r.set(t, `INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front, tags, meta)
 		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)`,
@@ -373,6 +377,10 @@ func (s *Store) withRunOpen(ctx context.Context, id string, extra func(b *pgx.Ba
 		// A write made again alone after its shared transaction failed
 		// starts over: what the failed attempt set was never committed.
 		r.returned, out = false, belay.Run{}
+		if phase, ok := t.behindPhase[id]; ok {
+			// The session's queued writes this write carries moved it.
+			r.phase, r.status = phase, phase.Status()
+		}
 		if err := fn(t, &r); err != nil {
 			return err
 		}
@@ -558,6 +566,7 @@ func (s *Store) updateRun(t *tx, id string, epoch uint64, r *lockedRun, u belay.
 	if terminal {
 		t.reready = true // the session's next run may be ready now
 	}
+	t.phaseSet = append(t.phaseSet, id)
 	r.set(t, `UPDATE belay_runs SET phase = $2, status = $3,
 		attempt = CASE WHEN $4 <> 0 THEN $4 ELSE attempt END,
 		error_class = coalesce($5, error_class), error_message = CASE WHEN $5::text IS NOT NULL THEN $6 ELSE error_message END,

@@ -378,7 +378,9 @@ type fenceRow struct {
 // session); the map it returns is filled when the batch is read.
 func queueFenceRead(b *pgx.Batch, session string, runs []string) map[string]fenceRow {
 	rows := map[string]fenceRow{}
-	b.Queue(`SELECT id, status, epoch, lease_owner IS NOT NULL FROM belay_runs WHERE id = ANY($1) AND session = $2`, runs, session).Query(func(r pgx.Rows) error {
+	b.Queue(`SELECT r.id, r.status, r.epoch, r.lease_owner IS NOT NULL FROM unnest($1::text[]) AS k(id)
+		CROSS JOIN LATERAL (SELECT id, status, epoch, lease_owner, session FROM belay_runs WHERE id = k.id OFFSET 0) r
+		WHERE r.session = $2`, runs, session).Query(func(r pgx.Rows) error {
 		for r.Next() {
 			var id string
 			var f fenceRow
