@@ -259,17 +259,18 @@ type Change struct {
 }
 
 // InFeed reports whether a store event's change is in the change feed:
-// what a follower acts on (a new session or run, a lease granted or
-// released, a cancel request, a run's end, an inbox change). A running
-// run's phase changes, lease renewals and notification claims are not:
-// they concern only the run's owner or the notifier, which read them
-// from the session, and leaving them out spares every store a feed
-// record per step of every run.
+// what a follower acts on (a new session or run, a lease released, a
+// cancel request, a run's end, an inbox change). A lease granted, a
+// running run's phase changes, lease renewals and notification claims
+// are not: they concern only the run's owner (the claim that granted the
+// lease returns it) or the notifier, which read them from the session,
+// and leaving them out spares every store a feed record per step of
+// every run.
 func InFeed(c Change) bool {
 	switch c.Type {
 	case belay.EventRunUpdated:
 		return c.Ended
-	case belay.EventRunRenewed, belay.EventNotifyClaimed, belay.EventNotifySettled:
+	case belay.EventRunLeased, belay.EventRunRenewed, belay.EventNotifyClaimed, belay.EventNotifySettled:
 		return false
 	}
 	return belay.StoreEventType(c.Type)

@@ -408,7 +408,7 @@ func (s *Store) carryBehind(ctx context.Context, session string, d belay.Durabil
 			after(b, t)
 		}
 	}, func(t *tx) error {
-		carried, outcome = nil, 0
+		carried, outcome, reached = nil, 0, false
 		var last map[string]belay.RunPhase
 		var err error
 		refused, last, err = journalBehind(t, session, ops, fence)

@@ -297,7 +297,10 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 	var sessions []string
 	nchanges := 0
 	err = func() error {
-		if _, err := q.Exec(ctx, `BEGIN`); err != nil {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		b.Queue(genericPlans)
+		if err := q.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		var now time.Time
@@ -556,7 +559,7 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 	}
 	n := len(grants)
 	evSessions, seqs, runs, epochs, data := make([]string, n), make([]int64, n), make([]string, n), make([]int64, n), make([]string, n)
-	changes := make([]store.Change, n)
+	var changes []store.Change
 	for i := range grants {
 		g := &grants[i]
 		lastSeq[g.session]++
@@ -566,7 +569,9 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 			return nil, nil, nil, err
 		}
 		evSessions[i], seqs[i], runs[i], epochs[i], data[i] = g.session, int64(g.seq), g.id, int64(g.epoch), string(raw)
-		changes[i] = store.Change{Session: g.session, Seq: g.seq, Type: belay.EventRunLeased, Run: g.id}
+		if c := (store.Change{Session: g.session, Seq: g.seq, Type: belay.EventRunLeased, Run: g.id}); store.InFeed(c) {
+			changes = append(changes, c)
+		}
 	}
 	counters := make([]int64, len(sessions))
 	for i, id := range sessions {

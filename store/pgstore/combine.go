@@ -199,10 +199,11 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 	conn := pc.Conn()
 	ts := make([]*tx, len(ops))
 	errs = make([]error, len(ops))
-	committed := false
+	committed, sent := false, false
 	err = func() error {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
+		b.Queue(genericPlans)
 		if d == belay.Buffered {
 			b.Queue(`SET LOCAL synchronous_commit = off`)
 		}
@@ -266,7 +267,7 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 			ok = append(ok, t)
 			final.QueuedQueries = append(final.QueuedQueries, t.final.QueuedQueries...)
 		}
-		// Every write's events, counters and changes in three statements;
+		// Every write's events, counters and changes merged (flushMany);
 		// then the reads of the final state.
 		flushMany(final, ok)
 		for _, t := range ok {
@@ -281,6 +282,7 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 			return err
 		}
 		final.Queue(`COMMIT`)
+		sent = true
 		err := conn.SendBatch(ctx, final).Close()
 		var pe *pgconn.PgError
 		switch {
@@ -316,9 +318,9 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 		}
 		s.committed(n, sessions...)
 	}
-	if !committed && retry {
-		// Nothing of it committed (each write is made again alone, or not
-		// at all if the connection is gone).
+	if !committed && (retry || !sent) {
+		// Nothing of it committed: COMMIT was never sent, or the server
+		// refused the transaction (each write is then made again alone).
 		for _, t := range ts {
 			if t != nil && t.onEnd != nil {
 				t.onEnd(false)

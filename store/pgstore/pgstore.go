@@ -483,6 +483,7 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 	err = func() error {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
+		b.Queue(genericPlans)
 		if d == belay.Buffered {
 			b.Queue(`SET LOCAL synchronous_commit = off`)
 		}
@@ -503,12 +504,16 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		err := t.SendBatch(ctx, &t.final).Close()
 		var pe *pgconn.PgError
 		if t.onEnd != nil {
+			// The batch ends with one Sync: a statement the server refuses
+			// aborts the transaction and COMMIT is skipped (status 'E').
 			switch {
 			case err == nil || !errors.As(err, &pe) && !t.IsClosed() && t.PgConn().TxStatus() == 'I':
 				// Committed (with err, a callback failed reading a result).
 				t.onEnd(true)
-			case errors.As(err, &pe):
-				// The server refused a statement, or COMMIT.
+			case errors.As(err, &pe) && !t.IsClosed():
+				// The server refused a statement: nothing committed. (A
+				// FATAL error closes the connection: COMMIT may have been
+				// carried out before it, so that outcome is unknown.)
 				t.onEnd(false)
 			}
 		}
@@ -578,6 +583,15 @@ func (t *tx) reset(m txMark) {
 // being flattened into a join the planner may turn into a scan), and a
 // set of updates is a statement per row by key, which the pipeline sends
 // in the same round trip.
+
+// genericPlans makes a write transaction's statements run on their
+// cached generic plans. Without it PostgreSQL plans a statement again on
+// every call when the plan for the call's values looks cheaper than the
+// generic one, as it does for a lookup of a set by key whose set it cannot
+// size ahead (markReady, the fence read): planning cost more than
+// running them. The write statements are planRobust, so their generic
+// plans hold for any values.
+const genericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 
 // refreshReady is the statement that sets which queued run of each
 // session of $1 is ready (belay_ready, migration 11): the session's next
