@@ -31,6 +31,11 @@ func leasedRun(t *testing.T, s *pgstore.Store) (belay.Session, belay.Run) {
 	return sess, run
 }
 
+// runText is a run.text event of run's lease.
+func runText(run belay.Run, x string) belay.Event {
+	return belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
+}
+
 // kinds lists a session's events from seq after as "type" or
 // "run.updated:phase" or "run.text:text", checking their seqs have no gap.
 func kinds(t *testing.T, s store.Store, session string, after uint64) []string {
@@ -65,9 +70,7 @@ func TestWriteBehindRidesOnTheNextWrite(t *testing.T) {
 	defer s.Close()
 	sess, run := leasedRun(t, s)
 	base := run.InputSeq + 1 // run.created, then run.leased
-	text := func(x string) belay.Event {
-		return belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
-	}
+	text := func(x string) belay.Event { return runText(run, x) }
 	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}))
 	require.NoError(t, s.AppendBehind(sess.ID, text("a"), text("b")))
 	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseFinishing, Buffered: true, Data: json.RawMessage(`{"stopReason":"end_turn"}`)}))
@@ -106,9 +109,7 @@ func TestWriteBehindCarriedByTheNextWrite(t *testing.T) {
 	require.NoError(t, err)
 	sess, run := leasedRun(t, s)
 	base := run.InputSeq + 1
-	text := func(x string) belay.Event {
-		return belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
-	}
+	text := func(x string) belay.Event { return runText(run, x) }
 	// xids returns the distinct transactions of the session's events
 	// after seq after.
 	xids := func(after uint64) int {
@@ -183,11 +184,8 @@ func TestWriteBehindRefusesAStaleLease(t *testing.T) {
 	cur, err := s.AcquireRunLease(ctx, old.ID, "rescuer", time.Minute, old.Epoch)
 	require.NoError(t, err)
 	base := cur.InputSeq + 2
-	ev := func(r belay.Run, x string) belay.Event {
-		return belay.Event{Type: belay.EventRunText, Run: r.ID, Epoch: r.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
-	}
-	require.NoError(t, s.AppendBehind(sess.ID, ev(old, "stale")))
-	require.NoError(t, s.AppendBehind(sess.ID, ev(cur, "current")))
+	require.NoError(t, s.AppendBehind(sess.ID, runText(old, "stale")))
+	require.NoError(t, s.AppendBehind(sess.ID, runText(cur, "current")))
 	require.NoError(t, s.UpdateRunBehind(sess.ID, old.ID, old.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}))
 	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "app.note", Data: json.RawMessage(`{}`)})
 	require.NoError(t, err)
@@ -197,11 +195,11 @@ func TestWriteBehindRefusesAStaleLease(t *testing.T) {
 	require.Equal(t, belay.PhaseAdmitted, got.Phase, "the stale lease's phase is not applied")
 	// The stale lease's next write is told, once; the store's own check
 	// refuses it after that.
-	err = s.AppendBehind(sess.ID, ev(old, "again"))
+	err = s.AppendBehind(sess.ID, runText(old, "again"))
 	require.ErrorIs(t, err, belay.ErrStaleEpoch)
 	_, err = s.UpdateRun(ctx, old.ID, old.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming})
 	require.ErrorIs(t, err, belay.ErrStaleEpoch)
-	require.NoError(t, s.AppendBehind(sess.ID, ev(cur, "more")))
+	require.NoError(t, s.AppendBehind(sess.ID, runText(cur, "more")))
 }
 
 // TestWriteBehindFailedCommit: a queue whose commit the database refuses
@@ -218,9 +216,7 @@ func TestWriteBehindFailedCommit(t *testing.T) {
 	require.NoError(t, err)
 	sess, run := leasedRun(t, s)
 	base := run.InputSeq + 1
-	text := func(x string) belay.Event {
-		return belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
-	}
+	text := func(x string) belay.Event { return runText(run, x) }
 	require.NoError(t, s.UpdateRunBehind(sess.ID, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseStreaming, Buffered: true}))
 	require.NoError(t, s.AppendBehind(sess.ID, text("boom")))
 	_, err = s.Append(ctx, sess.ID, belay.Sync, belay.Event{Type: "app.note", Data: json.RawMessage(`{}`)})
@@ -252,9 +248,7 @@ func TestWriteBehindDropsWhatFollowsALoss(t *testing.T) {
 		CREATE TRIGGER slow_boom BEFORE INSERT ON belay_events FOR EACH ROW EXECUTE FUNCTION slow_boom()`)
 	require.NoError(t, err)
 	sess, run := leasedRun(t, s)
-	text := func(x string) belay.Event {
-		return belay.Event{Type: belay.EventRunText, Run: run.ID, Epoch: run.Epoch, Data: json.RawMessage(`{"text":"` + x + `"}`)}
-	}
+	text := func(x string) belay.Event { return runText(run, x) }
 	require.NoError(t, s.AppendBehind(sess.ID, text("boom")))
 	// Queued while the first queue commits (and fails), or before: either
 	// way it must not be journaled after the lost write.
