@@ -394,6 +394,17 @@ func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]erro
 // alone, as without this; when its outcome is unknown, every lease it
 // carried keeps that error.
 func (s *Store) carryBehind(ctx context.Context, session string, d belay.Durability, missing error, after func(b *pgx.Batch, t *tx), fn func(t *tx) error, ops []behindOp, done func(map[behindKey]error, error)) error {
+	if ctx.Err() != nil {
+		// Not started: the queue alone.
+		refused, err := s.commitBehind(session, ops)
+		done(refused, err)
+		return ctx.Err()
+	}
+	// Once started it is carried out whatever the caller's context says,
+	// bounded as a shared transaction: the queue is other writes' too,
+	// and a caller that gave up must not leave its outcome unknown.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTimeout)
+	defer cancel()
 	runs := behindRuns(ops)
 	var fence map[string]fenceRow
 	var refused map[behindKey]error
@@ -402,7 +413,7 @@ func (s *Store) carryBehind(ctx context.Context, session string, d belay.Durabil
 	// unknown (or none carried them yet: reached is false), 1 committed,
 	// 2 refused by the server (nothing of it committed).
 	outcome, reached := 0, false
-	err := s.share(ctx, session, d, missing, func(b *pgx.Batch, t *tx) {
+	err := s.share(cctx, session, d, missing, func(b *pgx.Batch, t *tx) {
 		fence = queueFenceRead(b, session, runs)
 		if after != nil {
 			after(b, t)

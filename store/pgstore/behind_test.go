@@ -159,6 +159,29 @@ func TestWriteBehindCarriedByTheNextWrite(t *testing.T) {
 	require.Equal(t, belay.PhaseComplete, stored.Phase)
 }
 
+// TestWriteBehindCarrierGivesUp: a write that carries the queue and
+// whose caller gives up mid-commit is carried out all the same, so the
+// queue is not lost and the run's lease goes on.
+func TestWriteBehindCarrierGivesUp(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	_, err := s.Pool().Exec(ctx, `CREATE FUNCTION slow_note() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.type = 'app.slow' THEN PERFORM pg_sleep(0.5); END IF; RETURN NEW; END $$;
+		CREATE TRIGGER slow_note BEFORE INSERT ON belay_events FOR EACH ROW EXECUTE FUNCTION slow_note()`)
+	require.NoError(t, err)
+	sess, run := leasedRun(t, s)
+	base := run.InputSeq + 1
+	require.NoError(t, s.AppendBehind(sess.ID, runText(run, "kept")))
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = s.Append(short, sess.ID, belay.Sync, belay.Event{Type: "app.slow", Data: json.RawMessage(`{}`)})
+	require.NoError(t, err, "carried out past its caller's deadline")
+	_, err = s.UpdateRun(ctx, run.ID, run.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+	require.NoError(t, err, "the lease was not failed")
+	require.Equal(t, []string{"run.text:kept", "app.slow", "run.updated:complete"}, kinds(t, s, sess.ID, base))
+}
+
 // TestWriteBehindCommitsAlone: with no other write to the session, a
 // queue is committed by itself, soon.
 func TestWriteBehindCommitsAlone(t *testing.T) {

@@ -358,7 +358,11 @@ func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now ti
 	// Lock first (the session lock comes first, as in every write), then
 	// read the runs again under the locks: the statement that locked saw
 	// them as of before the wait.
-	rows, err := q.Query(ctx, `SELECT r.id FROM belay_runs r JOIN belay_sessions s ON s.id = r.session
+	// The running runs only (OFFSET 0: never a walk of every run in ord
+	// order, which a generic plan may pick for the LIMIT; see planRobust).
+	rows, err := q.Query(ctx, `SELECT r.id FROM (SELECT id, session, status, lease_owner, lease_expires_at, ord FROM belay_runs
+			WHERE status = 'running' OFFSET 0) r
+		JOIN belay_sessions s ON s.id = r.session
 		WHERE `+cond+` ORDER BY r.ord LIMIT $3 FOR UPDATE OF s SKIP LOCKED`, owner, now, max)
 	if err != nil {
 		return nil, err

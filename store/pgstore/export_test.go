@@ -77,3 +77,11 @@ func RepairReadyNow(ctx context.Context, s *Store) (int64, error) {
 	}
 	return s.readyRepaired.Load(), nil
 }
+
+// RequireServerVersion sets the oldest server version Open accepts, until
+// the test ends.
+func RequireServerVersion(t interface{ Cleanup(func()) }, v int) {
+	old := minServerVersion
+	minServerVersion = v
+	t.Cleanup(func() { minServerVersion = old })
+}

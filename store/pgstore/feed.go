@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -204,7 +205,8 @@ func (s *Store) sequenced(n int64) {
 	}
 }
 
-// Changes returns up to max changes after cursor after, in commit order.
+// Changes returns up to limit changes after cursor after (all of them
+// for 0), in commit order.
 func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.Change, uint64, error) {
 	if s.isClosed() {
 		return nil, after, belay.ErrStoreClosed
@@ -223,7 +225,7 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 			SELECT x.cursor, x.session, x.seq, x.type, coalesce(x.run, '') AS run, coalesce(x.delivery, '') AS delivery, x.ended
 			FROM generate_series(greatest($1::bigint, h.floor) + 1, CASE WHEN $2::bigint > 0 THEN least(h.head, $1::bigint + $2::bigint) ELSE h.head END) AS k(cur)
 			CROSS JOIN LATERAL (SELECT cursor, session, seq, type, run, delivery, ended FROM belay_changes WHERE cursor = k.cur OFFSET 0) x
-		) c ON true ORDER BY c.cursor`, int64(after), int64(min(max(limit, 0), 1<<31)))
+		) c ON true ORDER BY c.cursor`, int64(after), min(int64(max(limit, 0)), math.MaxInt32))
 	if err != nil {
 		return nil, after, s.wrap(err)
 	}

@@ -207,6 +207,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// minServerVersion is the oldest PostgreSQL belay runs on (12); a
+// variable for tests.
+var minServerVersion = 120000
+
 // connect opens a pool on url.
 func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
@@ -232,6 +236,16 @@ func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, erro
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, wrapConn(fmt.Errorf("connect to %s: %w", Redact(url), err))
+	}
+	// Write transactions set plan_cache_mode (genericPlans), new in 12.
+	var version int
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		pool.Close()
+		return nil, wrapConn(fmt.Errorf("connect to %s: %w", Redact(url), err))
+	}
+	if version < minServerVersion {
+		pool.Close()
+		return nil, fmt.Errorf("%w: %s is PostgreSQL %d.%d; belay needs PostgreSQL 12 or newer", belay.ErrInvalid, Redact(url), version/10000, version%10000)
 	}
 	return pool, nil
 }
@@ -510,10 +524,12 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 			case err == nil || !errors.As(err, &pe) && !t.IsClosed() && t.PgConn().TxStatus() == 'I':
 				// Committed (with err, a callback failed reading a result).
 				t.onEnd(true)
-			case errors.As(err, &pe) && !t.IsClosed():
-				// The server refused a statement: nothing committed. (A
-				// FATAL error closes the connection: COMMIT may have been
-				// carried out before it, so that outcome is unknown.)
+			case !t.IsClosed() && (t.PgConn().TxStatus() == 'T' || t.PgConn().TxStatus() == 'E'):
+				// Still in the transaction, or in its aborted state: the
+				// server refused a statement, or the batch never went out.
+				// Nothing committed. (A FATAL error closes the connection:
+				// COMMIT may have been carried out before it, so that
+				// outcome is unknown.)
 				t.onEnd(false)
 			}
 		}
@@ -589,8 +605,8 @@ func (t *tx) reset(m txMark) {
 // every call when the plan for the call's values looks cheaper than the
 // generic one, as it does for a lookup of a set by key whose set it cannot
 // size ahead (markReady, the fence read): planning cost more than
-// running them. The write statements are planRobust, so their generic
-// plans hold for any values.
+// running them. The hot write statements are planRobust, and the others
+// select by one session key, so their generic plans hold for any values.
 const genericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 
 // refreshReady is the statement that sets which queued run of each

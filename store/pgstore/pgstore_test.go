@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
 	"github.com/belayhq/belay/internal/testpg"
 	"github.com/belayhq/belay/store"
@@ -124,4 +125,15 @@ func TestPeers(t *testing.T) {
 		}
 		return out
 	}})
+}
+
+// TestOpenRefusesAnOldServer: a server older than belay needs is named
+// in a clear error, before anything is written.
+func TestOpenRefusesAnOldServer(t *testing.T) {
+	url := database(t)
+	pgstore.RequireServerVersion(t, 990000)
+	_, err := pgstore.Open(context.Background(), url, pgstore.Options{Migrate: true})
+	require.ErrorIs(t, err, belay.ErrInvalid)
+	require.ErrorContains(t, err, "belay needs PostgreSQL 12 or newer")
+	require.ErrorContains(t, err, "is PostgreSQL 15.")
 }
