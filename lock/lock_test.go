@@ -316,10 +316,12 @@ func TestAcquireRespectsDeadline(t *testing.T) {
 	})
 
 	const timeout = 500 * time.Millisecond
+	waiter := New(s.path, Options{BackoffMin: time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	// Started before the deadline is set, so that the deadline is at least
+	// timeout after start.
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
 	defer cancel()
-	waiter := New(s.path, Options{BackoffMin: time.Millisecond, BackoffMax: 20 * time.Millisecond})
-	start := time.Now()
 	err := waiter.Acquire(ctx)
 	elapsed := time.Since(start)
 	close(done)
