@@ -2,13 +2,11 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/belayhq/belay"
 )
@@ -284,17 +282,10 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 		final.Queue(`COMMIT`)
 		sent = true
 		err := conn.SendBatch(ctx, final).Close()
-		var pe *pgconn.PgError
-		switch {
-		case err == nil:
-			committed = true
-		case errors.As(err, &pe) && !conn.IsClosed():
-			// The server refused a statement: nothing was committed.
-			retry = true
-		case !conn.IsClosed() && conn.PgConn().TxStatus() == 'I':
-			// A callback failed reading a result; the server committed.
-			committed = true
-		}
+		var known bool
+		committed, known = commitOutcome(conn, err)
+		// Nothing of it committed: each write is made again alone.
+		retry = known && !committed
 		return err
 	}()
 	if !committed && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {

@@ -516,22 +516,8 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		queueChanges(&t.final, t.changes)
 		t.final.Queue(`COMMIT`)
 		err := t.SendBatch(ctx, &t.final).Close()
-		var pe *pgconn.PgError
-		if t.onEnd != nil {
-			// The batch ends with one Sync: a statement the server refuses
-			// aborts the transaction and COMMIT is skipped (status 'E').
-			switch {
-			case err == nil || !errors.As(err, &pe) && !t.IsClosed() && t.PgConn().TxStatus() == 'I':
-				// Committed (with err, a callback failed reading a result).
-				t.onEnd(true)
-			case !t.IsClosed() && (t.PgConn().TxStatus() == 'T' || t.PgConn().TxStatus() == 'E'):
-				// Still in the transaction, or in its aborted state: the
-				// server refused a statement, or the batch never went out.
-				// Nothing committed. (A FATAL error closes the connection:
-				// COMMIT may have been carried out before it, so that
-				// outcome is unknown.)
-				t.onEnd(false)
-			}
+		if committed, known := commitOutcome(t.Conn, err); known && t.onEnd != nil {
+			t.onEnd(committed)
 		}
 		return err
 	}()
@@ -547,6 +533,31 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 	}
 	s.committed(len(t.changes)+t.executed, session)
 	return nil
+}
+
+// commitOutcome says what came of a transaction whose last batch, ending
+// in COMMIT, returned err on conn: it committed, or nothing of it did
+// (known), or its outcome is unknown. The batch ends with one Sync, so a
+// statement the server refuses aborts the transaction and COMMIT is
+// skipped.
+func commitOutcome(conn *pgx.Conn, err error) (committed, known bool) {
+	var pe *pgconn.PgError
+	switch {
+	case err == nil:
+		return true, true
+	case conn.IsClosed():
+		// A FATAL error or a cut connection: COMMIT may have been carried
+		// out before it.
+		return false, false
+	case errors.As(err, &pe):
+		// The server refused a statement, or COMMIT.
+		return false, true
+	case conn.PgConn().TxStatus() == 'I':
+		// A callback failed reading a result; the server committed.
+		return true, true
+	}
+	// Still in the transaction (the batch never went out) or aborted.
+	return false, true
 }
 
 // execute sends what t queued so far (its events, writes, tail reads and
