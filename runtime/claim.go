@@ -42,6 +42,9 @@ func (r *Runtime) join(ctx, bg context.Context) error {
 		return fmt.Errorf("runtime: expire delivery leases: %w", err)
 	}
 	r.inbox.arm(next)
+	r.mu.Lock()
+	r.joined = true // a submit may now lease its run here (submitClaiming)
+	r.mu.Unlock()
 	r.wg.Add(3)
 	go func() { defer r.wg.Done(); r.ownerLoop(bg) }()
 	go func() { defer r.wg.Done(); r.claimLoop(bg) }()

@@ -237,6 +237,33 @@ func TestRunCompletesAndPostsItsDelivery(t *testing.T) {
 	require.Equal(t, run.ID, d.Key)
 }
 
+// TestSubmitLeasesWhenNothingWaits: a follow-up submitted while nothing
+// waits comes back leased to this runtime and running (one durable write,
+// store.SubmitInput.Claim); one submitted while the cap is full comes
+// back queued and is claimed once the cap frees.
+func TestSubmitLeasesWhenNothingWaits(t *testing.T) {
+	t.Parallel()
+	g := newGate("slow")
+	b := setup(t, Options{Limits: Limits{Global: 1}}, &funcProvider{name: "echo", run: echo}, g)
+	first := b.waitStatus(b.submit(SubmitRequest{Provider: "echo", Prompt: "a"}).ID, belay.RunComplete)
+	next := b.submit(SubmitRequest{Session: first.Session, Prompt: "b"})
+	require.Equal(t, belay.RunRunning, next.Status, "leased as it was submitted")
+	require.NotNil(t, next.Lease)
+	require.Equal(t, b.rt.Incarnation(), next.Lease.Owner)
+	next = b.waitStatus(next.ID, belay.RunComplete)
+	require.Equal(t, []string{
+		belay.EventRunCreated, belay.EventRunLeased, belay.EventRunUpdated,
+		belay.EventRunUpdated, belay.EventRunText, belay.EventRunUpdated, belay.EventRunUpdated,
+	}, types(b.events(next.Session), next.ID))
+
+	slow := b.submit(SubmitRequest{Provider: "slow", Prompt: "c"})
+	waitFor(t, func() bool { return len(g.running()) == 1 })
+	capped := b.submit(SubmitRequest{Session: first.Session, Prompt: "d"})
+	require.Equal(t, belay.RunQueued, capped.Status, "the global cap of 1 is taken")
+	g.release(slow.ID)
+	b.waitStatus(capped.ID, belay.RunComplete)
+}
+
 func TestSubmitIsIdempotent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Options{}, &funcProvider{name: "echo", run: echo})

@@ -178,6 +178,15 @@ var ErrCursorExpired = errors.New("belay: change cursor expired")
 type SubmitInput struct {
 	belay.RunInput
 	Policy belay.Policy
+	// Claim, when set, asks the store to lease the new run to
+	// Claim.Owner in the same write, when a ClaimRuns by that owner would
+	// lease it first anyway: no run waits to be rescued or claimed, the
+	// session has no other run queued or running, and Claim.Limits leave
+	// room. The lease is then in SubmitResult.Claimed, and the run is
+	// durable already leased: one write where a submit and a claim take
+	// two. A store may always leave the run queued (a claim leases it as
+	// usual). Claim.Max is not used.
+	Claim *Claim
 }
 
 // SubmitResult is what Submit did.
@@ -188,6 +197,9 @@ type SubmitResult struct {
 	// Interrupted the running run that was asked to cancel.
 	Cancelled   []string
 	Interrupted string
+	// Claimed is the new run as leased to SubmitInput.Claim's owner, nil
+	// when it was left queued.
+	Claimed *Claimed
 }
 
 // Limits are the admission caps (G5). Zero means unlimited.
@@ -215,6 +227,14 @@ type Claim struct {
 	Max    int
 	TTL    time.Duration
 	Limits Limits
+}
+
+// Check refuses a claim that names no owner or no positive TTL.
+func (c Claim) Check() error {
+	if c.Owner == "" || c.TTL <= 0 {
+		return fmt.Errorf("%w: a claim needs an owner and a positive ttl", belay.ErrInvalid)
+	}
+	return nil
 }
 
 // Claimed is a run ClaimRuns leased to its owner. Rescued says the run was

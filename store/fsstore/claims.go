@@ -223,6 +223,11 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	if !in.Policy.Valid() {
 		return res, fmt.Errorf("%w: policy %q is not enqueue, reject, interrupt or replace", belay.ErrInvalid, in.Policy)
 	}
+	if in.Claim != nil {
+		if err := in.Claim.Check(); err != nil {
+			return res, err
+		}
+	}
 	if err := checkJSON("run input", in.Input); err != nil {
 		return res, err
 	}
@@ -289,11 +294,59 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 		}
 	}
 	evs = append(evs, create)
-	if _, err := ss.commitAll(ctx, nil, evs...); err != nil {
+	var hints []any
+	leased := false
+	if c := in.Claim; c != nil && active == "" && len(queued) == 0 {
+		prov := in.Provider
+		if prov == "" {
+			prov = ss.st.Session.Provider
+		}
+		if leased = s.admitNow(id, ss.id, prov, c.Limits); leased {
+			data, hint, err := encodeChange(&belay.RunLeasedData{Owner: c.Owner, ExpiresAt: s.clock.Now().Add(c.TTL).UTC()})
+			if err != nil {
+				s.unadmit(id)
+				return res, err
+			}
+			hints = make([]any, len(evs)+1)
+			hints[len(evs)] = hint
+			evs = append(evs, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: 1, Data: data})
+		}
+	}
+	if _, err := ss.commitAll(ctx, hints, evs...); err != nil {
+		if leased {
+			s.unadmit(id)
+		}
 		return store.SubmitResult{}, err
 	}
-	res.Run, res.Created = copyRun(ss.st.runs[id]), true
+	r := ss.st.runs[id]
+	res.Run, res.Created = copyRun(r), true
+	if leased {
+		sess := ss.st.Session // the runner reads its options and ref
+		sess.State = belay.SessionActive
+		res.Claimed = &store.Claimed{Run: res.Run, Input: in.Input, Session: &sess}
+	}
 	return res, nil
+}
+
+// admitNow makes a new run active in the scheduler when a claim now
+// would lease it first (scheduler.admit) and no run may be waiting to be
+// rescued, so that Submit can lease it in the write that creates it.
+func (s *Store) admitNow(id, session, provider string, l store.Limits) bool {
+	now := s.clock.Now()
+	s.claims.mu.Lock()
+	defer s.claims.mu.Unlock()
+	if s.claims.rescueNow || !s.claims.rescueAt.IsZero() && !now.Before(s.claims.rescueAt) {
+		return false // a claim looks for runs to rescue first
+	}
+	s.claims.sched.setLimits(l)
+	return s.claims.sched.admit(id, session, provider)
+}
+
+// unadmit gives back what admitNow took when the write failed.
+func (s *Store) unadmit(id string) {
+	s.claims.mu.Lock()
+	s.claims.sched.finish(id)
+	s.claims.mu.Unlock()
 }
 
 // defaultClaimMax bounds one claim when the caller names no maximum.
@@ -301,8 +354,8 @@ const defaultClaimMax = 64
 
 // ClaimRuns leases runnable runs to an owner (see store.Store).
 func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, error) {
-	if c.Owner == "" || c.TTL <= 0 {
-		return nil, fmt.Errorf("%w: a claim needs an owner and a positive ttl", belay.ErrInvalid)
+	if err := c.Check(); err != nil {
+		return nil, err
 	}
 	if err := s.writable(); err != nil {
 		return nil, err

@@ -159,11 +159,29 @@ func (s *scheduler) setLimits(l store.Limits) {
 	}
 }
 
+// unpark moves parked heads back to the ready heap as far as their
+// providers have room. A finish moves one parked head per run ended; but
+// that head may leave the ready heap without starting (cancelled, or put
+// behind an interrupting run), and its provider's room must not then go
+// unused while the heads parked behind it wait.
+func (s *scheduler) unpark() {
+	for prov, p := range s.parked {
+		room := p.Len()
+		if c := s.limits.PerProvider[prov]; c > 0 {
+			room = min(room, c-s.byProvider[prov])
+		}
+		for ; room > 0; room-- {
+			heap.Push(&s.ready, heap.Pop(p))
+		}
+	}
+}
+
 // promote starts up to max queued runs that may start now (max <= 0: no
 // bound), in order of priority, then submission, and returns their ids.
 // They count as active at once: the caller leases them, and gives back
 // with unstart those it could not.
 func (s *scheduler) promote(max int) []string {
+	s.unpark()
 	var started []string
 	for s.ready.Len() > 0 && (max <= 0 || len(started) < max) {
 		if s.limits.Global > 0 && len(s.active) >= s.limits.Global {
@@ -201,6 +219,30 @@ func (s *scheduler) dequeue(j *job) bool {
 		return false
 	}
 	s.sessionQ[j.session] = q
+	return true
+}
+
+// admit makes a new run active at once, as a claim would, and reports
+// whether it did: only when a promote now would start it first (no head
+// waits in the ready heap), its session has no run queued or active, and
+// the caps leave room. The caller leases it in the same write that
+// creates it, or gives it back with finish.
+func (s *scheduler) admit(id, session, provider string) bool {
+	s.unpark()
+	if s.ready.Len() > 0 || s.queued[id] != nil || s.active[id] != nil || len(s.sessionQ[session]) > 0 {
+		return false
+	}
+	if _, busy := s.bySession[session]; busy {
+		return false
+	}
+	if s.limits.Global > 0 && len(s.active) >= s.limits.Global || s.providerFull(provider) {
+		return false
+	}
+	s.order++
+	j := &job{id: id, session: session, provider: provider, order: s.order}
+	s.active[id] = j
+	s.bySession[session] = id
+	s.byProvider[provider]++
 	return true
 }
 

@@ -120,8 +120,8 @@ func (m *model) remove(id string) {
 // priority, and no queued run waits while it could start.
 func TestSchedulerRandomized(t *testing.T) {
 	t.Parallel()
-	for seed := uint64(1); seed <= 20; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(seed, 99))
 			limits := store.Limits{Global: 1 + rng.IntN(8), PerProvider: map[string]int{"a": 1 + rng.IntN(3), "b": 1 + rng.IntN(5)}}
@@ -139,6 +139,18 @@ func TestSchedulerRandomized(t *testing.T) {
 					prov := providers[rng.IntN(len(providers))]
 					prio := rng.IntN(3)
 					pol := policies[rng.IntN(len(policies))]
+					if pol == belay.PolicyEnqueue && rng.IntN(2) == 0 {
+						// A submit that asks for the lease: admitted at once
+						// exactly when the next promotion would start it.
+						ok := s.admit(id, sess, prov)
+						m.submit(&job{id: id, session: sess, provider: prov, priority: prio}, pol)
+						want := m.promote()
+						require.Equal(t, slices.Equal(want, []string{id}), ok, "op %d: admit differs from what a claim would start (model %v)", op, want)
+						if !ok {
+							s.add(id, sess, prov, prio, false)
+						}
+						break
+					}
 					res, err := s.submit(id, sess, prov, prio, pol)
 					if pol == belay.PolicyReject && (m.sessionActive(sess) || len(m.sessionQ[sess]) > 0) {
 						require.ErrorIs(t, err, store.ErrConversationBusy)
@@ -309,4 +321,31 @@ func (s *scheduler) submit(id, session, provider string, priority int, p belay.P
 	}
 	s.add(id, session, provider, priority, p == belay.PolicyInterrupt)
 	return res, nil
+}
+
+// TestSchedulerRoomOfACancelledHead: a run ended frees its provider's
+// room for one parked head; when that head is cancelled (or put behind an
+// interrupting run) before it starts, the room goes to the next parked
+// head, not to waste until another run of the provider ends.
+func TestSchedulerRoomOfACancelledHead(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"cancelled", "interrupted"} {
+		s := newScheduler(store.Limits{PerProvider: map[string]int{"slow": 1}})
+		for i := range 3 {
+			_, err := s.submit(fmt.Sprint("r", i), fmt.Sprint("s", i), "slow", 0, "")
+			require.NoError(t, err)
+		}
+		require.Equal(t, []string{"r0"}, s.promote(0))
+		require.Empty(t, s.promote(0), "slow is at its cap: r1 and r2 wait")
+		s.finish("r0") // r1 is given slow's room
+		switch how {
+		case "cancelled":
+			require.True(t, s.remove("r1"))
+		case "interrupted":
+			_, err := s.submit("r3", "s1", "fast", 0, belay.PolicyInterrupt)
+			require.NoError(t, err)
+		}
+		got := s.promote(0)
+		require.Contains(t, got, "r2", "%s: r2 starts in the room r1 did not take", how)
+	}
 }

@@ -72,6 +72,13 @@ func checkSubmit(in store.SubmitInput) error {
 	if err := belay.CheckTags(in.Tags, in.Meta); err != nil {
 		return err
 	}
+	if in.Claim != nil {
+		// Checked, though this store leaves every submitted run queued
+		// for ClaimRuns (SubmitInput.Claim).
+		if err := in.Claim.Check(); err != nil {
+			return err
+		}
+	}
 	return checkSession(in.Session)
 }
 
@@ -272,8 +279,8 @@ type grant struct {
 // within the caps, each under its session's row lock, with their
 // run.leased events and changes.
 func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, error) {
-	if c.Owner == "" || c.TTL <= 0 {
-		return nil, fmt.Errorf("%w: a claim needs an owner and a positive ttl", belay.ErrInvalid)
+	if err := c.Check(); err != nil {
+		return nil, err
 	}
 	if err := s.writable(); err != nil {
 		return nil, err

@@ -337,6 +337,93 @@ func testChangeFeed(t *testing.T, h Harness) {
 	require.NoError(t, <-woke)
 }
 
+// testSubmitClaim holds a submit that asks for the run's lease
+// (SubmitInput.Claim) to the claim's rules: it may lease only what a
+// claim by that owner would lease first, and a store may always decline.
+func testSubmitClaim(t *testing.T, h Harness) {
+	b := setup(t, h)
+	sess := b.session()
+	submit := func(session, owner string, l store.Limits) store.SubmitResult {
+		t.Helper()
+		res, err := b.s.Submit(b.ctx, store.SubmitInput{Policy: belay.PolicyEnqueue,
+			RunInput: belay.RunInput{Session: session, Input: json.RawMessage(`{"prompt":"hi"}`)},
+			Claim:    &store.Claim{Owner: owner, TTL: time.Minute, Limits: l}})
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		return res
+	}
+	_, err := b.s.Submit(b.ctx, store.SubmitInput{Policy: belay.PolicyEnqueue, RunInput: belay.RunInput{Session: sess.ID},
+		Claim: &store.Claim{TTL: time.Minute}})
+	require.ErrorIs(t, err, belay.ErrInvalid, "a claim needs an owner")
+	runs, err := b.s.Runs(b.ctx, belay.RunFilter{Session: sess.ID})
+	require.NoError(t, err)
+	require.Empty(t, runs, "a refused submit creates nothing")
+
+	// Nothing waits (a claim has looked for runs to rescue): the run may
+	// be leased in the write that creates it, exactly as a claim would.
+	require.Empty(t, b.claim("w1", 0, store.Limits{}))
+	first := submit(sess.ID, "w1", store.Limits{})
+	if c := first.Claimed; c != nil {
+		require.Equal(t, first.Run, c.Run)
+		require.Equal(t, belay.RunRunning, c.Run.Status)
+		require.Equal(t, belay.PhaseAdmitted, c.Run.Phase)
+		require.NotNil(t, c.Run.Lease)
+		require.Equal(t, "w1", c.Run.Lease.Owner)
+		require.Equal(t, uint64(1), c.Run.Epoch)
+		require.True(t, c.Run.Lease.ExpiresAt.Equal(b.clk.Now().Add(time.Minute)), "the lease runs for the claim's TTL")
+		b.checkClaimed(*c)
+		got, err := b.s.Run(b.ctx, c.Run.ID)
+		require.NoError(t, err)
+		require.Equal(t, c.Run, got)
+		require.Empty(t, b.claim("w2", 0, store.Limits{}), "a leased run is not claimed again")
+		n, err := b.s.Counts(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.Counts{Running: 1}, n)
+		// The lease fences like a claim's: its epoch ends the run.
+		b.finish(*c)
+	} else {
+		require.Equal(t, belay.RunQueued, first.Run.Status, "declined: the run is queued")
+		cs := b.claim("w1", 0, store.Limits{})
+		require.Equal(t, []string{first.Run.ID}, claimedIDs(cs))
+		b.finish(cs[0])
+	}
+
+	// Never while the session has a run: one active run per session.
+	other := b.session()
+	busy := submit(other.ID, "w1", store.Limits{})
+	if busy.Claimed == nil {
+		cs := b.claim("w1", 0, store.Limits{})
+		require.Equal(t, []string{busy.Run.ID}, claimedIDs(cs))
+	}
+	behind := submit(other.ID, "w1", store.Limits{})
+	require.Nil(t, behind.Claimed, "the session's run is active")
+	require.Equal(t, belay.RunQueued, behind.Run.Status)
+
+	// Never ahead of a queued run a claim would take first (priority,
+	// then FIFO), and never past the caps.
+	waiting := b.submit(b.session().ID, belay.PolicyEnqueue, "")
+	late := submit(b.session().ID, "w1", store.Limits{})
+	require.Nil(t, late.Claimed, "a queued run of another session waits")
+	require.Equal(t, []string{waiting.Run.ID, late.Run.ID}, claimedIDs(b.claim("w1", 0, store.Limits{})))
+	capped := submit(b.session().ID, "w1", store.Limits{Global: 3})
+	require.Nil(t, capped.Claimed, "three runs are active under a global cap of 3")
+	require.Equal(t, belay.RunQueued, capped.Run.Status)
+	n, err := b.s.Counts(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.Counts{Running: 3, Queued: 2}, n)
+
+	// An idempotent repeat returns the run as it is, leased or not.
+	keyed, err := b.s.Submit(b.ctx, store.SubmitInput{Policy: belay.PolicyEnqueue, RunInput: belay.RunInput{Session: sess.ID, IdempotencyKey: "k"},
+		Claim: &store.Claim{Owner: "w1", TTL: time.Minute}})
+	require.NoError(t, err)
+	again, err := b.s.Submit(b.ctx, store.SubmitInput{Policy: belay.PolicyEnqueue, RunInput: belay.RunInput{Session: sess.ID, IdempotencyKey: "k"},
+		Claim: &store.Claim{Owner: "w2", TTL: time.Minute}})
+	require.NoError(t, err)
+	require.False(t, again.Created)
+	require.Nil(t, again.Claimed)
+	require.Equal(t, keyed.Run.ID, again.Run.ID)
+}
+
 func testClaimRace(t *testing.T, h Harness) {
 	b := setup(t, h)
 	const sessions, perSession, owners = 8, 4, 4
@@ -420,9 +507,21 @@ func testClaimWhileSubmitting(t *testing.T, h Harness) {
 	b := setup(t, h)
 	const submitters, perSubmitter = 4, 40
 	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "claimer", time.Hour))
+	require.NoError(t, b.s.HeartbeatOwner(b.ctx, "submitter", time.Hour))
 	in := json.RawMessage(`{"prompt":"hi"}`)
 	var submitted sync.WaitGroup
 	errs := make(chan error, submitters+1)
+	var mu sync.Mutex
+	claimed := map[string]bool{}
+	take := func(id string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if claimed[id] {
+			return errors.New("run " + id + " claimed twice")
+		}
+		claimed[id] = true
+		return nil
+	}
 	for w := range submitters {
 		submitted.Go(func() {
 			for i := range perSubmitter {
@@ -431,9 +530,16 @@ func testClaimWhileSubmitting(t *testing.T, h Harness) {
 				case 0:
 					_, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake", FirstRun: &belay.RunInput{Input: in}})
 				case 1:
+					// Asking for the lease as it submits: what it gets is
+					// claimed once, like what the claimer gets.
 					var sess belay.Session
 					if sess, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake"}); err == nil {
-						_, err = b.s.Submit(b.ctx, store.SubmitInput{Policy: belay.PolicyEnqueue, RunInput: belay.RunInput{Session: sess.ID, Input: in}})
+						var res store.SubmitResult
+						res, err = b.s.Submit(b.ctx, store.SubmitInput{Policy: belay.PolicyEnqueue, RunInput: belay.RunInput{Session: sess.ID, Input: in},
+							Claim: &store.Claim{Owner: "submitter", TTL: time.Hour}})
+						if err == nil && res.Claimed != nil {
+							err = take(res.Claimed.Run.ID)
+						}
 					}
 				case 2:
 					var sess belay.Session
@@ -455,7 +561,6 @@ func testClaimWhileSubmitting(t *testing.T, h Harness) {
 		})
 	}
 	stop := make(chan struct{})
-	claimed := map[string]bool{}
 	var claimer sync.WaitGroup
 	claimer.Go(func() {
 		for last := false; ; {
@@ -470,11 +575,10 @@ func testClaimWhileSubmitting(t *testing.T, h Harness) {
 				return
 			}
 			for _, c := range cs {
-				if claimed[c.Run.ID] {
-					errs <- errors.New("run " + c.Run.ID + " claimed twice")
+				if err := take(c.Run.ID); err != nil {
+					errs <- err
 					return
 				}
-				claimed[c.Run.ID] = true
 			}
 			if last && len(cs) == 0 {
 				return

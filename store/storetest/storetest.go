@@ -76,6 +76,7 @@ func Run(t *testing.T, h Harness) {
 		"Sessions":             testSessions,
 		"SubmitPolicies":       testSubmitPolicies,
 		"SubmitBatch":          testSubmitBatch,
+		"SubmitClaim":          testSubmitClaim,
 		"FeedLeavesOutSteps":   testFeedLeavesOutSteps,
 		"ClaimOrderAndCaps":    testClaimOrderAndCaps,
 		"ClaimRescue":          testClaimRescue,

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,11 +17,47 @@ import (
 )
 
 func newBenchCmd(stdio Stdio) *cobra.Command {
+	var cpuProfile string
+	var profile *os.File
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure belay on this machine",
-		Args:  noArgs,
+		Long: `Measure belay on this machine. Every bench prints a baseline measured in
+the same run, so its results read as ratios on any machine.
+
+--cpuprofile FILE writes a CPU profile of the whole bench (Go's pprof
+format; read it with "go tool pprof FILE").`,
+		Args: noArgs,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if cpuProfile == "" {
+				return nil
+			}
+			f, err := os.Create(cpuProfile)
+			if err != nil {
+				return fmt.Errorf("bench: --cpuprofile: %w", err)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				f.Close()
+				return fmt.Errorf("bench: --cpuprofile: %w", err)
+			}
+			profile = f
+			return nil
+		},
+		PersistentPostRunE: func(*cobra.Command, []string) error {
+			if profile == nil {
+				return nil
+			}
+			pprof.StopCPUProfile()
+			err := profile.Close()
+			profile = nil
+			if err != nil {
+				return fmt.Errorf("bench: --cpuprofile: %w", err)
+			}
+			fmt.Fprintf(stdio.Err, "CPU profile written to %s (go tool pprof %s)\n", cpuProfile, cpuProfile)
+			return nil
+		},
 	}
+	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench to this file")
 	cmd.AddCommand(newBenchJournalCmd(stdio), newBenchRunsCmd(stdio), newBenchRepairCmd(stdio), newBenchReadCmd(stdio), newBenchExportCmd(stdio), newBenchWatchCmd(stdio), newBenchBrowserCmd(stdio), newBenchListCmd(stdio), newBenchFailoverCmd(stdio))
 	return cmd
 }
