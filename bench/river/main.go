@@ -154,6 +154,9 @@ func run(ctx context.Context, cfg config) error {
 		add(r)
 	}
 	if !cfg.Skip["belay-file"] {
+		if err := settle(ctx, pg); err != nil {
+			return err
+		}
 		progress("belay on the embedded file store")
 		res, err := bench.Runs(ctx, bench.RunsConfig{Dir: cfg.Dir, Runs: cfg.Jobs, Sessions: cfg.Sessions, Submitters: cfg.Submitters})
 		if err != nil {
@@ -166,6 +169,9 @@ func run(ctx context.Context, cfg config) error {
 	belayPG := func(name string, nodes, batch int, note string) error {
 		if cfg.Skip[name] {
 			return nil
+		}
+		if err := settle(ctx, pg); err != nil {
+			return err
 		}
 		progress("%s: belay on PostgreSQL, %d node(s)", name, nodes)
 		db, err := pg.CreateDatabase(ctx)
@@ -189,6 +195,9 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 	if !cfg.Skip["river-batch"] {
+		if err := settle(ctx, pg); err != nil {
+			return err
+		}
 		r, _, err := benchRiver(ctx, pg, cfg, true)
 		if err != nil {
 			return fmt.Errorf("river InsertMany: %w", err)
@@ -210,6 +219,52 @@ func run(ctx context.Context, cfg config) error {
 	ratio(fmt.Sprintf("belay-pg-nodes (%d) / river", cfg.Nodes), "belay-pg-nodes", "river")
 	ratio("belay-batch / river-batch", "belay-batch", "river-batch")
 	return print(rep, cfg.JSON)
+}
+
+// settle leaves the cluster quiet before the next path: the paths before
+// left dead rows and dirty pages that autovacuum and the checkpointer
+// would otherwise work through during the next path's timed phase (on a
+// 2-core machine, CPU and disk taken from whichever engine runs then).
+// Every database is vacuumed and analyzed, then the cluster checkpoints.
+func settle(ctx context.Context, pg *testpg.Cluster) error {
+	progress("letting PostgreSQL settle (VACUUM ANALYZE, CHECKPOINT)")
+	admin, err := pgxpool.New(ctx, pg.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	defer admin.Close()
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate AND datname <> 'postgres'`)
+	if err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	var dbs []string
+	for rows.Next() {
+		var db string
+		if err := rows.Scan(&db); err != nil {
+			rows.Close()
+			return fmt.Errorf("settle: %w", err)
+		}
+		dbs = append(dbs, db)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	for _, db := range dbs {
+		pool, err := pgxpool.New(ctx, pg.URL(db))
+		if err != nil {
+			return fmt.Errorf("settle %s: %w", db, err)
+		}
+		_, err = pool.Exec(ctx, `VACUUM ANALYZE`)
+		pool.Close()
+		if err != nil {
+			return fmt.Errorf("settle %s: %w", db, err)
+		}
+	}
+	if _, err := admin.Exec(ctx, `CHECKPOINT`); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	return nil
 }
 
 func print(rep Report, asJSON bool) error {
