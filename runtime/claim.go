@@ -286,7 +286,11 @@ func (r *Runtime) feedLoop(ctx context.Context, cursor uint64) {
 			switch c.Type {
 			case belay.EventRunCancelRequested:
 				r.cancelLocal(c.Run)
-			case belay.EventRunCreated, belay.EventRunReleased:
+			case belay.EventRunCreated:
+				// A run this runtime leased as it submitted it runs here
+				// already: nothing for a claim to find.
+				claim = claim || !r.running(c.Run)
+			case belay.EventRunReleased:
 				claim = true
 			case belay.EventRunUpdated:
 				if c.Ended {
@@ -315,6 +319,14 @@ func (r *Runtime) feedLoop(ctx context.Context, cursor uint64) {
 			r.inbox.notify()
 		}
 	}
+}
+
+// running reports whether the run has a runner here.
+func (r *Runtime) running(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.runners[id]
+	return ok
 }
 
 // resync acts on what a follower that fell behind the feed may have

@@ -436,6 +436,11 @@ func (r *Runtime) submitClaiming(ctx context.Context, in store.SubmitInput) (sto
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.claiming--
+	if err != nil {
+		// A lease the store set aside for the run was given back (fsstore
+		// unadmit): a run parked behind it may start now.
+		r.claimSoon()
+	}
 	if c := res.Claimed; err == nil && c != nil && !r.stopping {
 		if _, ok := r.runners[c.Run.ID]; !ok {
 			r.startLocked(c.Run.ID, startFresh, c)

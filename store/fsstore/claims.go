@@ -323,7 +323,7 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	if leased {
 		sess := ss.st.Session // the runner reads its options and ref
 		sess.State = belay.SessionActive
-		res.Claimed = &store.Claimed{Run: res.Run, Input: in.Input, Session: &sess}
+		res.Claimed = &store.Claimed{Run: copyRun(r), Input: in.Input, Session: &sess} // its own copy: the runner's
 	}
 	return res, nil
 }
@@ -473,7 +473,10 @@ func (s *Store) rescue(ctx context.Context, id, owner string, ttl time.Duration)
 	now := s.clock.Now()
 	if l := r.Lease; l != nil {
 		if l.Owner == owner {
-			return belay.Run{}, false, nil // the claimer's own: its runner (or retry) has it
+			// The claimer's own: its runner (or retry) has it. Another
+			// owner's claim may rescue it once it expires: look then.
+			s.claims.noteExpiry(l.ExpiresAt)
+			return belay.Run{}, false, nil
 		}
 		s.claims.mu.Lock()
 		live := s.claims.ownerLive(l.Owner, now)

@@ -3,13 +3,16 @@ package fsstore
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/vfs/vfstest"
 	"github.com/belayhq/belay/store"
 )
 
@@ -69,4 +72,58 @@ func TestSubmitLeasesInOneWrite(t *testing.T) {
 	n, err := s.Counts(ctx)
 	require.NoError(t, err)
 	require.Equal(t, store.Counts{Running: 2}, n)
+}
+
+// TestSubmitLeaseGivenBackOnAFailedWrite: a submit asking for the lease
+// whose write fails on a full disk creates nothing, and the room it set
+// aside is given back: under a global cap of 1, the next submit (or a
+// claim) takes it.
+func TestSubmitLeaseGivenBackOnAFailedWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ffs := vfstest.New(nil)
+	s := openStore(t, t.TempDir(), Options{FS: ffs})
+	sess := newSession(t, s)
+	claim := &store.Claim{Owner: "w1", TTL: time.Minute, Limits: store.Limits{Global: 1}}
+	cs, err := s.ClaimRuns(ctx, *claim)
+	require.NoError(t, err)
+	require.Empty(t, cs)
+
+	ffs.Set(vfstest.Faults{Write: func(name string, p []byte) (int, error) {
+		if strings.HasSuffix(name, "journal.jsonl") {
+			return 0, syscall.ENOSPC
+		}
+		return len(p), nil
+	}})
+	_, err = s.Submit(ctx, store.SubmitInput{Policy: belay.PolicyEnqueue, Claim: claim, RunInput: belay.RunInput{Session: sess.ID}})
+	require.ErrorIs(t, err, belay.ErrDiskFull)
+	n, err := s.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.Counts{}, n, "nothing created, nothing held")
+
+	ffs.Set(vfstest.Faults{})
+	res, err := s.Submit(ctx, store.SubmitInput{Policy: belay.PolicyEnqueue, Claim: claim, RunInput: belay.RunInput{Session: sess.ID}})
+	require.NoError(t, err)
+	require.NotNil(t, res.Claimed, "the cap's one slot is free again")
+	runs, err := s.Runs(ctx, belay.RunFilter{Session: sess.ID})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+}
+
+// TestSubmitLeaseWaitsForTheRescueLook: until a claim has looked for runs
+// to rescue (at open, or when a lease or an owner may have expired), a
+// submit leaves its run queued: a claim rescues first.
+func TestSubmitLeaseWaitsForTheRescueLook(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), Options{})
+	sess := newSession(t, s)
+	claim := &store.Claim{Owner: "w1", TTL: time.Minute}
+	res, err := s.Submit(ctx, store.SubmitInput{Policy: belay.PolicyEnqueue, Claim: claim, RunInput: belay.RunInput{Session: sess.ID}})
+	require.NoError(t, err)
+	require.Nil(t, res.Claimed, "no claim has looked for runs to rescue since the store opened")
+	cs, err := s.ClaimRuns(ctx, *claim)
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	require.Equal(t, res.Run.ID, cs[0].Run.ID)
 }

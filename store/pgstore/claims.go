@@ -74,7 +74,9 @@ func checkSubmit(in store.SubmitInput) error {
 	}
 	if in.Claim != nil {
 		// Checked, though this store leaves every submitted run queued
-		// for ClaimRuns (SubmitInput.Claim).
+		// for ClaimRuns (SubmitInput.Claim): leased there in batches, a
+		// run costs the database less than leased alone as it is
+		// submitted (docs/postgres.md).
 		if err := in.Claim.Check(); err != nil {
 			return err
 		}
@@ -367,10 +369,16 @@ func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now ti
 	// them as of before the wait.
 	// The running runs only (OFFSET 0: never a walk of every run in ord
 	// order, which a generic plan may pick for the LIMIT; see planRobust).
-	rows, err := q.Query(ctx, `SELECT r.id FROM (SELECT id, session, status, lease_owner, lease_expires_at, ord FROM belay_runs
-			WHERE status = 'running' OFFSET 0) r
+	// The condition is tested in the walk, against the live owners read
+	// once, so that only the runs to rescue are joined to their sessions:
+	// a claim with nothing to rescue (the usual one) reads the running
+	// runs and no session.
+	rows, err := q.Query(ctx, `SELECT r.id FROM (SELECT id, session, ord FROM belay_runs
+			WHERE status = 'running' AND (lease_owner IS NULL OR (lease_owner <> $1 AND (lease_expires_at <= $2
+				OR lease_owner <> ALL (ARRAY(SELECT id FROM belay_owners WHERE expires_at > $2)))))
+			OFFSET 0) r
 		JOIN belay_sessions s ON s.id = r.session
-		WHERE `+cond+` ORDER BY r.ord LIMIT $3 FOR UPDATE OF s SKIP LOCKED`, owner, now, max)
+		ORDER BY r.ord LIMIT $3 FOR UPDATE OF s SKIP LOCKED`, owner, now, max)
 	if err != nil {
 		return nil, err
 	}

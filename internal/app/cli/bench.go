@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -43,22 +44,31 @@ format; read it with "go tool pprof FILE").`,
 			profile = f
 			return nil
 		},
-		PersistentPostRunE: func(*cobra.Command, []string) error {
-			if profile == nil {
-				return nil
-			}
-			pprof.StopCPUProfile()
-			err := profile.Close()
-			profile = nil
-			if err != nil {
-				return fmt.Errorf("bench: --cpuprofile: %w", err)
-			}
-			fmt.Fprintf(stdio.Err, "CPU profile written to %s (go tool pprof %s)\n", cpuProfile, cpuProfile)
-			return nil
-		},
 	}
 	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench to this file")
 	cmd.AddCommand(newBenchJournalCmd(stdio), newBenchRunsCmd(stdio), newBenchRepairCmd(stdio), newBenchReadCmd(stdio), newBenchExportCmd(stdio), newBenchWatchCmd(stdio), newBenchBrowserCmd(stdio), newBenchListCmd(stdio), newBenchFailoverCmd(stdio))
+	// The profile is written however the bench ends (cobra skips a
+	// post-run hook when the command fails).
+	stop := func() error {
+		if profile == nil {
+			return nil
+		}
+		pprof.StopCPUProfile()
+		err := profile.Close()
+		profile = nil
+		if err != nil {
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+		fmt.Fprintf(stdio.Err, "CPU profile written to %s (go tool pprof %s)\n", cpuProfile, cpuProfile)
+		return nil
+	}
+	for _, sub := range cmd.Commands() {
+		run := sub.RunE
+		sub.RunE = func(c *cobra.Command, args []string) error {
+			err := run(c, args)
+			return errors.Join(err, stop())
+		}
+	}
 	return cmd
 }
 
