@@ -270,7 +270,7 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 			res.Interrupted = active
 		}
 	}
-	create, id, err := runCreatedEvent(in.RunInput, ss.st.Session.Provider, ss.st.Session.Model, front)
+	create, id, createHint, err := runCreatedEvent(in.RunInput, ss.st.Session.Provider, ss.st.Session.Model, front)
 	if err != nil {
 		return res, err
 	}
@@ -293,8 +293,9 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 			evs = append(evs, belay.Event{Type: belay.EventRunCancelRequested, Run: a, Data: data})
 		}
 	}
+	hints := make([]any, len(evs)+1, len(evs)+2)
+	hints[len(evs)] = createHint
 	evs = append(evs, create)
-	var hints []any
 	leased := false
 	if c := in.Claim; c != nil && active == "" && len(queued) == 0 {
 		prov := in.Provider
@@ -307,8 +308,7 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 				s.unadmit(id)
 				return res, err
 			}
-			hints = make([]any, len(evs)+1)
-			hints[len(evs)] = hint
+			hints = append(hints, hint)
 			evs = append(evs, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: 1, Data: data})
 		}
 	}

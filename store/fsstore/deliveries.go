@@ -31,14 +31,14 @@ func (s *Store) PostDelivery(ctx context.Context, in belay.DeliveryInput) (belay
 		}
 		return belay.Delivery{}, false, err
 	}
-	ev, id, err := s.postEvent(ss, in)
+	ev, id, hint, err := s.postEvent(ss, in)
 	if err != nil {
 		return belay.Delivery{}, false, err
 	}
 	if id == "" {
 		return copyDelivery(ss.st.deliveries[ss.st.DeliveryKeys[deliveryKey(in.Type, in.Key)]]), false, nil
 	}
-	if _, err := ss.commit(ctx, ev); err != nil {
+	if _, err := ss.commitHinted(ctx, hint, ev); err != nil {
 		return belay.Delivery{}, false, err
 	}
 	s.notify.posted(ss.st.deliveries[id])
@@ -62,23 +62,33 @@ func checkDeliveryInput(in belay.DeliveryInput) error {
 
 // postEvent returns the event that posts in, and the new delivery's id; an
 // empty id means a delivery with the same (Key, Type) exists. ss.mu is held.
-func (s *Store) postEvent(ss *session, in belay.DeliveryInput) (belay.Event, string, error) {
+func (s *Store) postEvent(ss *session, in belay.DeliveryInput) (belay.Event, string, any, error) {
 	if in.Key != "" {
 		if _, ok := ss.st.DeliveryKeys[deliveryKey(in.Type, in.Key)]; ok {
-			return belay.Event{}, "", nil
+			return belay.Event{}, "", nil, nil
 		}
 	}
 	if in.AfterRun != "" {
 		if !ss.st.hasRun(in.AfterRun) {
-			return belay.Event{}, "", fmt.Errorf("%w: run %s is not in session %s", belay.ErrNotFound, in.AfterRun, ss.id)
+			return belay.Event{}, "", nil, fmt.Errorf("%w: run %s is not in session %s", belay.ErrNotFound, in.AfterRun, ss.id)
 		}
 	}
-	p := belay.DeliveryPostedData{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: in.Data, To: in.To, AfterRun: in.AfterRun}
-	data, err := marshal(p)
+	return postedEvent(in)
+}
+
+// postedEvent is the delivery.posted event of a new item, its id and the
+// event's payload hint (postedHint).
+func postedEvent(in belay.DeliveryInput) (belay.Event, string, any, error) {
+	data, err := asWritten(in.Data)
 	if err != nil {
-		return belay.Event{}, "", err
+		return belay.Event{}, "", nil, err
 	}
-	return belay.Event{Type: belay.EventDeliveryPosted, Data: data}, p.ID, nil
+	p := belay.DeliveryPostedData{ID: ids.New(ids.Delivery), Type: in.Type, Key: in.Key, Priority: in.Priority, Data: data, To: in.To, AfterRun: in.AfterRun}
+	raw, err := marshal(p)
+	if err != nil {
+		return belay.Event{}, "", nil, err
+	}
+	return belay.Event{Type: belay.EventDeliveryPosted, Data: raw}, p.ID, postedHint(&p), nil
 }
 
 // deliverySession finds the session holding a delivery, locked.

@@ -465,3 +465,104 @@ func FuzzPayloadHint(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCreatedAndPostedHints: a run.created and a delivery.posted the store
+// builds (runCreatedEvent, postedEvent) fold the same with their payload
+// hints as decoded from their data, whatever the caller's strings, tags,
+// meta, input and item data (JSON with white space, escapes, <>&,
+// U+2028, bytes that are not UTF-8), and the fold keeps nothing the caller
+// changes afterwards.
+func FuzzCreatedAndPostedHints(f *testing.F) {
+	f.Add("key", "fake", "m", "t1", "k", "v", `{"prompt": "hi <&> \u2028"}`, int64(1_700_000_000_123_456_789), 3, true, "run.completed", `[1, 2 ,{"a" :"b"}]`)
+	f.Add("", "", "", "", "", "", ``, int64(0), 0, false, "t", ``)
+	f.Add("k\xff", "p", "", "x\xc3", "\xff", "v", `"s\xff"`, int64(-5), -1, false, "t\xff", `null`)
+	f.Add("k", "p", "m", "", "k", "", "  {\n}  ", int64(1<<62), 0, true, "t", "\t[ ]\n")
+	f.Fuzz(func(t *testing.T, key, prov, model, tag, mk, mv, input string, deadline int64, prio int, front bool, typ, data string) {
+		in := belay.RunInput{IdempotencyKey: key, Provider: prov, Model: model, Priority: prio, Input: json.RawMessage(input)}
+		if deadline != 0 {
+			in.Deadline = time.Unix(0, deadline)
+		}
+		if tag != "" {
+			in.Tags = []string{tag}
+		}
+		if mk != "" {
+			in.Meta = map[string]string{mk: mv}
+		}
+		if len(in.Input) > 0 && !json.Valid(in.Input) {
+			return // refused at the door (checkJSON)
+		}
+		e, id, hint, err := runCreatedEvent(in, "fake", "echo", front)
+		if err != nil {
+			return // not written by the store either
+		}
+		with, without := newState(), newState()
+		ts := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+		created, err := json.Marshal(belay.SessionCreatedData{ID: "ses_1", Provider: "fake"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range []*state{with, without} {
+			if err := st.apply(&belay.Event{Seq: 1, TS: ts, Type: belay.EventSessionCreated, Data: created}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		both := func(e belay.Event, hint any) {
+			t.Helper()
+			e1, e2 := e, e
+			err1, err2 := with.applyWith(&e1, hint), without.apply(&e2)
+			if (err1 == nil) != (err2 == nil) || err1 != nil && err1.Error() != err2.Error() {
+				t.Fatalf("%s %s: with the hint %v, decoding %v", e.Type, e.Data, err1, err2)
+			}
+		}
+		e.Seq, e.TS = 2, ts
+		both(e, hint)
+		used := key + tag
+		if prov != "" {
+			used += prov + model // else the session's, which are UTF-8
+		}
+		if mk != "" {
+			used += mk + mv
+		}
+		if hint != nil && !utf8.ValidString(used) {
+			t.Fatalf("a hint with strings that are not UTF-8: %+v", hint)
+		}
+		// The caller changes its own values afterwards.
+		if len(in.Tags) > 0 {
+			in.Tags[0] = "changed"
+		}
+		for k := range in.Meta {
+			in.Meta[k] = "changed"
+		}
+		if len(input) > 0 {
+			in.Input[0] = ' '
+		}
+		r1, _, err1 := with.get(id)
+		r2, _, err2 := without.get(id)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("the run does not read back: %v, %v", err1, err2)
+		}
+		if !reflect.DeepEqual(r1, r2) {
+			t.Fatalf("with the hint the run is %+v, decoding %+v", r1, r2)
+		}
+		if !bytes.Equal(with.inputs[id], without.inputs[id]) {
+			t.Fatalf("with the hint the input is %q, decoding %q", with.inputs[id], without.inputs[id])
+		}
+
+		d := belay.DeliveryInput{Type: typ, Key: key, Priority: prio, Data: json.RawMessage(data), To: mv, AfterRun: id}
+		if len(d.Data) > 0 && !json.Valid(d.Data) {
+			return
+		}
+		pe, did, phint, err := postedEvent(d)
+		if err != nil {
+			return
+		}
+		pe.Seq, pe.TS = 3, ts
+		both(pe, phint)
+		if len(data) > 0 {
+			d.Data[0] = ' '
+		}
+		if !reflect.DeepEqual(with.deliveries[did], without.deliveries[did]) {
+			t.Fatalf("with the hint the item is %+v, decoding %+v", with.deliveries[did], without.deliveries[did])
+		}
+	})
+}

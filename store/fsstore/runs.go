@@ -63,11 +63,11 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 	if err := ss.writable(); err != nil {
 		return belay.Run{}, false, err
 	}
-	e, id, err := runCreatedEvent(in, ss.st.Session.Provider, ss.st.Session.Model, false)
+	e, id, hint, err := runCreatedEvent(in, ss.st.Session.Provider, ss.st.Session.Model, false)
 	if err != nil {
 		return belay.Run{}, false, err
 	}
-	if _, err := ss.commit(ctx, e); err != nil {
+	if _, err := ss.commitHinted(ctx, hint, e); err != nil {
 		return belay.Run{}, false, err
 	}
 	return copyRun(ss.st.runs[id]), true, nil
@@ -75,11 +75,16 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 
 // runCreatedEvent is the run.created event of a new run in a session whose
 // provider and model are sessProvider and sessModel; it returns the new
-// run's id. A front run goes ahead of the session's queued runs.
-func runCreatedEvent(in belay.RunInput, sessProvider, sessModel string, front bool) (belay.Event, string, error) {
+// run's id and the event's payload hint (createdHint). A front run goes
+// ahead of the session's queued runs.
+func runCreatedEvent(in belay.RunInput, sessProvider, sessModel string, front bool) (belay.Event, string, any, error) {
+	input, err := asWritten(in.Input)
+	if err != nil {
+		return belay.Event{}, "", nil, err
+	}
 	p := belay.RunCreatedData{
 		ID: ids.New(ids.Run), Key: in.IdempotencyKey, Priority: in.Priority,
-		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: in.Input,
+		Provider: in.Provider, Model: in.Model, Deadline: in.Deadline.UTC(), Input: input,
 		Tags: in.Tags, Meta: in.Meta, Front: front,
 	}
 	if p.Provider == "" {
@@ -90,13 +95,13 @@ func runCreatedEvent(in belay.RunInput, sessProvider, sessModel string, front bo
 	}
 	data, err := marshal(p)
 	if err != nil {
-		return belay.Event{}, "", err
+		return belay.Event{}, "", nil, err
 	}
 	e := belay.Event{Type: belay.EventRunCreated, Run: p.ID, Data: data}
 	if in.IdempotencyKey != "" {
 		e.ID = storeIDPrefix + "run/" + in.IdempotencyKey
 	}
-	return e, p.ID, nil
+	return e, p.ID, createdHint(&p), nil
 }
 
 // Run returns one run.
@@ -305,12 +310,12 @@ func (s *Store) updateRunLocked(ctx context.Context, ss *session, r *belay.Run, 
 		if d.Session != "" && d.Session != ss.id {
 			return belay.Run{}, fmt.Errorf("%w: a run's delivery goes to its own session", belay.ErrInvalid)
 		}
-		ev, id, err := s.postEvent(ss, *d)
+		ev, id, dh, err := s.postEvent(ss, *d)
 		if err != nil {
 			return belay.Run{}, err
 		}
 		if id != "" {
-			evs, posted = append(evs, ev), id
+			evs, hints, posted = append(evs, ev), append(hints, dh), id
 		}
 	}
 	if _, err := ss.commitAll(ctx, hints, evs...); err != nil {

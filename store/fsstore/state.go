@@ -183,7 +183,7 @@ func (st *state) applyWith(e *belay.Event, hint any) error {
 		st.SessionKey = p.Key
 	case belay.EventRunCreated:
 		var p belay.RunCreatedData
-		if err := decode(e, &p); err != nil {
+		if err := decodeOr(e, hint, &p); err != nil {
 			return err
 		}
 		if p.ID == "" || st.runs[p.ID] != nil || st.done.has(p.ID) {
@@ -306,7 +306,7 @@ func (st *state) applyWith(e *belay.Event, hint any) error {
 		}
 	case belay.EventDeliveryPosted:
 		var p belay.DeliveryPostedData
-		if err := decode(e, &p); err != nil {
+		if err := decodeOr(e, hint, &p); err != nil {
 			return err
 		}
 		if p.ID == "" || st.deliveries[p.ID] != nil {
@@ -419,7 +419,8 @@ func encodeChange(p any) (json.RawMessage, any, error) {
 // fold would keep what the caller still holds: a string that is not valid
 // UTF-8 (encoding replaces it), a time not in UTC without a monotonic
 // reading, a run error (a pointer the fold would keep). Only the payloads
-// of the runs' hot path are given: run.leased and run.updated.
+// of the runs' hot path are given: run.leased and run.updated here,
+// run.created and delivery.posted by createdHint and postedHint.
 func payloadHint(p any) any {
 	switch p := p.(type) {
 	case *belay.RunLeasedData:
@@ -446,6 +447,57 @@ func payloadHint(p any) any {
 		return &h
 	}
 	return nil
+}
+
+// asWritten returns raw as encoding/json writes it inside a payload
+// (compact, with <, > and & escaped), which is what decoding the payload
+// gives back: a hint holding it folds as the decode would. Nil for none.
+func asWritten(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	return marshal(raw)
+}
+
+// createdHint is the hint of a run.created payload the store built (its
+// input as written, asWritten), or nil where a decode could give
+// something else: a string that is not valid UTF-8. The tags and meta are
+// copies (the fold keeps them; the caller may change its own), nil when
+// empty (as a decode leaves what was left out).
+func createdHint(p *belay.RunCreatedData) any {
+	if !utf8.ValidString(p.ID) || !utf8.ValidString(p.Key) || !utf8.ValidString(p.Provider) || !utf8.ValidString(p.Model) ||
+		p.Deadline != p.Deadline.UTC() {
+		return nil
+	}
+	h := *p
+	h.Tags, h.Meta = nil, nil
+	for _, t := range p.Tags {
+		if !utf8.ValidString(t) {
+			return nil
+		}
+		h.Tags = append(h.Tags, t)
+	}
+	for k, v := range p.Meta {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil
+		}
+		if h.Meta == nil {
+			h.Meta = make(map[string]string, len(p.Meta))
+		}
+		h.Meta[k] = v
+	}
+	return &h
+}
+
+// postedHint is the hint of a delivery.posted payload the store built
+// (its data as written, asWritten), or nil where a decode could give
+// something else.
+func postedHint(p *belay.DeliveryPostedData) any {
+	if !utf8.ValidString(p.ID) || !utf8.ValidString(p.Type) || !utf8.ValidString(p.Key) || !utf8.ValidString(p.To) || !utf8.ValidString(p.AfterRun) {
+		return nil
+	}
+	h := *p
+	return &h
 }
 
 func decode(e *belay.Event, v any) error {

@@ -626,7 +626,7 @@ func (s *Store) createSessionDir(ctx context.Context, id string, in belay.Sessio
 		// The session and its first run are one durable write: a failed
 		// create leaves neither.
 		var e belay.Event
-		if e, _, err = runCreatedEvent(*in.FirstRun, in.Provider, in.Model, false); err == nil {
+		if e, _, _, err = runCreatedEvent(*in.FirstRun, in.Provider, in.Model, false); err == nil {
 			evs = append(evs, e)
 		}
 	}
