@@ -23,10 +23,12 @@ import (
 // cycle; and the memory is about half.
 //
 // Runs are never removed from a session one by one (retention removes
-// whole sessions), so the buffers only grow.
+// whole sessions), so the buffers only grow: in chunks, so that growing
+// never copies what is kept (one growing slice allocated about four times
+// its final size as it grew, most of it garbage at once).
 type doneRuns struct {
-	buf  []byte      // the runs' JSON, in the order they finished
-	ents []doneEntry // one per run, in InputSeq (creation) order
+	chunks [][]byte    // the runs' JSON, in the order they finished; each run's within one chunk
+	ents   []doneEntry // one per run, in InputSeq (creation) order
 	// byHash finds a run's entry by the hash of its id: the value is the
 	// run's InputSeq. clash holds the ids whose hash an earlier id took
 	// (never seen in practice; checked first, so lookups stay exact).
@@ -45,9 +47,47 @@ type doneRuns struct {
 type doneEntry struct {
 	seq              uint64 // InputSeq
 	created, updated int64  // unix nanos
-	off, n           uint32 // its JSON: buf[off:off+n]
+	chunk, off, n    uint32 // its JSON: chunks[chunk][off:off+n]
 	idLen            uint8
 	status           uint8 // index in doneStatuses
+}
+
+// The chunks of a session's finished runs double from doneChunkMin (a
+// session with a few runs keeps about what they take) to doneChunkMax; a
+// run larger than the next chunk has one of its own size.
+const (
+	doneChunkMin = 512
+	doneChunkMax = 64 << 10
+)
+
+// room returns the chunk that takes n more bytes: the last one if it has
+// room, else a new one.
+func (d *doneRuns) room(n int) int {
+	k := len(d.chunks)
+	if k > 0 && cap(d.chunks[k-1])-len(d.chunks[k-1]) >= n {
+		return k - 1
+	}
+	size := doneChunkMin
+	if k > 0 {
+		size = min(2*cap(d.chunks[k-1]), doneChunkMax)
+	}
+	d.chunks = append(d.chunks, make([]byte, 0, max(size, n)))
+	return k
+}
+
+// doneWriter places what one Write gives (an encoder's whole value) in a
+// chunk with room for it.
+type doneWriter struct {
+	d          *doneRuns
+	chunk, off int
+}
+
+func (w *doneWriter) Write(p []byte) (int, error) {
+	w.chunk = w.d.room(len(p))
+	c := &w.d.chunks[w.chunk]
+	w.off = len(*c)
+	*c = append(*c, p...)
+	return len(p), nil
 }
 
 // idPrefix starts the JSON of every record the store writes from a struct
@@ -90,22 +130,23 @@ func (d *doneRuns) add(r *belay.Run, raw []byte) error {
 	if !ok1 || !ok2 || r.ID == "" || len(r.ID) > math.MaxUint8 {
 		return errNotKept
 	}
-	off := len(d.buf)
+	w := doneWriter{d: d, chunk: -1}
 	if raw != nil && hasID(raw, r.ID) {
-		d.buf = append(d.buf, raw...)
-	} else if err := json.NewEncoder(appender{&d.buf}).Encode(r); err != nil {
-		d.buf = d.buf[:off]
-		return errNotKept
+		_, _ = w.Write(raw)
+	} else if err := json.NewEncoder(&w).Encode(r); err != nil || w.chunk < 0 {
+		return errNotKept // (Encode writes nothing when it fails)
 	} else {
-		d.buf = d.buf[:len(d.buf)-1] // Encode's newline
+		c := &d.chunks[w.chunk]
+		*c = (*c)[:len(*c)-1] // Encode's newline
 	}
-	if !hasID(d.buf[off:], r.ID) || len(d.buf) > math.MaxUint32 {
-		d.buf = d.buf[:off]
+	c := &d.chunks[w.chunk]
+	if !hasID((*c)[w.off:], r.ID) || len(*c) > math.MaxUint32 || len(d.chunks) > math.MaxUint32 {
+		*c = (*c)[:w.off]
 		return errNotKept
 	}
 	e := doneEntry{
 		seq: r.InputSeq, created: created, updated: updated,
-		off: uint32(off), n: uint32(len(d.buf) - off), idLen: uint8(len(r.ID)), status: uint8(code),
+		chunk: uint32(w.chunk), off: uint32(w.off), n: uint32(len(*c) - w.off), idLen: uint8(len(r.ID)), status: uint8(code),
 	}
 	d.ents = slices.Insert(d.ents, i, e)
 	if len(d.ents) == 1 {
@@ -146,14 +187,6 @@ func unixNanos(t time.Time) (int64, bool) {
 	return ns, time.Unix(0, ns).Equal(t)
 }
 
-// appender appends what is written to a byte slice.
-type appender struct{ b *[]byte }
-
-func (a appender) Write(p []byte) (int, error) {
-	*a.b = append(*a.b, p...)
-	return len(p), nil
-}
-
 // search returns where seq's entry is or would go.
 func (d *doneRuns) search(seq uint64) (int, bool) {
 	// Runs mostly finish in the order they were created: look at the end
@@ -180,17 +213,20 @@ func (d *doneRuns) find(id string) int {
 	if !found {
 		return -1
 	}
-	if e := &d.ents[i]; string(d.buf[int(e.off)+idAt:int(e.off)+idAt+int(e.idLen)]) != id {
+	if string(d.idBytes(i)) != id {
 		return -1
 	}
 	return i
 }
 
-// id returns entry i's run id.
-func (d *doneRuns) id(i int) string {
+// idBytes returns entry i's run id, in its JSON.
+func (d *doneRuns) idBytes(i int) []byte {
 	e := &d.ents[i]
-	return string(d.buf[int(e.off)+idAt : int(e.off)+idAt+int(e.idLen)])
+	return d.chunks[e.chunk][int(e.off)+idAt : int(e.off)+idAt+int(e.idLen)]
 }
+
+// id returns entry i's run id.
+func (d *doneRuns) id(i int) string { return string(d.idBytes(i)) }
 
 // has reports whether run id is among the finished runs.
 func (d *doneRuns) has(id string) bool { return d.find(id) >= 0 }
@@ -210,7 +246,7 @@ func (d *doneRuns) run(i int) (*belay.Run, error) {
 // raw returns entry i's JSON.
 func (d *doneRuns) raw(i int) []byte {
 	e := &d.ents[i]
-	return d.buf[e.off : e.off+e.n : e.off+e.n]
+	return d.chunks[e.chunk][e.off : e.off+e.n : e.off+e.n]
 }
 
 // key returns a run holding only entry i's id, session, status, input seq

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -297,5 +298,49 @@ func BenchmarkListRunsNewestFirst(b *testing.B) {
 		if err != nil || len(page) != 50 {
 			b.Fatal(len(page), err)
 		}
+	}
+}
+
+// TestFinishedRunsInChunks: finished runs of every size, one larger than
+// a whole chunk among them, read back whole and by id from their chunks,
+// and growing the chunks never moves what they hold.
+func TestFinishedRunsInChunks(t *testing.T) {
+	t.Parallel()
+	var d doneRuns
+	ts := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	var want []*belay.Run
+	var first *byte
+	for i := range 300 {
+		r := &belay.Run{ID: ids.New(ids.Run), Session: "ses_1", Status: belay.RunComplete, Phase: belay.PhaseComplete,
+			InputSeq: uint64(i + 1), CreatedAt: ts, UpdatedAt: ts}
+		switch {
+		case i == 150:
+			r.Reason = strings.Repeat("x", doneChunkMax+100) // larger than any chunk
+		case i%7 == 0:
+			r.Reason = fmt.Sprint(make([]int, i))
+		}
+		require.NoError(t, d.add(r, nil))
+		want = append(want, r)
+		if i == 0 {
+			first = &d.chunks[0][0]
+		}
+	}
+	require.Same(t, first, &d.chunks[0][0], "the first run's JSON stays where it was written")
+	require.Greater(t, len(d.chunks), 3)
+	big := 0
+	for _, c := range d.chunks {
+		if cap(c) > doneChunkMax {
+			big++
+			n := len(d.raw(d.find(want[150].ID)))
+			require.True(t, cap(c) == n || cap(c) == n+1, "a run larger than a chunk has one of its own size (and the encoder's newline): %d for %d", cap(c), n)
+		}
+	}
+	require.Equal(t, 1, big)
+	for i, r := range want {
+		j := d.find(r.ID)
+		require.Equal(t, i, j)
+		got, err := d.run(j)
+		require.NoError(t, err)
+		require.Equal(t, r, got)
 	}
 }

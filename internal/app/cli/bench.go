@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -18,7 +19,7 @@ import (
 )
 
 func newBenchCmd(stdio Stdio) *cobra.Command {
-	var cpuProfile string
+	var cpuProfile, memProfile string
 	var profile *os.File
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -26,8 +27,10 @@ func newBenchCmd(stdio Stdio) *cobra.Command {
 		Long: `Measure belay on this machine. Every bench prints a baseline measured in
 the same run, so its results read as ratios on any machine.
 
---cpuprofile FILE writes a CPU profile of the whole bench (Go's pprof
-format; read it with "go tool pprof FILE").`,
+--cpuprofile FILE writes a CPU profile of the whole bench, --memprofile
+FILE a profile of the memory it allocated (Go's pprof format; read them
+with "go tool pprof FILE", -sample_index=alloc_space for the bytes
+allocated).`,
 		Args: noArgs,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			if cpuProfile == "" {
@@ -46,21 +49,30 @@ format; read it with "go tool pprof FILE").`,
 		},
 	}
 	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench to this file")
+	cmd.PersistentFlags().StringVar(&memProfile, "memprofile", "", "write a profile of the memory the bench allocated to this file")
 	cmd.AddCommand(newBenchJournalCmd(stdio), newBenchRunsCmd(stdio), newBenchRepairCmd(stdio), newBenchReadCmd(stdio), newBenchExportCmd(stdio), newBenchWatchCmd(stdio), newBenchBrowserCmd(stdio), newBenchListCmd(stdio), newBenchFailoverCmd(stdio))
 	// The profile is written however the bench ends (cobra skips a
 	// post-run hook when the command fails).
 	stop := func() error {
-		if profile == nil {
-			return nil
+		var errs []error
+		if profile != nil {
+			pprof.StopCPUProfile()
+			err := profile.Close()
+			profile = nil
+			if err != nil {
+				errs = append(errs, fmt.Errorf("bench: --cpuprofile: %w", err))
+			} else {
+				fmt.Fprintf(stdio.Err, "CPU profile written to %s (go tool pprof %s)\n", cpuProfile, cpuProfile)
+			}
 		}
-		pprof.StopCPUProfile()
-		err := profile.Close()
-		profile = nil
-		if err != nil {
-			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		if memProfile != "" {
+			if err := writeAllocs(memProfile); err != nil {
+				errs = append(errs, fmt.Errorf("bench: --memprofile: %w", err))
+			} else {
+				fmt.Fprintf(stdio.Err, "memory profile written to %s (go tool pprof -sample_index=alloc_space %s)\n", memProfile, memProfile)
+			}
 		}
-		fmt.Fprintf(stdio.Err, "CPU profile written to %s (go tool pprof %s)\n", cpuProfile, cpuProfile)
-		return nil
+		return errors.Join(errs...)
 	}
 	for _, sub := range cmd.Commands() {
 		run := sub.RunE
@@ -70,6 +82,21 @@ format; read it with "go tool pprof FILE").`,
 		}
 	}
 	return cmd
+}
+
+// writeAllocs writes the heap profile (what was allocated since the
+// process started, and what is live after a collection) to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC() // the live heap as of now
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 type benchRunsOptions struct {
