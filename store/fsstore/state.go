@@ -182,8 +182,8 @@ func (st *state) applyWith(e *belay.Event, hint any) error {
 		}
 		st.SessionKey = p.Key
 	case belay.EventRunCreated:
-		var p belay.RunCreatedData
-		if err := decodeOr(e, hint, &p); err != nil {
+		p, err := payload[belay.RunCreatedData](e, hint)
+		if err != nil {
 			return err
 		}
 		if p.ID == "" || st.runs[p.ID] != nil || st.done.has(p.ID) {
@@ -231,8 +231,8 @@ func (st *state) applyWith(e *belay.Event, hint any) error {
 		if err != nil {
 			return err
 		}
-		var p belay.RunLeasedData
-		if err := decodeOr(e, hint, &p); err != nil {
+		p, err := payload[belay.RunLeasedData](e, hint)
+		if err != nil {
 			return err
 		}
 		if e.Epoch <= r.Epoch {
@@ -274,8 +274,8 @@ func (st *state) applyWith(e *belay.Event, hint any) error {
 		if err != nil {
 			return err
 		}
-		var p belay.RunUpdatedData
-		if err := decodeOr(e, hint, &p); err != nil {
+		p, err := payload[belay.RunUpdatedData](e, hint)
+		if err != nil {
 			return err
 		}
 		if p.Phase != "" && (p.Phase.Status() == "" || p.Phase == belay.PhaseQueued) {
@@ -305,8 +305,8 @@ func (st *state) applyWith(e *belay.Event, hint any) error {
 			st.finish(r)
 		}
 	case belay.EventDeliveryPosted:
-		var p belay.DeliveryPostedData
-		if err := decodeOr(e, hint, &p); err != nil {
+		p, err := payload[belay.DeliveryPostedData](e, hint)
+		if err != nil {
 			return err
 		}
 		if p.ID == "" || st.deliveries[p.ID] != nil {
@@ -393,14 +393,16 @@ func (st *state) applyWith(e *belay.Event, hint any) error {
 	return nil
 }
 
-// decodeOr sets p to the payload hint when it is one (applyWith), else
-// decodes e's data into p.
-func decodeOr[T any](e *belay.Event, hint any, p *T) error {
+// payload returns the event's payload: the hint when it is one
+// (applyWith), which the fold may keep (hints are the store's own copies),
+// else the payload decoded from the data. (A decode into a variable of
+// the fold's would put every payload on the heap, hinted or not.)
+func payload[T any](e *belay.Event, hint any) (*T, error) {
 	if h, ok := hint.(*T); ok {
-		*p = *h
-		return nil
+		return h, nil
 	}
-	return decode(e, p)
+	p := new(T)
+	return p, decode(e, p)
 }
 
 // encodeChange encodes a state change's payload and returns, with its
