@@ -475,7 +475,15 @@ func (s *Store) rescue(ctx context.Context, id, owner string, ttl time.Duration)
 		if l.Owner == owner {
 			// The claimer's own: its runner (or retry) has it. Another
 			// owner's claim may rescue it once it expires: look then.
-			s.claims.noteExpiry(l.ExpiresAt)
+			// (Expired already, it is for another owner's claim, if there
+			// is one, to rescue; this owner's own claims would only look
+			// again and again.)
+			s.claims.mu.Lock()
+			others := len(s.claims.owners) > 1
+			s.claims.mu.Unlock()
+			if now.Before(l.ExpiresAt) || others {
+				s.claims.noteExpiry(l.ExpiresAt)
+			}
 			return belay.Run{}, false, nil
 		}
 		s.claims.mu.Lock()

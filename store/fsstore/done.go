@@ -1,6 +1,7 @@
 package fsstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,13 +53,12 @@ type doneEntry struct {
 	status           uint8 // index in doneStatuses
 }
 
-// The chunks of a session's finished runs double from doneChunkMin (a
-// session with a few runs keeps about what they take) to doneChunkMax; a
-// run larger than the next chunk has one of its own size.
-const (
-	doneChunkMin = 512
-	doneChunkMax = 64 << 10
-)
+// doneChunkMax bounds the chunks of a session's finished runs: a new
+// chunk is as large as what the session keeps already, up to it, so that
+// a session holds at most about twice what its runs take (a session of
+// one run exactly its size); a run larger than that has a chunk of its own
+// size.
+const doneChunkMax = 64 << 10
 
 // room returns the chunk that takes n more bytes: the last one if it has
 // room, else a new one.
@@ -67,11 +67,11 @@ func (d *doneRuns) room(n int) int {
 	if k > 0 && cap(d.chunks[k-1])-len(d.chunks[k-1]) >= n {
 		return k - 1
 	}
-	size := doneChunkMin
-	if k > 0 {
-		size = min(2*cap(d.chunks[k-1]), doneChunkMax)
+	kept := 0
+	for i := k - 1; i >= 0 && kept < doneChunkMax; i-- {
+		kept += len(d.chunks[i])
 	}
-	d.chunks = append(d.chunks, make([]byte, 0, max(size, n)))
+	d.chunks = append(d.chunks, make([]byte, 0, max(min(kept, doneChunkMax), n)))
 	return k
 }
 
@@ -83,11 +83,13 @@ type doneWriter struct {
 }
 
 func (w *doneWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	p = bytes.TrimSuffix(p, []byte{'\n'}) // an encoder's newline
 	w.chunk = w.d.room(len(p))
 	c := &w.d.chunks[w.chunk]
 	w.off = len(*c)
 	*c = append(*c, p...)
-	return len(p), nil
+	return n, nil
 }
 
 // idPrefix starts the JSON of every record the store writes from a struct
@@ -135,13 +137,13 @@ func (d *doneRuns) add(r *belay.Run, raw []byte) error {
 		_, _ = w.Write(raw)
 	} else if err := json.NewEncoder(&w).Encode(r); err != nil || w.chunk < 0 {
 		return errNotKept // (Encode writes nothing when it fails)
-	} else {
-		c := &d.chunks[w.chunk]
-		*c = (*c)[:len(*c)-1] // Encode's newline
 	}
 	c := &d.chunks[w.chunk]
 	if !hasID((*c)[w.off:], r.ID) || len(*c) > math.MaxUint32 || len(d.chunks) > math.MaxUint32 {
 		*c = (*c)[:w.off]
+		if w.off == 0 && w.chunk == len(d.chunks)-1 {
+			d.chunks = d.chunks[:w.chunk] // made for this run alone
+		}
 		return errNotKept
 	}
 	e := doneEntry{

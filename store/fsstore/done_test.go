@@ -326,13 +326,32 @@ func TestFinishedRunsInChunks(t *testing.T) {
 		}
 	}
 	require.Same(t, first, &d.chunks[0][0], "the first run's JSON stays where it was written")
+	size, kept := 0, 0
+	for _, c := range d.chunks {
+		size, kept = size+cap(c), kept+len(c)
+	}
+	require.LessOrEqual(t, size, 2*kept+doneChunkMax, "about twice what the runs take at most")
 	require.Greater(t, len(d.chunks), 3)
+	// A session with a few runs keeps about what they take.
+	var few doneRuns
+	for i := range 4 {
+		require.NoError(t, few.add(&belay.Run{ID: ids.New(ids.Run), Session: "ses_1", Status: belay.RunComplete,
+			InputSeq: uint64(i + 1), CreatedAt: ts, UpdatedAt: ts}, nil))
+		fsize, fkept := 0, 0
+		for _, c := range few.chunks {
+			fsize, fkept = fsize+cap(c), fkept+len(c)
+		}
+		require.LessOrEqual(t, fsize, 2*fkept, "%d runs: %d bytes for %d", i+1, fsize, fkept)
+		if i+1 != 3 {
+			require.Equal(t, fkept, fsize, "%d runs of one size take their size", i+1)
+		}
+	}
 	big := 0
 	for _, c := range d.chunks {
 		if cap(c) > doneChunkMax {
 			big++
 			n := len(d.raw(d.find(want[150].ID)))
-			require.True(t, cap(c) == n || cap(c) == n+1, "a run larger than a chunk has one of its own size (and the encoder's newline): %d for %d", cap(c), n)
+			require.Equal(t, n, cap(c), "a run larger than a chunk has one of its own size")
 		}
 	}
 	require.Equal(t, 1, big)

@@ -76,6 +76,9 @@ allocated).`,
 	}
 	for _, sub := range cmd.Commands() {
 		run := sub.RunE
+		if run == nil {
+			panic("bench: subcommand " + sub.Name() + " has no RunE") // every bench has one: the profile is stopped there
+		}
 		sub.RunE = func(c *cobra.Command, args []string) error {
 			err := run(c, args)
 			return errors.Join(err, stop())
