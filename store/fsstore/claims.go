@@ -303,13 +303,13 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 			prov = ss.st.Session.Provider
 		}
 		if leased = s.admitNow(id, ss.id, prov, c.Limits); leased {
-			data, hint, err := encodeChange(&belay.RunLeasedData{Owner: c.Owner, ExpiresAt: s.clock.Now().Add(c.TTL).UTC()})
+			lease, hint, err := leaseEvent(id, 1, belay.RunLeasedData{Owner: c.Owner, ExpiresAt: s.clock.Now().Add(c.TTL)})
 			if err != nil {
 				s.unadmit(id)
 				return res, err
 			}
 			hints = append(hints, hint)
-			evs = append(evs, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: 1, Data: data})
+			evs = append(evs, lease)
 		}
 	}
 	if _, err := ss.commitAll(ctx, hints, evs...); err != nil {
@@ -347,6 +347,17 @@ func (s *Store) unadmit(id string) {
 	s.claims.mu.Lock()
 	s.claims.sched.finish(id)
 	s.claims.mu.Unlock()
+}
+
+// leaseEvent is run.leased granting p's lease at epoch, with its payload
+// hint: every lease a claim, a submit or a direct acquire grants.
+func leaseEvent(run string, epoch uint64, p belay.RunLeasedData) (belay.Event, any, error) {
+	p.ExpiresAt = p.ExpiresAt.UTC()
+	data, hint, err := encodeChange(&p)
+	if err != nil {
+		return belay.Event{}, nil, err
+	}
+	return belay.Event{Type: belay.EventRunLeased, Run: run, Epoch: epoch, Data: data}, hint, nil
 }
 
 // defaultClaimMax bounds one claim when the caller names no maximum.
@@ -497,11 +508,11 @@ func (s *Store) rescue(ctx context.Context, id, owner string, ttl time.Duration)
 	if err := ss.writable(); err != nil {
 		return belay.Run{}, false, err
 	}
-	data, hint, err := encodeChange(&belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: r.Epoch})
+	lease, hint, err := leaseEvent(id, r.Epoch+1, belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl), Takeover: r.Epoch})
 	if err != nil {
 		return belay.Run{}, false, err
 	}
-	if _, err := ss.commitHinted(ctx, hint, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commitHinted(ctx, hint, lease); err != nil {
 		return belay.Run{}, false, err
 	}
 	return copyRun(r), true, nil
@@ -521,12 +532,12 @@ func (s *Store) leaseQueued(ctx context.Context, id, owner string, ttl time.Dura
 	if err := ss.writable(); err != nil {
 		return store.Claimed{}, false, err
 	}
-	data, hint, err := encodeChange(&belay.RunLeasedData{Owner: owner, ExpiresAt: s.clock.Now().Add(ttl).UTC()})
+	lease, hint, err := leaseEvent(id, r.Epoch+1, belay.RunLeasedData{Owner: owner, ExpiresAt: s.clock.Now().Add(ttl)})
 	if err != nil {
 		return store.Claimed{}, false, err
 	}
 	input := ss.st.inputs[id] // (the lease's fold drops it)
-	if _, err := ss.commitHinted(ctx, hint, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commitHinted(ctx, hint, lease); err != nil {
 		return store.Claimed{}, false, err
 	}
 	return store.Claimed{Run: copyRun(r), Input: input}, true, nil

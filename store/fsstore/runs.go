@@ -191,11 +191,11 @@ func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.
 		return belay.Run{}, fmt.Errorf("%w: run %s is leased by %s at epoch %d until %s",
 			belay.ErrLeaseHeld, id, r.Lease.Owner, r.Epoch, r.Lease.ExpiresAt.Format(time.RFC3339))
 	}
-	data, hint, err := encodeChange(&belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl).UTC(), Takeover: takeover})
+	lease, hint, err := leaseEvent(id, r.Epoch+1, belay.RunLeasedData{Owner: owner, ExpiresAt: now.Add(ttl), Takeover: takeover})
 	if err != nil {
 		return belay.Run{}, err
 	}
-	if _, err := ss.commitHinted(ctx, hint, belay.Event{Type: belay.EventRunLeased, Run: id, Epoch: r.Epoch + 1, Data: data}); err != nil {
+	if _, err := ss.commitHinted(ctx, hint, lease); err != nil {
 		return belay.Run{}, err
 	}
 	return copyRun(r), nil

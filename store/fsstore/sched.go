@@ -99,10 +99,7 @@ func unheap(j *job) {
 
 // restore adds a run that is already active (after a restart).
 func (s *scheduler) restore(id, session, provider string) {
-	j := &job{id: id, session: session, provider: provider}
-	s.active[id] = j
-	s.bySession[session] = id
-	s.byProvider[provider]++
+	s.occupy(&job{id: id, session: session, provider: provider})
 }
 
 // remove forgets a queued run (cancelled before it started). It reports
@@ -125,13 +122,7 @@ func (s *scheduler) finish(id string) {
 	if !ok {
 		return
 	}
-	delete(s.active, id)
-	if s.bySession[j.session] == id {
-		delete(s.bySession, j.session)
-	}
-	if s.byProvider[j.provider]--; s.byProvider[j.provider] <= 0 {
-		delete(s.byProvider, j.provider)
-	}
+	s.vacate(j)
 	s.offerHead(j.session)
 	// One slot of the provider freed: give its best parked run another go.
 	if p := s.parked[j.provider]; p != nil && p.Len() > 0 {
@@ -239,19 +230,32 @@ func (s *scheduler) admit(id, session, provider string) bool {
 		return false
 	}
 	s.order++
-	j := &job{id: id, session: session, provider: provider, order: s.order}
-	s.active[id] = j
-	s.bySession[session] = id
-	s.byProvider[provider]++
+	s.occupy(&job{id: id, session: session, provider: provider, order: s.order})
 	return true
 }
 
 // start moves the head of its session's queue to active.
 func (s *scheduler) start(j *job) {
 	s.dequeue(j)
+	s.occupy(j)
+}
+
+// occupy makes j active: its session's run, one of its provider's.
+func (s *scheduler) occupy(j *job) {
 	s.active[j.id] = j
 	s.bySession[j.session] = j.id
 	s.byProvider[j.provider]++
+}
+
+// vacate undoes occupy.
+func (s *scheduler) vacate(j *job) {
+	delete(s.active, j.id)
+	if s.bySession[j.session] == j.id {
+		delete(s.bySession, j.session)
+	}
+	if s.byProvider[j.provider]--; s.byProvider[j.provider] <= 0 {
+		delete(s.byProvider, j.provider)
+	}
 }
 
 // activate makes a queued run active outside promote (a lease taken
@@ -272,13 +276,7 @@ func (s *scheduler) unstart(id string) {
 	if !ok {
 		return
 	}
-	delete(s.active, id)
-	if s.bySession[j.session] == id {
-		delete(s.bySession, j.session)
-	}
-	if s.byProvider[j.provider]--; s.byProvider[j.provider] <= 0 {
-		delete(s.byProvider, j.provider)
-	}
+	s.vacate(j)
 	s.queued[id] = j
 	s.sessionQ[j.session] = append([]*job{j}, s.sessionQ[j.session]...)
 	if q := s.sessionQ[j.session]; len(q) > 1 {
