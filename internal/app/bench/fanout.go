@@ -2,11 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,12 @@ type FanoutResult struct {
 	P50Millis  float64 `json:"append_to_received_p50_ms"`
 	P99Millis  float64 `json:"append_to_received_p99_ms"`
 	MaxMillis  float64 `json:"append_to_received_max_ms"`
+	// The floor: the same fan-out without belay, in the same run (see
+	// fanoutFloor), its frames as long as the daemon's (FrameBytes).
+	FloorP50Millis float64 `json:"floor_append_to_received_p50_ms"`
+	FloorP99Millis float64 `json:"floor_append_to_received_p99_ms"`
+	FloorMaxMillis float64 `json:"floor_append_to_received_max_ms"`
+	FrameBytes     int     `json:"frame_bytes"`
 	// The watchers phase: the daemon's open descriptors and resident
 	// memory with Watchers streams open, per watcher beyond the idle
 	// daemon.
@@ -115,6 +122,15 @@ func Fanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 	if err := fanoutLatency(ctx, c, cfg, res); err != nil {
 		return nil, err
 	}
+	cfg.Progress(fmt.Sprintf("the same fan-out over bare unix sockets (the floor): %d streams, %d events of %d bytes", cfg.Subscribers, cfg.Posts, res.FrameBytes))
+	floor, err := fanoutFloor(ctx, root, cfg, res.FrameBytes)
+	if err != nil {
+		return nil, err
+	}
+	if len(floor) != cfg.Subscribers*cfg.Posts {
+		return nil, fmt.Errorf("bench: floor: %d deliveries, want %d", len(floor), cfg.Subscribers*cfg.Posts)
+	}
+	res.FloorP50Millis, res.FloorP99Millis, res.FloorMaxMillis = latencyPercentiles(floor)
 	if cfg.Watchers > 0 {
 		if err := fanoutWatchers(ctx, c, daemon.cmd.Process.Pid, cfg, res); err != nil {
 			return nil, err
@@ -137,7 +153,7 @@ func fanoutLatency(ctx context.Context, c *client.Client, cfg FanoutConfig, res 
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	lat := make([][]time.Duration, cfg.Subscribers)
-	var ready, got atomic.Int64
+	var ready, got, frameBytes atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, cfg.Subscribers)
 	cfg.Progress(fmt.Sprintf("%d subscribers on one session", cfg.Subscribers))
@@ -162,6 +178,12 @@ func fanoutLatency(ctx context.Context, c *client.Client, cfg FanoutConfig, res 
 				}
 				seen[key] = true
 				lat[i] = append(lat[i], now.Sub(ev.TS))
+				if frameBytes.Load() == 0 {
+					// The daemon's frame for it: "id: ...\nevent: ...\ndata: <JSON>\n\n".
+					if data, err := json.Marshal(ev); err == nil {
+						frameBytes.Store(int64(len(fmt.Sprintf("id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data))))
+					}
+				}
 				if got.Add(1); len(lat[i]) == cfg.Posts {
 					return client.ErrStop
 				}
@@ -214,12 +236,20 @@ func fanoutLatency(ctx context.Context, c *client.Client, cfg FanoutConfig, res 
 	if len(all) != cfg.Subscribers*cfg.Posts {
 		return fmt.Errorf("bench: %d deliveries, want %d", len(all), cfg.Subscribers*cfg.Posts)
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-	res.P50Millis = ms(all[len(all)/2])
-	res.P99Millis = ms(all[len(all)*99/100])
-	res.MaxMillis = ms(all[len(all)-1])
+	res.P50Millis, res.P99Millis, res.MaxMillis = latencyPercentiles(all)
+	res.FrameBytes = int(frameBytes.Load())
 	return nil
+}
+
+// latencyPercentiles sorts lat and returns its p50, p99 and max in
+// milliseconds.
+func latencyPercentiles(lat []time.Duration) (p50, p99, most float64) {
+	if len(lat) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	return ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1])
 }
 
 // fanoutWatchers opens cfg.Watchers streams across cfg.Sessions sessions

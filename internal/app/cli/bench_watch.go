@@ -30,7 +30,11 @@ func newBenchWatchCmd(stdio Stdio) *cobra.Command {
 one session, then appends --posts events to it, one every --interval, and
 reports the time from each event's append (its journal timestamp) to its
 arrival at each subscriber (p50, p99, max), checking that every subscriber
-got every event exactly once. Then opens --watchers streams spread over
+got every event exactly once. Beside it, from the same run, the floor: the
+same fan-out (subscribers, events, interval, frame size) over bare unix
+sockets, a goroutine per stream writing each event and a reader per stream
+timing it, with no HTTP, JSON or store: what any server on this machine
+would take at least, and belay's latency as a ratio to it. Then opens --watchers streams spread over
 --sessions sessions and reports the daemon's open descriptors and resident
 memory per watcher. Streams get half of the daemon's connections, and each
 stream takes a descriptor in this process too: the open file limit bounds
@@ -62,7 +66,9 @@ stream takes a descriptor in this process too: the open file limit bounds
 			w := tabwriter.NewWriter(stdio.Out, 2, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "fan-out: %d subscribers on one session, %d events (%d deliveries, each once)\n", res.Subscribers, res.Posts, res.Deliveries)
 			fmt.Fprintln(w, "append to received\tp50\tp99\tmax")
-			fmt.Fprintf(w, "\t%.2f ms\t%.2f ms\t%.2f ms\n", res.P50Millis, res.P99Millis, res.MaxMillis)
+			fmt.Fprintf(w, "belay (SSE)\t%.2f ms\t%.2f ms\t%.2f ms\n", res.P50Millis, res.P99Millis, res.MaxMillis)
+			fmt.Fprintf(w, "floor (bare unix sockets, %d-byte frames)\t%.2f ms\t%.2f ms\t%.2f ms\n", res.FrameBytes, res.FloorP50Millis, res.FloorP99Millis, res.FloorMaxMillis)
+			fmt.Fprintf(w, "belay ÷ floor\t%.2f\t%.2f\t\n", res.P50Millis/max(res.FloorP50Millis, 1e-3), res.P99Millis/max(res.FloorP99Millis, 1e-3))
 			if res.Watchers > 0 {
 				fmt.Fprintf(w, "\nwatchers: %d across %d sessions (connected in %.1f s)\n", res.Watchers, res.Sessions, res.WatchersConnected)
 				fmt.Fprintln(w, "daemon fds\tdaemon RSS\tfds per watcher\tRSS per watcher")
