@@ -106,12 +106,12 @@ func (r *Runtime) startLocked(id string, mode startMode, claimed *store.Claimed)
 		rn.recheckCancel = true
 	}
 	r.wg.Add(1)
-	go func() {
+	r.workers.run(func() {
 		defer r.wg.Done()
 		defer r.afterRunner(rn)
 		defer close(rn.done)
 		rn.execute()
-	}()
+	})
 }
 
 // cancel stops the run for cause (the first cause wins).

@@ -94,6 +94,7 @@ type Runtime struct {
 	joined   bool // the owner record is written and the claim loop runs
 	stopping bool
 	wg       sync.WaitGroup // runners and background work
+	workers  workers        // the goroutines runners run on
 	stopBg   context.CancelFunc
 
 	// known holds what a submit reads of a session and never changes
@@ -263,6 +264,7 @@ func (r *Runtime) Stop(ctx context.Context) error {
 		r.notify.cancelSends()
 		return fmt.Errorf("runtime: stop: %w", context.Cause(ctx))
 	}
+	r.workers.stop() // every runner has returned: only idle workers are left
 	return r.leave(ctx)
 }
 
