@@ -181,6 +181,11 @@ func FuzzFold(f *testing.F) {
 	f.Add(bytes.Join(append([][]byte{lines[0]}, lines...), nil), uint8(1))                         // two
 	f.Add(bytes.Join(append(append([][]byte{}, lines[:3]...), lines[1]), nil), uint8(2))           // a run created twice
 	f.Add(bytes.Join(append(append([][]byte{}, lines...), lines[len(lines)-6]), nil), uint8(0xff)) // a late change
+	// A finished run kept as bytes, with characters json.Marshal escapes.
+	f.Add([]byte(`{"ts":"2026-01-01T00:00:00Z","type":"session.created","data":{"id":"ses_x","provider":"fake"}}`+"\n"+
+		`{"ts":"2026-01-01T00:00:00Z","type":"run.created","run":"run_x","data":{"id":"run_x","provider":"fake","tags":["a<b"],"meta":{"k":"x & y>"}}}`+"\n"+
+		`{"type":"run.leased","run":"run_x","epoch":1,"data":{"owner":"o","expiresAt":"2026-01-01T00:00:00Z"}}`+"\n"+
+		`{"ts":"2026-01-01T00:00:01Z","type":"run.updated","run":"run_x","epoch":1,"data":{"phase":"complete"}}`+"\n"), uint8(4))
 	for _, extra := range []string{
 		`{"type":"run.updated","run":"run_x","epoch":1,"data":{"phase":"bogus"}}`,
 		`{"type":"run.updated","run":"run_x","epoch":1,"data":{"phase":"queued"}}`,
@@ -255,6 +260,17 @@ func FuzzFold(f *testing.F) {
 		got, _ := json.Marshal(resumed)
 		if !bytes.Equal(want, got) {
 			t.Fatalf("fold through a snapshot at %d differs:\n%s\n%s", k, got, want)
+		}
+		// Snapshots and the index take encode's bytes as they are: they
+		// must be what json.Marshal makes of them (compact, escaped).
+		for _, s := range []*state{st, resumed} {
+			enc, err := s.encode()
+			if err != nil {
+				t.Fatalf("encode: %v", err)
+			}
+			if byMarshal, _ := json.Marshal(s); !bytes.Equal(enc, byMarshal) {
+				t.Fatalf("encode differs from json.Marshal:\n%s\n%s", enc, byMarshal)
+			}
 		}
 	})
 }

@@ -3,7 +3,6 @@ package fsstore
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -328,7 +327,7 @@ func (ss *session) indexEntry() (indexEntry, bool) {
 	if again, closed := closedAt(); !closed || again != seq || ss.lastTS.Load() != last {
 		return indexEntry{}, false
 	}
-	raw, err := json.Marshal(ss.st)
+	raw, err := ss.st.encode()
 	if err != nil {
 		return indexEntry{}, false
 	}

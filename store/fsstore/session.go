@@ -479,7 +479,7 @@ func (ss *session) snapshotLocked() {
 		return
 	}
 	defer ss.release(j)
-	raw, err := json.Marshal(ss.st)
+	raw, err := ss.st.encode()
 	if err != nil {
 		return
 	}

@@ -94,11 +94,29 @@ func (st *state) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	runs = append(runs, ']')
-	return json.Marshal(struct {
+	// The other fields, then "runs" spliced in as the last: run through
+	// json.Marshal as a RawMessage, the runs (most of a snapshot) would be
+	// scanned again to compact them. Runs below hides the field of the
+	// same name in plainState; the object always has "version", so it
+	// ends in "}" after at least one field.
+	head, err := json.Marshal(struct {
 		*plainState
-		Runs json.RawMessage `json:"runs"`
-	}{(*plainState)(st), runs})
+		Runs *struct{} `json:"runs,omitempty"`
+	}{plainState: (*plainState)(st)})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(head)+len(`,"runs":`)+len(runs))
+	out = append(out, head[:len(head)-1]...)
+	out = append(out, `,"runs":`...)
+	out = append(out, runs...)
+	return append(out, '}'), nil
 }
+
+// encode is the state's JSON, as MarshalJSON writes it. Called directly,
+// not through json.Marshal, which would scan the result again to compact
+// it.
+func (st *state) encode() ([]byte, error) { return st.MarshalJSON() }
 
 func decodeState(raw []byte) (*state, error) {
 	st := newState()
