@@ -1,6 +1,7 @@
 package chatsite
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -80,5 +81,41 @@ func TestGenerationNeedsNoPage(t *testing.T) {
 	}
 	if text != want {
 		t.Fatalf("answer %q, want %q", text, want)
+	}
+}
+
+// Close ends a download still trickling and returns once its handler is
+// done (goleak, in TestMain, checks that nothing of the site is left).
+func TestCloseEndsASlowDownload(t *testing.T) {
+	s, err := Start(Options{Speed: 1}) // 45 s for slow.bin
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(s.URL()+"/api/send", "application/json", strings.NewReader(`{"text":"q [[think=1s artifacts=slow.bin]]"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ids := s.Conversations()
+	if len(ids) != 1 {
+		t.Fatalf("conversations %v", ids)
+	}
+	dl, err := http.Get(s.URL() + "/files/" + ids[0] + "/slow.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dl.Body.Close()
+	if dl.StatusCode != http.StatusOK {
+		t.Fatalf("download: %s", dl.Status)
+	}
+	// The first chunk is here: the handler waits for the next.
+	if _, err := dl.Body.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(dl.Body); err == nil {
+		t.Fatal("the download ended cleanly after Close; want it cut off")
 	}
 }

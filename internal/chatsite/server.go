@@ -70,6 +70,14 @@ type Site struct {
 	srv  *http.Server
 	url  string
 
+	// Close ends the handlers still waiting (closing) and waits for them
+	// and for Serve (serving): nothing of the site outlives Close.
+	hmu      sync.Mutex
+	closed   bool
+	closing  chan struct{}
+	handlers sync.WaitGroup
+	serving  chan struct{}
+
 	mu      sync.Mutex
 	mode    Mode
 	drop    int // sends left to drop silently
@@ -119,7 +127,7 @@ func Start(opts Options) (*Site, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chatsite: %w", err)
 	}
-	s := &Site{opts: opts, ln: ln, mode: ModeReady, convs: map[string]*conv{}, uploads: map[string]string{}, logins: map[string]bool{}, url: "http://" + ln.Addr().String()}
+	s := &Site{opts: opts, ln: ln, closing: make(chan struct{}), serving: make(chan struct{}), mode: ModeReady, convs: map[string]*conv{}, uploads: map[string]string{}, logins: map[string]bool{}, url: "http://" + ln.Addr().String()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.HandleFunc("GET /c/{id}", s.page)
@@ -139,16 +147,47 @@ func Start(opts Options) (*Site, error) {
 	mux.HandleFunc("GET /_harness/prompts", s.harnessPrompts)
 	mux.HandleFunc("POST /_harness/hold", s.harnessHold)
 	mux.HandleFunc("POST /_harness/finish", s.harnessFinish)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
+	s.srv = &http.Server{Handler: s.track(mux), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(s.serving)
+		_ = s.srv.Serve(ln)
+	}()
 	return s, nil
+}
+
+// track counts the handlers running, for Close to wait for.
+func (s *Site) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hmu.Lock()
+		if s.closed {
+			s.hmu.Unlock()
+			http.Error(w, "chatsite: closing", http.StatusServiceUnavailable)
+			return
+		}
+		s.handlers.Add(1)
+		s.hmu.Unlock()
+		defer s.handlers.Done()
+		h.ServeHTTP(w, r)
+	})
 }
 
 // URL is the site's root URL, "http://127.0.0.1:PORT".
 func (s *Site) URL() string { return s.url }
 
-// Close stops the site.
-func (s *Site) Close() error { return s.srv.Close() }
+// Close stops the site and returns once its handlers and server are
+// done.
+func (s *Site) Close() error {
+	s.hmu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.closing)
+	}
+	s.hmu.Unlock()
+	err := s.srv.Close()
+	<-s.serving
+	s.handlers.Wait()
+	return err
+}
 
 // SetMode switches what the site shows.
 func (s *Site) SetMode(m Mode) error {
@@ -591,6 +630,8 @@ func (s *Site) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	select {
 	case <-time.After(time.Duration(float64(2*time.Second) / s.opts.Speed)):
+	case <-s.closing:
+		return
 	case <-r.Context().Done():
 		return
 	}
@@ -789,6 +830,8 @@ func (s *Site) file(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-time.After(per):
+		case <-s.closing:
+			return
 		case <-r.Context().Done():
 			return
 		}
