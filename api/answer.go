@@ -29,7 +29,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Belay-apitype.Run-Status", string(run.Status))
+	h.Set("Belay-Run-Status", string(run.Status))
 	stream(w, r, func(sw *streamWriter) error {
 		// Deltas are small; the connection gets them in 64 KiB writes.
 		bw := bufio.NewWriterSize(sw, 64<<10)

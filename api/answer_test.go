@@ -53,7 +53,7 @@ func TestAnswerStreamsWithTrailer(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, "complete", resp.Header.Get("Belay-apitype.Run-Status"))
+	require.Equal(t, "complete", resp.Header.Get("Belay-Run-Status"))
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.Equal(t, strings.Repeat("line <one> & \"two\"\n", 300), string(body))

@@ -139,7 +139,6 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newInboxCmd(stdio),
 		newDoctorCmd(stdio),
 		newMCPCmd(stdio),
-		newRunsCmd(stdio),
 		newDemoCmd(stdio),
 		newRepairCmd(stdio),
 		newBenchCmd(stdio),
