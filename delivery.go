@@ -51,6 +51,31 @@ type Delivery struct {
 	SettledAt time.Time `json:"settledAt,omitzero"`
 }
 
+// OutcomeNotice reports whether the delivery is one of the notices the
+// runtime posts itself when a run ends (DeliveryRunCompleted,
+// DeliveryRunFailed, DeliveryRunStranded).
+func (d *Delivery) OutcomeNotice() bool {
+	switch d.Type {
+	case DeliveryRunCompleted, DeliveryRunFailed, DeliveryRunStranded:
+		return true
+	}
+	return false
+}
+
+// HoldsRetention reports whether the delivery keeps its session from being
+// pruned or deleted without force (G12): it is unsettled, unless it is an
+// outcome notice no consumer ever took (pending, never leased, addressed
+// to nobody). Such a notice repeats what the session's journal holds, and
+// a session nobody polls (the command line's) would otherwise be kept
+// forever. A notice that was leased, or addressed to a subscriber, holds
+// it like any item.
+func (d *Delivery) HoldsRetention() bool {
+	if d.Status.Settled() {
+		return false
+	}
+	return !(d.OutcomeNotice() && d.Status == DeliveryPending && d.Attempts == 0 && d.To == "")
+}
+
 // DeliveryInput posts a delivery.
 type DeliveryInput struct {
 	Session  string

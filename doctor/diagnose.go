@@ -191,14 +191,20 @@ func (d *diagnosis) judgeOwner(r *belay.Run) (state, detail string) {
 }
 
 // judgeRetention mirrors store.Prune's verdict (G12): no unfinished run, no
-// unsettled delivery, none settled within the grace period, not
+// unsettled delivery (but an outcome notice nobody took,
+// belay.Delivery.HoldsRetention), none settled within the grace period, not
 // quarantined, and idle longer than the age for the worst outcome. Idle
 // time counts from the latest time known, so the doctor never advises a
 // prune the store would refuse.
 func (d *diagnosis) judgeRetention() {
 	in := d.in
-	if in.Session.State == belay.SessionQuarantined || in.Journal.Quarantined || len(d.unsettled) > 0 {
+	if in.Session.State == belay.SessionQuarantined || in.Journal.Quarantined {
 		return
+	}
+	for i := range d.unsettled {
+		if d.unsettled[i].HoldsRetention() {
+			return
+		}
 	}
 	p := in.Retention
 	keep, what := p.KeepComplete, "complete"
@@ -459,8 +465,18 @@ func (d *diagnosis) findings() {
 		}
 	}
 
-	if n := len(d.unsettled); n > 0 {
-		d.add("delivery_unsettled", apitype.SeverityWarn, "%d inbox item(s) are not settled", n)
+	// Outcome notices nobody took are not warned of: a session nobody
+	// polls (the command line's) has one per run (HoldsRetention).
+	held := 0
+	for i := range d.unsettled {
+		if d.unsettled[i].HoldsRetention() {
+			held++
+		}
+	}
+	if held > 0 {
+		d.add("delivery_unsettled", apitype.SeverityWarn, "%d inbox item(s) are not settled", held)
+	}
+	if len(d.unsettled) > 0 {
 		for _, dl := range d.unsettled {
 			if dl.Status == belay.DeliveryLeased && dl.Lease.Expired(d.now) {
 				d.add("delivery_lease_expired", apitype.SeverityWarn, "delivery %s: its lease expired; it is redelivered", token(dl.ID))

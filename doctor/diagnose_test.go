@@ -206,6 +206,16 @@ var diagnoseCases = []diagnoseCase{
 		finished(in, runA, belay.RunComplete, "", 15*day)
 		delivery(in, dlvA, belay.DeliveryPending, 4).CreatedAt = ago(15 * day)
 	}, action: apitype.ActionAckDelivery, rule: "delivery_unsettled"},
+	{name: "an outcome notice nobody took does not keep it", mod: func(in *Input) {
+		finished(in, runA, belay.RunComplete, "", 15*day)
+		d := delivery(in, dlvA, belay.DeliveryPending, 4)
+		d.Type, d.CreatedAt = belay.DeliveryRunCompleted, ago(15*day)
+	}, action: apitype.ActionPrune, rule: "retention_due"},
+	{name: "an outcome notice a consumer took keeps it", mod: func(in *Input) {
+		finished(in, runA, belay.RunComplete, "", 15*day)
+		d := delivery(in, dlvA, belay.DeliveryPending, 4)
+		d.Type, d.CreatedAt, d.Attempts = belay.DeliveryRunCompleted, ago(15*day), 1
+	}, action: apitype.ActionReadResult, rule: "run_complete"},
 	{name: "custom retention", mod: func(in *Input) {
 		finished(in, runA, belay.RunComplete, "", 2*day)
 		in.Retention.KeepComplete = day

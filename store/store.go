@@ -307,8 +307,9 @@ const (
 )
 
 // PrunePolicy says which terminal sessions Prune deletes. A session is
-// pruned only when it has no queued or running run, no unsettled delivery,
-// no delivery settled within Grace, is not quarantined, and its last
+// pruned only when it has no queued or running run, no unsettled delivery
+// (but the runtime's notices of run ends that no consumer took:
+// belay.Delivery.HoldsRetention), no delivery settled within Grace, is not quarantined, and its last
 // activity is older than the age for its worst run outcome: KeepFailed if
 // any run failed or was stranded, else KeepComplete.
 type PrunePolicy struct {
@@ -416,7 +417,8 @@ type JournalInfo struct {
 
 // SessionDeleter is implemented by stores that delete one session on
 // request (fsstore). DeleteSession refuses a session with a queued or
-// running run, or (unless force) an unsettled delivery, with
+// running run, or (unless force) a delivery that holds retention
+// (belay.Delivery.HoldsRetention), with
 // belay.ErrActive; a session whose journal is damaged, missing or empty is
 // always deleted.
 type SessionDeleter interface {

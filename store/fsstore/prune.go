@@ -29,10 +29,10 @@ func (ss *session) pruneVerdict(p store.PrunePolicy, now time.Time) (ok bool, ru
 		keep, outcome = p.KeepFailed, "failed"
 	}
 	for _, d := range ss.st.Deliveries {
-		if !d.Status.Settled() {
+		if d.HoldsRetention() {
 			return false, "unsettled delivery", last
 		}
-		if now.Sub(d.SettledAt) < p.Grace {
+		if d.Status.Settled() && now.Sub(d.SettledAt) < p.Grace {
 			return false, "delivery settled within grace", last
 		}
 	}
@@ -163,7 +163,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string, force bool) error 
 			return fmt.Errorf("%w: session %s has a queued or running run; cancel it first", belay.ErrActive, id)
 		}
 		for _, d := range ss.st.Deliveries {
-			if !d.Status.Settled() && !force {
+			if d.HoldsRetention() && !force {
 				return fmt.Errorf("%w: session %s has unsettled delivery %s; settle it, or delete anyway with --force", belay.ErrActive, id, d.ID)
 			}
 		}

@@ -25,9 +25,14 @@ type pruneFacts struct {
 const pruneFactsQuery = `SELECT s.id, greatest(s.updated_at, s.last_event_at),
 	` + sessionActive + `,
 	EXISTS (SELECT 1 FROM belay_runs r WHERE r.session = s.id AND r.status IN ('failed', 'stranded')),
-	EXISTS (SELECT 1 FROM belay_deliveries d WHERE d.session = s.id AND d.status IN ('pending', 'leased')),
+	EXISTS (SELECT 1 FROM belay_deliveries d WHERE d.session = s.id AND ` + holdsRetention + `),
 	(SELECT max(d.settled_at) FROM belay_deliveries d WHERE d.session = s.id)
 	FROM belay_sessions s`
+
+// holdsRetention is belay.Delivery.HoldsRetention over belay_deliveries d:
+// unsettled, and not an outcome notice no consumer ever took.
+const holdsRetention = `d.status IN ('pending', 'leased') AND NOT (d.status = 'pending' AND d.attempts = 0
+	AND d.addressee IS NULL AND d.type IN ('run.completed', 'run.failed', 'run.stranded'))`
 
 func scanFacts(row pgx.Row) (pruneFacts, error) {
 	var f pruneFacts

@@ -522,7 +522,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string, force bool) error 
 		err := t.QueryRow(ctx, `SELECT
 			EXISTS (SELECT 1 FROM belay_runs WHERE session = $1 AND status = 'queued')
 				OR EXISTS (SELECT 1 FROM belay_runs WHERE session = $1 AND status = 'running'),
-			coalesce((SELECT min(id) FROM belay_deliveries WHERE session = $1 AND status IN ('pending', 'leased')), '')`, id).Scan(&active, &unsettled)
+			coalesce((SELECT min(d.id) FROM belay_deliveries d WHERE d.session = $1 AND `+holdsRetention+`), '')`, id).Scan(&active, &unsettled)
 		if err != nil {
 			return err
 		}

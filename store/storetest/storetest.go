@@ -106,6 +106,7 @@ func Run(t *testing.T, h Harness) {
 		"RunEndDelivers":       testRunEndDelivers,
 		"Prune":                testPrune,
 		"PruneOwners":          testPruneOwners,
+		"DeleteSession":        testDeleteSession,
 		"Reopen":               testReopen,
 		"AddressedDeliveries":  testAddressedDeliveries,
 		"RunTagsAndFilter":     testRunTagsAndFilter,
@@ -845,7 +846,19 @@ func testPrune(t *testing.T, h Harness) {
 	b.run(active.ID)
 	inbox := b.session()
 	finish(inbox.ID, belay.PhaseComplete)
-	post(t, b, inbox.ID, "run.completed", "x", 0)
+	post(t, b, inbox.ID, "task", "x", 0)
+	// The runtime's notice of a run's end that no consumer took does not
+	// hold the session (belay.Delivery.HoldsRetention); one a consumer
+	// leased does, as any item.
+	notice := b.session()
+	finish(notice.ID, belay.PhaseComplete)
+	post(t, b, notice.ID, belay.DeliveryRunCompleted, "n", 0)
+	taken := b.session()
+	finish(taken.ID, belay.PhaseComplete)
+	post(t, b, taken.ID, belay.DeliveryRunCompleted, "n", 0)
+	lt, err := b.s.LeaseDeliveries(b.ctx, taken.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	require.Len(t, lt, 1)
 	empty := b.session()
 
 	rep, err := b.s.Prune(b.ctx, store.PrunePolicy{})
@@ -856,21 +869,29 @@ func testPrune(t *testing.T, h Harness) {
 	rep, err = b.s.Prune(b.ctx, store.PrunePolicy{DryRun: true})
 	require.NoError(t, err)
 	require.True(t, rep.DryRun)
-	require.ElementsMatch(t, []string{done.ID, empty.ID}, prunedIDs(rep))
+	require.ElementsMatch(t, []string{done.ID, notice.ID, empty.ID}, prunedIDs(rep))
 	_, err = b.s.Session(b.ctx, done.ID)
 	require.NoError(t, err, "a dry run deletes nothing")
 
 	rep, err = b.s.Prune(b.ctx, store.PrunePolicy{})
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{done.ID, empty.ID}, prunedIDs(rep))
-	require.Equal(t, 3, rep.Kept)
+	require.ElementsMatch(t, []string{done.ID, notice.ID, empty.ID}, prunedIDs(rep))
+	require.Equal(t, 4, rep.Kept)
 	_, err = b.s.Session(b.ctx, done.ID)
 	require.ErrorIs(t, err, belay.ErrNotFound)
 
-	// Settle the inbox item: it stays within the grace window, then goes.
+	// Settle the inbox items: they stay within the grace window, then go.
 	l, err := b.s.LeaseDeliveries(b.ctx, inbox.ID, "agent", time.Minute, 1)
 	require.NoError(t, err)
 	_, err = b.s.SettleDelivery(b.ctx, l[0].ID, belay.Settlement{Kind: belay.SettleDone, Epoch: l[0].Epoch})
+	require.NoError(t, err)
+	// The notice's lease expired with the clock: back in the inbox, taken
+	// once, it still holds the session until it is settled.
+	lt, err = b.s.LeaseDeliveries(b.ctx, taken.ID, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	require.Len(t, lt, 1)
+	require.Positive(t, lt[0].Attempts)
+	_, err = b.s.SettleDelivery(b.ctx, lt[0].ID, belay.Settlement{Kind: belay.SettleDone, Epoch: lt[0].Epoch})
 	require.NoError(t, err)
 	rep, err = b.s.Prune(b.ctx, store.PrunePolicy{})
 	require.NoError(t, err)
@@ -879,7 +900,7 @@ func testPrune(t *testing.T, h Harness) {
 	b.clk.Advance(store.DefaultKeepFailed)
 	rep, err = b.s.Prune(b.ctx, store.PrunePolicy{})
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{failed.ID, inbox.ID}, prunedIDs(rep))
+	require.ElementsMatch(t, []string{failed.ID, inbox.ID, taken.ID}, prunedIDs(rep))
 	_, err = b.s.Session(b.ctx, active.ID)
 	require.NoError(t, err, "an active run is never pruned")
 
@@ -888,6 +909,53 @@ func testPrune(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, active.ID, list[0].ID)
+}
+
+// testDeleteSession: a session with a queued or running run is never
+// deleted; one with an item a consumer must handle only with force; the
+// runtime's notice of a run's end that no consumer took does not hold it.
+func testDeleteSession(t *testing.T, h Harness) {
+	b := setup(t, h)
+	del, ok := b.s.(store.SessionDeleter)
+	if !ok {
+		t.Skip("the store does not delete sessions (store.SessionDeleter)")
+	}
+	finished := func() string {
+		s := b.session()
+		r := b.run(s.ID)
+		l, err := b.s.AcquireRunLease(b.ctx, r.ID, "w", time.Minute, 0)
+		require.NoError(t, err)
+		_, err = b.s.UpdateRun(b.ctx, r.ID, l.Epoch, belay.RunUpdate{Phase: belay.PhaseComplete})
+		require.NoError(t, err)
+		return s.ID
+	}
+	active := b.session()
+	b.run(active.ID)
+	require.ErrorIs(t, del.DeleteSession(b.ctx, active.ID, true), belay.ErrActive)
+
+	work := finished()
+	post(t, b, work, "task", "x", 0)
+	require.ErrorIs(t, del.DeleteSession(b.ctx, work, false), belay.ErrActive)
+	require.NoError(t, del.DeleteSession(b.ctx, work, true))
+
+	notice := finished()
+	post(t, b, notice, belay.DeliveryRunCompleted, "n", 0)
+	require.NoError(t, del.DeleteSession(b.ctx, notice, false))
+
+	taken := finished()
+	post(t, b, taken, belay.DeliveryRunFailed, "n", 0)
+	_, err := b.s.LeaseDeliveries(b.ctx, taken, "agent", time.Minute, 1)
+	require.NoError(t, err)
+	require.ErrorIs(t, del.DeleteSession(b.ctx, taken, false), belay.ErrActive)
+
+	for _, id := range []string{work, notice} {
+		_, err := b.s.Session(b.ctx, id)
+		require.ErrorIs(t, err, belay.ErrNotFound)
+	}
+	for _, id := range []string{active.ID, taken} {
+		_, err := b.s.Session(b.ctx, id)
+		require.NoError(t, err)
+	}
 }
 
 func prunedIDs(r belay.PruneReport) []string {
