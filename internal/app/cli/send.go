@@ -143,19 +143,19 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		if err != nil {
 			return fmt.Errorf("read prompt: %w", err)
 		}
-		b, err := io.ReadAll(io.LimitReader(f, runtime.MaxInput+1))
+		b, err := readPrompt(f, "the prompt in "+opts.File)
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("read prompt: %w", err)
+			return err
 		}
 		prompt = string(b)
 	case prompt == "-" || (!hasArg && opts.Script == ""):
 		if !hasArg && isTerminal(stdio.In) {
 			return usagef("belay send --provider fake \"hello\"", "no prompt: give it as an argument, \"-\" for standard input, or --file")
 		}
-		b, err := io.ReadAll(io.LimitReader(stdio.In, runtime.MaxInput+1))
+		b, err := readPrompt(stdio.In, "the prompt on standard input")
 		if err != nil {
-			return fmt.Errorf("read prompt: %w", err)
+			return err
 		}
 		prompt = string(b)
 	}
@@ -283,4 +283,22 @@ func fieldHint(field string) string {
 		return "belay send --provider fake --script script.json ... (docs/providers.md, JSON script)"
 	}
 	return "belay send --help"
+}
+
+// readPrompt reads a prompt of at most runtime.MaxInput bytes. A longer
+// one is refused with its whole size (read on to count it), not the size
+// of the part read.
+func readPrompt(r io.Reader, what string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, runtime.MaxInput+1))
+	if err != nil {
+		return nil, fmt.Errorf("read prompt: %w", err)
+	}
+	if len(b) <= runtime.MaxInput {
+		return b, nil
+	}
+	rest, err := io.Copy(io.Discard, r)
+	if err != nil {
+		return nil, fmt.Errorf("read prompt: %w", err)
+	}
+	return nil, &belay.TooLargeError{What: what, Size: len(b) + int(rest), Limit: runtime.MaxInput}
 }
