@@ -102,6 +102,12 @@ func Main(ctx context.Context, args []string, stdio Stdio) int {
 		return ExitUnreachable
 	}
 	fmt.Fprintf(stdio.Err, "belay: %s\n", strings.TrimPrefix(err.Error(), "belay: "))
+	if errors.Is(err, belay.ErrInvalid) {
+		// A value the daemon or the store refused (an unknown provider, a
+		// cursor it never gave out, a listen address it cannot take): a
+		// wrong flag or argument, as its message says.
+		return ExitUsage
+	}
 	return ExitError
 }
 

@@ -268,9 +268,10 @@ func refused(err error, dataDir string) error {
 			return &usageError{err: fmt.Errorf("refused before the run started: %s", msg), hint: fieldHint(field)}
 		}
 		if name, _ := ce.Details["provider"].(string); name != "" {
-			return fmt.Errorf("%s\nTry: add [providers.%s] with a type to %s (see docs/providers.md), or export OPENAI_API_KEY for --provider openai, ANTHROPIC_API_KEY for --provider anthropic; then restart the daemon (belay daemon stop; the next command starts it)",
-				msg, name, filepath.Join(dataDir, daemon.ConfigName))
+			return &usageError{err: errors.New(msg), hint: fmt.Sprintf("add [providers.%s] with a type to %s (see docs/providers.md), or export OPENAI_API_KEY for --provider openai, ANTHROPIC_API_KEY for --provider anthropic; then restart the daemon (belay daemon stop; the next command starts it)",
+				name, filepath.Join(dataDir, daemon.ConfigName))}
 		}
+		return &usageError{err: errors.New(msg)}
 	}
 	return errors.New(msg)
 }

@@ -67,7 +67,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if opts.Listen != "" {
 		addr, ok := strings.CutPrefix(opts.Listen, "tcp:")
 		if !ok || addr == "" {
-			return fmt.Errorf("daemon: --listen %q: want tcp:HOST:PORT", opts.Listen)
+			return invalidf("daemon: --listen %q: want tcp:HOST:PORT", opts.Listen)
 		}
 		tcpAddr = addr
 	}
@@ -309,4 +309,15 @@ func ensureToken(dir string) (string, error) {
 		return "", fmt.Errorf("daemon: write token: %w", err)
 	}
 	return token, nil
+}
+
+// invalidError is a flag value the daemon cannot take: a
+// belay.ErrInvalid, so the command line exits with its usage code.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == belay.ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
 }

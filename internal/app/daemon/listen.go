@@ -32,7 +32,7 @@ func connLimits(opts Options, log *slog.Logger) (conns, watchers int, err error)
 	conns, watchers = api.ConnLimits(rl.Cur)
 	if opts.MaxConns > 0 {
 		if uint64(opts.MaxConns) >= rl.Cur {
-			return 0, 0, fmt.Errorf("daemon: --max-conns %d is not below the open file limit %d", opts.MaxConns, rl.Cur)
+			return 0, 0, invalidf("daemon: --max-conns %d is not below the open file limit %d", opts.MaxConns, rl.Cur)
 		}
 		conns, watchers = opts.MaxConns, max(opts.MaxConns/2, 1)
 	}
