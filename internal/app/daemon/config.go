@@ -111,10 +111,20 @@ type HookConfig struct {
 
 type duration time.Duration
 
+// durationErrPrefix starts the errors of duration's UnmarshalText. They
+// never hold the value (tomlError shows them: it hides other messages, as
+// they may echo a secret).
+const durationErrPrefix = "not a duration belay takes: "
+
 func (d *duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return err
+	switch {
+	case err != nil:
+		return errors.New(durationErrPrefix + `give a Go duration string such as "90s" or "2h" (a bare number is not one)`)
+	case v == 0:
+		// Zero would be taken as "not set" and the default used: say so
+		// rather than do it silently.
+		return errors.New(durationErrPrefix + "zero means the default here; leave the key out for it, or give a positive duration")
 	}
 	*d = duration(v)
 	return nil
@@ -164,6 +174,9 @@ func LoadConfig(dir string) (*Config, error) {
 func tomlError(err error) error {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
+		if rest, ok := strings.CutPrefix(pe.Message, durationErrPrefix); ok && pe.LastKey != "" {
+			return fmt.Errorf("%s (line %d) is %s%s", pe.LastKey, pe.Position.Line, durationErrPrefix, rest)
+		}
 		msg := fmt.Sprintf("TOML syntax error at line %d, column %d", pe.Position.Line, pe.Position.Col)
 		if pe.LastKey != "" {
 			msg += fmt.Sprintf(" (after key %q)", pe.LastKey)

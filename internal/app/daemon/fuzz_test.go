@@ -20,6 +20,9 @@ func TestConfigRefusesSilentDefaults(t *testing.T) {
 		{"[watchdog]\nstreaming = \"-5m\"\n", "watchdog.streaming must not be negative"},
 		{"[deadlines]\nper = { \"x/y\" = \"-1s\" }\n", "deadlines.per.x/y must not be negative"},
 		{"[limits]\nglobal = -1\n", "limits.global must not be negative"},
+		{"[retry]\nbase = 5\n", `retry.base (line 2) is not a duration belay takes: give a Go duration string such as "90s"`},
+		{"[retention]\ngrace = \"0s\"\n", "retention.grace (line 2) is not a duration belay takes: zero means the default here"},
+		{"[watchdog]\nstreaming = \"soon\"\n", "watchdog.streaming (line 2) is not a duration"},
 		{"[[webhooks]]\nurl = \"https://example.com/h\"\nsecret = \"nope\"\n", "webhooks[0]"},
 		{"[[webhooks]]\nurl = \"example.com\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n", "webhooks[0]: url"},
 		{"[[hooks]]\ncommand = []\n", "hooks[0]: command is empty"},
@@ -35,7 +38,15 @@ func TestConfigRefusesSilentDefaults(t *testing.T) {
 		}
 		require.ErrorContains(t, err, tc.want, "%s", tc.toml)
 	}
+	// A bad duration is named by its key and line, never echoed (a line
+	// of a config may hold a secret).
 	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte("[watchdog]\nstreaming = \"sk-secret\"\n"), 0o600))
+	_, err := LoadConfig(dir)
+	require.ErrorContains(t, err, "watchdog.streaming")
+	require.NotContains(t, err.Error(), "sk-secret")
+
+	dir = t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte("[retention]\nevery = \"-1s\"\n"), 0o600))
 	cfg, err := LoadConfig(dir)
 	require.NoError(t, err, "a negative retention.every turns pruning off")
