@@ -85,7 +85,8 @@ ago") go to standard error when it is a terminal, or with --progress.
 If the daemon restarts, watch reconnects and resumes after the last event
 it showed: nothing is missed or shown twice. If the daemon does not answer
 for --reconnect, watch exits 6 with the command that resumes. A --timeout
-that passes before the run's end exits 5: the run goes on.`,
+that passes before the run's end exits 5: the run goes on (watching a
+session: while it has a run queued or running).`,
 		Args: exactArgs(1, "belay watch run_..."),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -418,6 +419,14 @@ func watchSession(ctx context.Context, stdio Stdio, c *client.Client, session st
 	p.finish()
 	switch {
 	case wctx.Err() != nil && ctx.Err() == nil:
+		// The timeout: exit 5 when the session still has a run to
+		// come or going on (it goes on without us), else 0.
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		sess, serr := c.Session(sctx, session)
+		cancel()
+		if serr == nil && sess.State == belay.SessionActive {
+			return &exitError{code: ExitStillRunning, err: fmt.Errorf("session %s still has a run queued or running; it goes on without you. Follow it again: %s", session, resumeCommand(session, last))}
+		}
 		return nil
 	case client.IsUnreachable(err):
 		return &exitError{code: ExitUnreachable, err: fmt.Errorf("%w.\nResume: %s\nTry: belay daemon start (or unset BELAY_NO_AUTOSTART)", err, resumeCommand(session, last))}
