@@ -26,15 +26,20 @@ func parseRunQuery(r *http.Request, now time.Time) (apitype.RunQuery, error) {
 	q.Status = belay.RunStatus(v.Get("status"))
 	if q.Session != "" {
 		if err := ids.Check(ids.Session, q.Session); err != nil {
-			return q, err
+			return q, queryError{"session", err.Error()}
+		}
+	}
+	if q.Cursor != "" {
+		if _, err := decodeCursor(q.Cursor); err != nil {
+			return q, queryError{"cursor", err.Error()}
 		}
 	}
 	if q.Status != "" && !q.Status.Valid() {
-		return q, fmt.Errorf("status %q is not queued, running, complete, failed, cancelled or stranded", q.Status)
+		return q, queryErrorf("status", "status %q is not queued, running, complete, failed, cancelled or stranded", q.Status)
 	}
 	if q.Tag != "" {
 		if err := belay.CheckTags([]string{q.Tag}, nil); err != nil {
-			return q, err
+			return q, queryError{"tag", err.Error()}
 		}
 	}
 	if s := v.Get("since"); s != "" {
@@ -43,13 +48,13 @@ func parseRunQuery(r *http.Request, now time.Time) (apitype.RunQuery, error) {
 		} else if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			q.Since = t
 		} else {
-			return q, fmt.Errorf("since %q: want a duration such as 24h or an RFC 3339 time", s)
+			return q, queryErrorf("since", "since %q: want a duration such as 24h or an RFC 3339 time", s)
 		}
 	}
 	if f := v.Get("failed"); f != "" {
 		b, err := strconv.ParseBool(f)
 		if err != nil {
-			return q, fmt.Errorf("failed must be true or false")
+			return q, queryErrorf("failed", "failed must be true or false")
 		}
 		q.Failed = b
 	}
@@ -58,16 +63,26 @@ func parseRunQuery(r *http.Request, now time.Time) (apitype.RunQuery, error) {
 		q.Sort = apitype.SortNewest
 	case apitype.SortNewest, apitype.SortOldest, apitype.SortUpdated:
 	default:
-		return q, fmt.Errorf("sort %q is not %s, %s or %s", q.Sort, apitype.SortNewest, apitype.SortOldest, apitype.SortUpdated)
+		return q, queryErrorf("sort", "sort %q is not %s, %s or %s", q.Sort, apitype.SortNewest, apitype.SortOldest, apitype.SortUpdated)
 	}
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > apitype.MaxRunsLimit {
-			return q, fmt.Errorf("limit must be 1-%d", apitype.MaxRunsLimit)
+			return q, queryErrorf("limit", "limit must be 1-%d", apitype.MaxRunsLimit)
 		}
 		q.Limit = n
 	}
 	return q, nil
+}
+
+// queryError is a query parameter of GET /v1/runs that is wrong: its
+// 400 names it in details.field.
+type queryError struct{ field, msg string }
+
+func (e queryError) Error() string { return e.msg }
+
+func queryErrorf(field, format string, args ...any) error {
+	return queryError{field, fmt.Sprintf(format, args...)}
 }
 
 // runKey is a run's position in an order: the time it sorts by, then its id.
@@ -115,7 +130,11 @@ func decodeCursor(c string) (runKey, error) {
 func (s *Server) listAllRuns(w http.ResponseWriter, r *http.Request) {
 	q, err := parseRunQuery(r, time.Now())
 	if err != nil {
-		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, err.Error(), nil)
+		var details map[string]any
+		if qe, ok := err.(queryError); ok {
+			details = map[string]any{"field": qe.field}
+		}
+		writeErrorCode(w, http.StatusBadRequest, apitype.CodeInvalid, err.Error(), details)
 		return
 	}
 	page, next, err := ListRuns(r.Context(), s.st, q)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +96,10 @@ func TestListRunsAcrossSessions(t *testing.T) {
 		code, raw := b.do("GET", "/v1/runs?"+q, "", nil)
 		require.Equal(t, http.StatusBadRequest, code, "%s: %s", q, raw)
 		require.Equal(t, apitype.CodeInvalid, errCode(t, raw))
+		var e apitype.Error
+		require.NoError(t, json.Unmarshal(raw, &e))
+		field, _, _ := strings.Cut(q, "=")
+		require.Equal(t, field, e.Error.Details["field"], "%s: details.field names the parameter", q)
 	}
 }
 
