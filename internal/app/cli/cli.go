@@ -42,6 +42,9 @@ type Stdio struct {
 type exitError struct {
 	code int
 	err  error
+	// unreachable: the daemon did not answer; Main says what to try,
+	// from the environment (startDaemonHint).
+	unreachable bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -85,6 +88,9 @@ func Main(ctx context.Context, args []string, stdio Stdio) int {
 		return ExitUsage
 	case errors.As(err, &ee):
 		fmt.Fprintf(stdio.Err, "belay: %s\n", strings.TrimPrefix(ee.err.Error(), "belay: "))
+		if ee.unreachable {
+			fmt.Fprintf(stdio.Err, "Try: %s\n", unreachableHint(stdio.Getenv))
+		}
 		return ee.code
 	case isFlagError(err):
 		hint := "belay --help"

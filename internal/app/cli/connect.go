@@ -29,9 +29,22 @@ func (g *globalOptions) dataDir(stdio Stdio) (string, error) {
 	return datadir.Resolve(g.Data, stdio.Getenv)
 }
 
-// errUnreachable is exit 6.
+// errUnreachable is exit 6; Main adds what to try (unreachableHint).
 func errUnreachable(err error) error {
-	return &exitError{code: ExitUnreachable, err: fmt.Errorf("%w\nTry: belay daemon start (or unset BELAY_NO_AUTOSTART)", err)}
+	return &exitError{code: ExitUnreachable, err: err, unreachable: true}
+}
+
+// unreachableHint is what to try when no daemon answered: a remote one
+// (BELAY_URL) is not started from here; a local one is, unless
+// BELAY_NO_AUTOSTART turned that off.
+func unreachableHint(getenv func(string) string) string {
+	switch {
+	case getenv("BELAY_URL") != "":
+		return fmt.Sprintf("check that a daemon serves %s (belay serve --listen tcp:HOST:PORT on its machine), or unset BELAY_URL to use the local daemon", getenv("BELAY_URL"))
+	case getenv("BELAY_NO_AUTOSTART") == "1":
+		return "belay daemon start (or unset BELAY_NO_AUTOSTART)"
+	}
+	return "belay daemon start"
 }
 
 // errOverloaded is exit 6 too: the daemon is alive but refused the request
@@ -45,6 +58,10 @@ func errOverloaded(err error) error {
 // data directory's unix socket.
 func newClient(stdio Stdio, dir string) *client.Client {
 	if u := stdio.Getenv("BELAY_URL"); u != "" {
+		// The form belay serve --listen takes is taken here too.
+		if addr, ok := strings.CutPrefix(u, "tcp:"); ok {
+			u = "http://" + addr
+		}
 		token := stdio.Getenv("BELAY_TOKEN")
 		if token == "" {
 			if raw, err := os.ReadFile(filepath.Join(dir, daemon.TokenName)); err == nil {

@@ -375,7 +375,7 @@ func watchRun(ctx context.Context, stdio Stdio, c *client.Client, run belay.Run,
 		}
 		return stillRunning(run, last)
 	case client.IsUnreachable(err):
-		return &exitError{code: ExitUnreachable, err: fmt.Errorf("%w; the run goes on without you.\nResume: %s\nTry: belay daemon start (or unset BELAY_NO_AUTOSTART)", err, resumeCommand(run.ID, last))}
+		return &exitError{code: ExitUnreachable, unreachable: true, err: fmt.Errorf("%w; the run goes on without you.\nResume: %s", err, resumeCommand(run.ID, last))}
 	}
 	return apiError(err)
 }
@@ -429,7 +429,7 @@ func watchSession(ctx context.Context, stdio Stdio, c *client.Client, session st
 		}
 		return nil
 	case client.IsUnreachable(err):
-		return &exitError{code: ExitUnreachable, err: fmt.Errorf("%w.\nResume: %s\nTry: belay daemon start (or unset BELAY_NO_AUTOSTART)", err, resumeCommand(session, last))}
+		return &exitError{code: ExitUnreachable, unreachable: true, err: fmt.Errorf("%w.\nResume: %s", err, resumeCommand(session, last))}
 	}
 	return apiError(err)
 }

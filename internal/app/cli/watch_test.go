@@ -104,6 +104,35 @@ func TestWatchGivesUpOnAGoneDaemonWithTheResumeCommand(t *testing.T) {
 	require.Less(t, time.Since(start), 30*time.Second, "bounded, not forever")
 }
 
+// A daemon named by BELAY_URL that does not answer is not one belay starts:
+// the advice names the address, and the tcp: form of --listen is taken.
+func TestUnreachableRemoteDaemonAdvice(t *testing.T) {
+	t.Parallel()
+	d := newBlipDaemon(t, event(2, "run.text", map[string]string{"text": "hi"}))
+	addr := strings.TrimPrefix(d.srv.URL, "http://")
+	d.srv.Close()
+	for _, u := range []string{"http://" + addr, "tcp:" + addr} {
+		code, _, stderr := run(t, map[string]string{"BELAY_URL": u, "BELAY_HOME": t.TempDir()}, "runs", "list")
+		require.Equal(t, ExitUnreachable, code, stderr)
+		require.Contains(t, stderr, "Try: check that a daemon serves "+u)
+		require.Contains(t, stderr, "unset BELAY_URL")
+		require.NotContains(t, stderr, "BELAY_NO_AUTOSTART")
+	}
+	code, _, stderr := run(t, map[string]string{"BELAY_HOME": t.TempDir(), "BELAY_NO_AUTOSTART": "1"}, "wait", testRun)
+	require.Equal(t, ExitUnreachable, code, stderr)
+	require.Contains(t, stderr, "Try: belay daemon start (or unset BELAY_NO_AUTOSTART)")
+}
+
+// The tcp:HOST:PORT form of BELAY_URL reaches a daemon as http://HOST:PORT.
+func TestBelayURLTakesTheListenForm(t *testing.T) {
+	t.Parallel()
+	d := newBlipDaemon(t, event(2, "run.text", map[string]string{"text": "hello"}),
+		event(3, "run.updated", map[string]any{"phase": "complete"}))
+	code, stdout, stderr := run(t, map[string]string{"BELAY_URL": "tcp:" + strings.TrimPrefix(d.srv.URL, "http://"), "BELAY_HOME": t.TempDir()}, "watch", testRun)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "hello", stdout)
+}
+
 func TestFlagErrorsAreHuman(t *testing.T) {
 	t.Parallel()
 	home := map[string]string{"BELAY_HOME": t.TempDir(), "BELAY_NO_AUTOSTART": "1"}
