@@ -120,6 +120,10 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 	switch {
 	case opts.Watch && opts.Wait:
 		return usagef("belay send --watch ...", "give --watch or --wait, not both")
+	case opts.Timeout != 0 && !opts.Watch && !opts.Wait:
+		// Without either, send returns once the run is accepted: a
+		// timeout would bound nothing.
+		return usagef("belay send --wait --timeout 10m ...", "--timeout bounds --watch or --wait; give one of them with it")
 	case opts.Session == "" && opts.Provider == "":
 		return usagef("belay send --provider fake \"hello\"", "give --provider for a new session, or --session")
 	case !belay.Policy(opts.Policy).Valid():
