@@ -81,7 +81,7 @@ func Main(ctx context.Context, args []string, stdio Stdio) int {
 	var ee *exitError
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprintf(stdio.Err, "belay: %v\n", ue.err)
+		fmt.Fprintf(stdio.Err, "belay: %s\n", strings.TrimPrefix(ue.err.Error(), "belay: "))
 		if ue.hint != "" {
 			fmt.Fprintf(stdio.Err, "Try: %s\n", ue.hint)
 		}

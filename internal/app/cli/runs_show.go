@@ -243,7 +243,8 @@ func printRunReport(stdio Stdio, rep runReport) {
 		}
 		fmt.Fprintln(out)
 		for _, e := range a.Errors {
-			fmt.Fprintf(out, "  error %s: %s\n", e.Class, e.Message)
+			// A message may already start with its class ("auth: ...").
+			fmt.Fprintf(out, "  error %s: %s\n", e.Class, strings.TrimPrefix(e.Message, string(e.Class)+": "))
 		}
 		for _, t := range a.Tools {
 			state := "NOT SETTLED"
