@@ -175,7 +175,7 @@ type ListOut struct {
 
 // PostIn is the inbox_post tool's input.
 type PostIn struct {
-	Session  string          `json:"session"`
+	Session  string          `json:"session" jsonschema:"the session (ses_...), required"`
 	Type     string          `json:"type" jsonschema:"the item's type, e.g. review.request"`
 	Key      string          `json:"key,omitempty" jsonschema:"idempotency key: a second post of the same key and type is dropped"`
 	Priority int             `json:"priority,omitempty"`
@@ -184,7 +184,7 @@ type PostIn struct {
 
 // PollIn is the inbox_poll tool's input.
 type PollIn struct {
-	Session string  `json:"session"`
+	Session string  `json:"session" jsonschema:"the session (ses_...), required"`
 	Owner   string  `json:"owner,omitempty" jsonschema:"who takes the items (default: this server)"`
 	TTL     float64 `json:"ttlSeconds,omitempty" jsonschema:"lease length in seconds (default 300): an item not acked by then is delivered again"`
 	Max     int     `json:"max,omitempty" jsonschema:"at most this many items (default 10)"`
@@ -193,7 +193,7 @@ type PollIn struct {
 
 // AckIn is the inbox_ack tool's input.
 type AckIn struct {
-	Session  string  `json:"session"`
+	Session  string  `json:"session" jsonschema:"the session (ses_...), required"`
 	Delivery string  `json:"delivery" jsonschema:"the item id (dlv_...)"`
 	Epoch    uint64  `json:"epoch" jsonschema:"the epoch the poll returned with the item"`
 	Kind     string  `json:"kind,omitempty" jsonschema:"done (default), error, release (deliver again now) or retry (after delaySeconds)"`
