@@ -73,8 +73,14 @@ func (ib *inbox) stop() {
 }
 
 // Post adds an item to a session's inbox; a duplicate (key, type) post is
-// dropped and the first item returned with created=false.
+// dropped and the first item returned with created=false. The types of
+// the notices of a run's end are the runtime's own: retention tells them
+// apart by type (belay.Delivery.HoldsRetention), so a client may not post
+// them.
 func (r *Runtime) Post(ctx context.Context, in belay.DeliveryInput) (belay.Delivery, bool, error) {
+	if (&belay.Delivery{Type: in.Type}).OutcomeNotice() {
+		return belay.Delivery{}, false, fmt.Errorf("%w: type %q is belay's own notice of a run's end (run.completed, run.failed, run.stranded are posted only when a run ends); give the item another type", belay.ErrInvalid, in.Type)
+	}
 	d, created, err := r.store.PostDelivery(ctx, in)
 	if err == nil && created {
 		r.inbox.notify()

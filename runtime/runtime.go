@@ -246,6 +246,9 @@ func (r *Runtime) Stop(ctx context.Context) error {
 		r.mu.Unlock()
 	} else {
 		r.stopping = true
+		// No runner starts from here on: a worker whose runner ends
+		// now ends with it, even if ctx runs out before the others do.
+		r.workers.close()
 		for _, rn := range r.runners {
 			rn.cancel(errShutdown)
 		}
@@ -264,7 +267,7 @@ func (r *Runtime) Stop(ctx context.Context) error {
 		r.notify.cancelSends()
 		return fmt.Errorf("runtime: stop: %w", context.Cause(ctx))
 	}
-	r.workers.stop() // every runner has returned: only idle workers are left
+	r.workers.stop() // every runner has returned: wait for their workers
 	return r.leave(ctx)
 }
 

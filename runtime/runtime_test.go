@@ -237,6 +237,21 @@ func TestRunCompletesAndPostsItsDelivery(t *testing.T) {
 	require.Equal(t, run.ID, d.Key)
 }
 
+// TestPostRefusesTheOutcomeTypes: only the runtime posts the notices of a
+// run's end; retention tells them apart by type.
+func TestPostRefusesTheOutcomeTypes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Options{}, &funcProvider{name: "echo", run: echo})
+	run := b.submit(SubmitRequest{Provider: "echo", Prompt: "hello"})
+	for _, typ := range []string{belay.DeliveryRunCompleted, belay.DeliveryRunFailed, belay.DeliveryRunStranded} {
+		_, _, err := b.rt.Post(context.Background(), belay.DeliveryInput{Session: run.Session, Type: typ, Key: "mine"})
+		require.ErrorIs(t, err, belay.ErrInvalid, typ)
+	}
+	_, created, err := b.rt.Post(context.Background(), belay.DeliveryInput{Session: run.Session, Type: "review.request", Key: "mine"})
+	require.NoError(t, err)
+	require.True(t, created)
+}
+
 // TestSubmitLeasesWhenNothingWaits: a follow-up submitted while nothing
 // waits comes back leased to this runtime and running (one durable write,
 // store.SubmitInput.Claim); one submitted while the cap is full comes

@@ -53,10 +53,10 @@ func (w *workers) loop(f func()) {
 	}
 }
 
-// stop ends the idle workers and waits for them; busy ones end when
-// their runner does (wait for those first). run still works after stop,
-// each f on a goroutine of its own.
-func (w *workers) stop() {
+// close ends the idle workers; a busy one ends when its runner does,
+// instead of waiting for another. run still works after close, each f on
+// a goroutine of its own.
+func (w *workers) close() {
 	w.mu.Lock()
 	w.stopped = true
 	for _, ch := range w.idle {
@@ -64,5 +64,11 @@ func (w *workers) stop() {
 	}
 	w.idle = nil
 	w.mu.Unlock()
+}
+
+// stop closes the workers and waits until all have ended: call it once
+// the runners have returned.
+func (w *workers) stop() {
+	w.close()
 	w.wg.Wait()
 }

@@ -75,6 +75,20 @@ func TestWorkersStop(t *testing.T) {
 	require.Equal(t, 0, w.idleCount())
 }
 
+// A worker busy when the pool is closed ends with its function instead
+// of waiting for another (Stop whose ctx ran out before the runners).
+func TestWorkersCloseEndsBusyOnes(t *testing.T) {
+	var w workers
+	release := make(chan struct{})
+	ran := make(chan struct{})
+	w.run(func() { close(ran); <-release })
+	<-ran
+	w.close()
+	close(release)
+	w.wg.Wait() // would hang if the worker parked as idle
+	require.Equal(t, 0, w.idleCount())
+}
+
 // deep uses about n KB of stack.
 //
 //go:noinline

@@ -159,14 +159,11 @@ func newRootCmd(stdio Stdio) *cobra.Command {
 		newVersionCmd(stdio),
 	)
 	// cobra's completion command printed its help and exited 0 when no
-	// shell, or one it does not know, was named.
+	// shell was named (an unknown one is an unknown subcommand: exit 2).
 	root.InitDefaultCompletionCmd()
 	if c, _, err := root.Find([]string{"completion"}); err == nil && c != root {
-		c.RunE = func(_ *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usagef("belay completion bash", "name a shell: bash, zsh, fish or powershell")
-			}
-			return usagef("belay completion bash", "%q is not a shell belay completes: bash, zsh, fish or powershell", args[0])
+		c.RunE = func(*cobra.Command, []string) error {
+			return usagef("belay completion bash", "name a shell: bash, zsh, fish or powershell")
 		}
 	}
 	return root

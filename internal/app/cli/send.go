@@ -147,7 +147,11 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		if err != nil {
 			return fmt.Errorf("read prompt: %w", err)
 		}
-		b, err := readPrompt(f, "the prompt in "+opts.File)
+		size := int64(-1)
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			size = fi.Size()
+		}
+		b, err := readPrompt(f, "the prompt in "+opts.File, size)
 		f.Close()
 		if err != nil {
 			return err
@@ -157,7 +161,7 @@ func runSend(cmd *cobra.Command, stdio Stdio, opts sendOptions, hasArg bool) err
 		if !hasArg && isTerminal(stdio.In) {
 			return usagef("belay send --provider fake \"hello\"", "no prompt: give it as an argument, \"-\" for standard input, or --file")
 		}
-		b, err := readPrompt(stdio.In, "the prompt on standard input")
+		b, err := readPrompt(stdio.In, "the prompt on standard input", -1)
 		if err != nil {
 			return err
 		}
@@ -291,9 +295,10 @@ func fieldHint(field string) string {
 }
 
 // readPrompt reads a prompt of at most runtime.MaxInput bytes. A longer
-// one is refused with its whole size (read on to count it), not the size
-// of the part read.
-func readPrompt(r io.Reader, what string) ([]byte, error) {
+// one is refused with its size when it is known (size, a regular file's),
+// else as "more than" the limit: a stream is not read on to count it (it
+// may never end).
+func readPrompt(r io.Reader, what string, size int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, runtime.MaxInput+1))
 	if err != nil {
 		return nil, fmt.Errorf("read prompt: %w", err)
@@ -301,9 +306,8 @@ func readPrompt(r io.Reader, what string) ([]byte, error) {
 	if len(b) <= runtime.MaxInput {
 		return b, nil
 	}
-	rest, err := io.Copy(io.Discard, r)
-	if err != nil {
-		return nil, fmt.Errorf("read prompt: %w", err)
+	if size >= int64(len(b)) {
+		return nil, &belay.TooLargeError{What: what, Size: int(size), Limit: runtime.MaxInput}
 	}
-	return nil, &belay.TooLargeError{What: what, Size: len(b) + int(rest), Limit: runtime.MaxInput}
+	return nil, fmt.Errorf("%w: %s is more than %d bytes; belay stores at most %d bytes (one journal record)", belay.ErrTooLarge, what, runtime.MaxInput, runtime.MaxInput)
 }

@@ -424,6 +424,10 @@ func watchSession(ctx context.Context, stdio Stdio, c *client.Client, session st
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		sess, serr := c.Session(sctx, session)
 		cancel()
+		if client.IsUnreachable(serr) {
+			// Whether a run goes on cannot be told: not "done" (0).
+			return &exitError{code: ExitUnreachable, unreachable: true, err: fmt.Errorf("%w.\nResume: %s", serr, resumeCommand(session, last))}
+		}
 		if serr == nil && sess.State == belay.SessionActive {
 			return &exitError{code: ExitStillRunning, err: fmt.Errorf("session %s still has a run queued or running; it goes on without you. Follow it again: %s", session, resumeCommand(session, last))}
 		}
