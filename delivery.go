@@ -51,17 +51,6 @@ type Delivery struct {
 	SettledAt time.Time `json:"settledAt,omitzero"`
 }
 
-// OutcomeNotice reports whether the delivery is one of the notices the
-// runtime posts itself when a run ends (DeliveryRunCompleted,
-// DeliveryRunFailed, DeliveryRunStranded).
-func (d *Delivery) OutcomeNotice() bool {
-	switch d.Type {
-	case DeliveryRunCompleted, DeliveryRunFailed, DeliveryRunStranded:
-		return true
-	}
-	return false
-}
-
 // HoldsRetention reports whether the delivery keeps its session from being
 // pruned or deleted without force (G12): it is unsettled, unless it is an
 // outcome notice no consumer ever took (pending, never leased, addressed
@@ -73,7 +62,7 @@ func (d *Delivery) HoldsRetention() bool {
 	if d.Status.Settled() {
 		return false
 	}
-	return !(d.OutcomeNotice() && d.Status == DeliveryPending && d.Attempts == 0 && d.To == "")
+	return !(OutcomeType(d.Type) && d.Status == DeliveryPending && d.Attempts == 0 && d.To == "")
 }
 
 // DeliveryInput posts a delivery.

@@ -204,6 +204,17 @@ const (
 	DeliveryRunStranded  = "run.stranded"
 )
 
+// OutcomeType reports whether typ is one of the delivery types the runtime
+// posts when a run ends (DeliveryRunCompleted, DeliveryRunFailed,
+// DeliveryRunStranded). Clients may not post them (Runtime.Post).
+func OutcomeType(typ string) bool {
+	switch typ {
+	case DeliveryRunCompleted, DeliveryRunFailed, DeliveryRunStranded:
+		return true
+	}
+	return false
+}
+
 // InputData is the input of a run, journaled whole in its run.created
 // event.
 type InputData struct {

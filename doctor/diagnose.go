@@ -476,15 +476,13 @@ func (d *diagnosis) findings() {
 	if held > 0 {
 		d.add("delivery_unsettled", apitype.SeverityWarn, "%d inbox item(s) are not settled", held)
 	}
-	if len(d.unsettled) > 0 {
-		for _, dl := range d.unsettled {
-			if dl.Status == belay.DeliveryLeased && dl.Lease.Expired(d.now) {
-				d.add("delivery_lease_expired", apitype.SeverityWarn, "delivery %s: its lease expired; it is redelivered", token(dl.ID))
-			}
-			if dl.To != "" {
-				d.add("wake_undelivered", apitype.SeverityWarn, "wake-up %s for %s about run %s is not delivered yet (%d attempts): no client of that MCP server is connected and subscribed to the run",
-					token(dl.ID), token(dl.To), token(dl.AfterRun), dl.Attempts)
-			}
+	for _, dl := range d.unsettled {
+		if dl.Status == belay.DeliveryLeased && dl.Lease.Expired(d.now) {
+			d.add("delivery_lease_expired", apitype.SeverityWarn, "delivery %s: its lease expired; it is redelivered", token(dl.ID))
+		}
+		if dl.To != "" {
+			d.add("wake_undelivered", apitype.SeverityWarn, "wake-up %s for %s about run %s is not delivered yet (%d attempts): no client of that MCP server is connected and subscribed to the run",
+				token(dl.ID), token(dl.To), token(dl.AfterRun), dl.Attempts)
 		}
 	}
 	for _, dl := range d.in.Deliveries {

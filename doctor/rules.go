@@ -327,16 +327,14 @@ func ruleFailedOther(d *diagnosis) (decision, bool) {
 	return decide(apitype.ActionResolveManually, cmdRead(token(r.ID)), "Run %s failed with %s, which a resend would repeat; read the error, change the request or the setup, then send again.", token(r.ID), errorClass(r))
 }
 
-// outcomeTypes are the deliveries the runtime posts itself when a run
-// ends (runtime.DeliveryRun*): notifications for a consumer that wants
-// them, not work for the person reading the doctor. They never decide the
-// next action: the outcome rules do.
-var outcomeTypes = map[string]bool{belay.DeliveryRunCompleted: true, belay.DeliveryRunFailed: true, belay.DeliveryRunStranded: true}
-
+// ruleUnsettled: the deliveries the runtime posts itself when a run ends
+// (belay.OutcomeType) are notifications for a consumer that wants them,
+// not work for the person reading the doctor. They never decide the next
+// action: the outcome rules do.
 func ruleUnsettled(d *diagnosis) (decision, bool) {
 	var work []belay.Delivery
 	for _, dl := range d.unsettled {
-		if !outcomeTypes[dl.Type] {
+		if !belay.OutcomeType(dl.Type) {
 			work = append(work, dl)
 		}
 	}

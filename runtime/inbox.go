@@ -78,7 +78,7 @@ func (ib *inbox) stop() {
 // apart by type (belay.Delivery.HoldsRetention), so a client may not post
 // them.
 func (r *Runtime) Post(ctx context.Context, in belay.DeliveryInput) (belay.Delivery, bool, error) {
-	if (&belay.Delivery{Type: in.Type}).OutcomeNotice() {
+	if belay.OutcomeType(in.Type) {
 		return belay.Delivery{}, false, fmt.Errorf("%w: type %q is belay's own notice of a run's end (run.completed, run.failed, run.stranded are posted only when a run ends); give the item another type", belay.ErrInvalid, in.Type)
 	}
 	d, created, err := r.store.PostDelivery(ctx, in)

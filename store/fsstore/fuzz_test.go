@@ -261,15 +261,15 @@ func FuzzFold(f *testing.F) {
 		if !bytes.Equal(want, got) {
 			t.Fatalf("fold through a snapshot at %d differs:\n%s\n%s", k, got, want)
 		}
-		// Snapshots and the index take encode's bytes as they are: they
-		// must be what json.Marshal makes of them (compact, escaped).
+		// Snapshots and the index take MarshalJSON's bytes as they are:
+		// they must be what json.Marshal makes of them (compact, escaped).
 		for _, s := range []*state{st, resumed} {
-			enc, err := s.encode()
+			enc, err := s.MarshalJSON()
 			if err != nil {
-				t.Fatalf("encode: %v", err)
+				t.Fatalf("MarshalJSON: %v", err)
 			}
 			if byMarshal, _ := json.Marshal(s); !bytes.Equal(enc, byMarshal) {
-				t.Fatalf("encode differs from json.Marshal:\n%s\n%s", enc, byMarshal)
+				t.Fatalf("MarshalJSON differs from json.Marshal:\n%s\n%s", enc, byMarshal)
 			}
 		}
 	})

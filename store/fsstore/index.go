@@ -327,7 +327,7 @@ func (ss *session) indexEntry() (indexEntry, bool) {
 	if again, closed := closedAt(); !closed || again != seq || ss.lastTS.Load() != last {
 		return indexEntry{}, false
 	}
-	raw, err := ss.st.encode()
+	raw, err := ss.st.MarshalJSON() // not json.Marshal: it would compact it again
 	if err != nil {
 		return indexEntry{}, false
 	}

@@ -479,7 +479,7 @@ func (ss *session) snapshotLocked() {
 		return
 	}
 	defer ss.release(j)
-	raw, err := ss.st.encode()
+	raw, err := ss.st.MarshalJSON() // not json.Marshal: it would compact it again
 	if err != nil {
 		return
 	}

@@ -113,11 +113,6 @@ func (st *state) MarshalJSON() ([]byte, error) {
 	return append(out, '}'), nil
 }
 
-// encode is the state's JSON, as MarshalJSON writes it. Called directly,
-// not through json.Marshal, which would scan the result again to compact
-// it.
-func (st *state) encode() ([]byte, error) { return st.MarshalJSON() }
-
 func decodeState(raw []byte) (*state, error) {
 	st := newState()
 	aux := struct {

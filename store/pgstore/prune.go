@@ -32,7 +32,7 @@ const pruneFactsQuery = `SELECT s.id, greatest(s.updated_at, s.last_event_at),
 // holdsRetention is belay.Delivery.HoldsRetention over belay_deliveries d:
 // unsettled, and not an outcome notice no consumer ever took.
 const holdsRetention = `d.status IN ('pending', 'leased') AND NOT (d.status = 'pending' AND d.attempts = 0
-	AND d.addressee IS NULL AND d.type IN ('run.completed', 'run.failed', 'run.stranded'))`
+	AND d.addressee IS NULL AND d.type IN ('` + belay.DeliveryRunCompleted + `', '` + belay.DeliveryRunFailed + `', '` + belay.DeliveryRunStranded + `'))`
 
 func scanFacts(row pgx.Row) (pruneFacts, error) {
 	var f pruneFacts

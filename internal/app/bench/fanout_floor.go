@@ -40,14 +40,17 @@ func fanoutFloor(ctx context.Context, dir string, cfg FanoutConfig, frameSize in
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
-	defer func() {
-		stop()
-		ln.Close()
+	closeConns := func() {
 		mu.Lock()
+		defer mu.Unlock()
 		for _, c := range conns {
 			c.Close()
 		}
-		mu.Unlock()
+	}
+	defer func() {
+		stop()
+		ln.Close()
+		closeConns()
 		wg.Wait()
 	}()
 	keep := func(c net.Conn) bool {
@@ -150,11 +153,7 @@ func fanoutFloor(ctx context.Context, dir string, cfg FanoutConfig, frameSize in
 	case <-done:
 	case <-time.After(2 * time.Minute):
 		stop()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
+		closeConns()
 		<-done
 		return nil, errors.New("bench: floor: the events did not all arrive within 2 minutes")
 	}

@@ -43,7 +43,7 @@ type exitError struct {
 	code int
 	err  error
 	// unreachable: the daemon did not answer; Main says what to try,
-	// from the environment (startDaemonHint).
+	// from the environment (unreachableHint).
 	unreachable bool
 }
 
