@@ -37,6 +37,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -67,13 +68,19 @@ type config struct {
 
 // Result is one measured path.
 type Result struct {
-	Name       string  `json:"name"`
-	Jobs       int     `json:"jobs"`
-	PerSec     float64 `json:"per_sec"`
-	P50Millis  float64 `json:"submit_to_complete_p50_ms"`
-	P99Millis  float64 `json:"submit_to_complete_p99_ms"`
-	Note       string  `json:"note,omitempty"`
-	Unmeasured bool    `json:"unmeasured,omitempty"`
+	Name      string  `json:"name"`
+	Jobs      int     `json:"jobs"`
+	PerSec    float64 `json:"per_sec"`
+	P50Millis float64 `json:"submit_to_complete_p50_ms"`
+	P99Millis float64 `json:"submit_to_complete_p99_ms"`
+	// ClientMicros and DatabaseMicros are the CPU time per job, from the
+	// first submit to the last completion, of this process (the engine
+	// measured, with its submitters and pool) and of the PostgreSQL
+	// server.
+	ClientMicros   float64 `json:"client_cpu_us_per_job"`
+	DatabaseMicros float64 `json:"database_cpu_us_per_job"`
+	Note           string  `json:"note,omitempty"`
+	Unmeasured     bool    `json:"unmeasured,omitempty"`
 }
 
 // Report is the whole bench's output (-json).
@@ -162,8 +169,9 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("belay file store: %w", err)
 		}
-		add(Result{Name: "belay-file", Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
-			Note: fmt.Sprintf("%.1f durable events per run", res.SyncsPerRun)})
+		r := Result{Name: "belay-file", Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
+			ClientMicros: res.CPUMicrosPerRun, Note: fmt.Sprintf("%.1f durable events per run", res.SyncsPerRun)}
+		add(r)
 	}
 	// belay on PostgreSQL, each path on a fresh database of the cluster.
 	belayPG := func(name string, nodes, batch int, note string) error {
@@ -178,12 +186,13 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return err
 		}
-		res, err := bench.Runs(ctx, bench.RunsConfig{Dir: cfg.Dir, Store: pg.URL(db), Runs: cfg.Jobs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Nodes: nodes, Batch: batch})
+		res, err := bench.Runs(ctx, bench.RunsConfig{Dir: cfg.Dir, Store: pg.URL(db), Runs: cfg.Jobs, Sessions: cfg.Sessions, Submitters: cfg.Submitters, Nodes: nodes, Batch: batch, DatabaseCPU: pg.CPU})
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		add(Result{Name: name, Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
-			Note: fmt.Sprintf("%.1f durable events per run, %d node(s)%s", res.SyncsPerRun, nodes, note)})
+		r := Result{Name: name, Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
+			ClientMicros: res.CPUMicrosPerRun, DatabaseMicros: res.DatabaseCPUMicrosPerRun, Note: fmt.Sprintf("%.1f durable events per run, %d node(s)%s", res.SyncsPerRun, nodes, note)}
+		add(r)
 		return nil
 	}
 	if err := belayPG("belay-pg", 1, 0, ""); err != nil {
@@ -275,13 +284,13 @@ func print(rep Report, asJSON bool) error {
 	}
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "peer bench: %d jobs, %d submitters (one job per transaction), River %s (MaxWorkers %d), %s, GOMAXPROCS %d and GOGC %d for both\n\n", rep.Jobs, rep.Submitters, rep.River, rep.Workers, rep.Postgres, rep.GOMAXPROCS, rep.GOGC)
-	fmt.Fprintln(w, "path\tjobs/s\tp50\tp99\tnote")
+	fmt.Fprintln(w, "path\tjobs/s\tp50\tp99\tCPU/job: engine\tPostgreSQL\tnote")
 	for _, r := range rep.Results {
 		if r.Unmeasured {
-			fmt.Fprintf(w, "%s\t-\t-\t-\t%s\n", r.Name, r.Note)
+			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t%s\n", r.Name, r.Note)
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%.0f\t%.1f ms\t%.1f ms\t%s\n", r.Name, r.PerSec, r.P50Millis, r.P99Millis, r.Note)
+		fmt.Fprintf(w, "%s\t%.0f\t%.1f ms\t%.1f ms\t%.0f µs\t%.0f µs\t%s\n", r.Name, r.PerSec, r.P50Millis, r.P99Millis, r.ClientMicros, r.DatabaseMicros, r.Note)
 	}
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintln(w)
@@ -384,6 +393,11 @@ func benchRiver(ctx context.Context, pg *testpg.Cluster, cfg config, batched boo
 		}
 	}()
 
+	db0, err := pg.CPU()
+	if err != nil {
+		return Result{}, "", err
+	}
+	client0 := processCPU()
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -432,6 +446,11 @@ func benchRiver(ctx context.Context, pg *testpg.Cluster, cfg config, batched boo
 		return Result{}, "", errors.New("jobs did not complete within 10 minutes")
 	}
 	elapsed := lastDone.Sub(start)
+	clientCPU := processCPU() - client0
+	dbCPU, err := pg.CPU()
+	if err != nil {
+		return Result{}, "", err
+	}
 	// The table is the truth: every job completed, once.
 	var completed int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&completed); err != nil {
@@ -441,13 +460,23 @@ func benchRiver(ctx context.Context, pg *testpg.Cluster, cfg config, batched boo
 		return Result{}, "", fmt.Errorf("%d of %d jobs completed", completed, cfg.Jobs)
 	}
 	sort.Float64s(lat)
-	r := Result{Name: name, Jobs: cfg.Jobs, PerSec: float64(cfg.Jobs) / elapsed.Seconds(), P50Millis: pct(lat, 0.5), P99Millis: pct(lat, 0.99)}
+	r := Result{Name: name, Jobs: cfg.Jobs, PerSec: float64(cfg.Jobs) / elapsed.Seconds(), P50Millis: pct(lat, 0.5), P99Millis: pct(lat, 0.99),
+		ClientMicros: float64(clientCPU.Microseconds()) / float64(cfg.Jobs), DatabaseMicros: float64((dbCPU - db0).Microseconds()) / float64(cfg.Jobs)}
 	if batched {
 		r.Note = fmt.Sprintf("InsertMany, batches of %d", cfg.Batch)
 	} else {
 		r.Note = "Insert, one transaction per job"
 	}
 	return r, version, nil
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func pct(sorted []float64, p float64) float64 {

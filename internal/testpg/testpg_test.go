@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -75,4 +76,40 @@ func TestReaper(t *testing.T) {
 		_, err := os.Stat(dir)
 		return errors.Is(err, os.ErrNotExist)
 	}, 60*time.Second, 100*time.Millisecond, "the orphaned cluster is stopped and removed")
+}
+
+// TestCPU: the cluster's CPU time grows with the work a backend does and
+// keeps that work once the backend has exited.
+func TestCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("CPU reads /proc")
+	}
+	ctx := context.Background()
+	c := testpg.Start(t, testpg.Options{})
+	before, err := c.CPU()
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	var backend int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend))
+	// Work until the server has used a quarter second more than before
+	// (a condition, not a duration).
+	var during time.Duration
+	for i := 0; during < before+250*time.Millisecond; i++ {
+		require.Less(t, i, 1000, "the server's CPU time does not grow")
+		var n int64
+		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM generate_series(1, 2000000)").Scan(&n))
+		during, err = c.CPU()
+		require.NoError(t, err)
+	}
+	require.NoError(t, conn.Close(ctx))
+	// The backend exits and the postmaster reaps it: its time moves to
+	// the postmaster's children's.
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", backend))
+		return errors.Is(err, os.ErrNotExist)
+	}, time.Minute, 10*time.Millisecond)
+	after, err := c.CPU()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, after, during, "an exited backend's CPU time is still counted")
 }

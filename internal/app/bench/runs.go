@@ -63,8 +63,12 @@ type RunsConfig struct {
 	// (each call at its scheduled moment, whatever the calls before it
 	// took; its latency counts from that moment), on the same runtimes
 	// and sessions.
-	Paced    float64
-	Progress func(string)
+	Paced float64
+	// DatabaseCPU, when set, returns the database server's CPU time so
+	// far (the peer bench's local cluster): the peak phase's share of it
+	// is reported per run.
+	DatabaseCPU func() (time.Duration, error)
+	Progress    func(string)
 }
 
 // RunsResult is `belay bench runs --json`.
@@ -89,6 +93,9 @@ type RunsResult struct {
 	// in the peak phase, per run: with the file store, all of belay's
 	// work; it reads the same on a busy machine, where runs/s does not.
 	CPUMicrosPerRun float64 `json:"cpu_us_per_run"`
+	// DatabaseCPUMicrosPerRun is the database server's CPU time in the
+	// peak phase, per run (only with RunsConfig.DatabaseCPU).
+	DatabaseCPUMicrosPerRun float64 `json:"database_cpu_us_per_run,omitempty"`
 	// SyncP50Millis and SyncP99Millis are the latencies of those syncs in
 	// the peak phase (PacedSyncP99Millis in the paced one): the part of
 	// submit-to-complete that is the disk's; file store only.
@@ -340,6 +347,13 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	cfg.Progress(fmt.Sprintf("submitting %d runs from %d submitters (%s) to %d node(s)", cfg.Runs, cfg.Submitters, how, cfg.Nodes))
 	p := newRunsPhase(cfg.Runs)
 	cur.Store(p)
+	var db0 time.Duration
+	if cfg.DatabaseCPU != nil {
+		var err error
+		if db0, err = cfg.DatabaseCPU(); err != nil {
+			return err
+		}
+	}
 	cpu0 := cpuSeconds()
 	sched := readSchedWait()
 	rate, p50, p99, err := submitPhase(ctx, cfg, rts, sessions, p, 0)
@@ -348,6 +362,13 @@ func benchRuns(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	}
 	res.SchedWaitP99Millis = sched.p99Since()
 	res.CPUMicrosPerRun = (cpuSeconds() - cpu0) * 1e6 / float64(cfg.Runs)
+	if cfg.DatabaseCPU != nil {
+		db, err := cfg.DatabaseCPU()
+		if err != nil {
+			return err
+		}
+		res.DatabaseCPUMicrosPerRun = float64((db - db0).Microseconds()) / float64(cfg.Runs)
+	}
 	res.RunsPerSec, res.P50Millis, res.P99Millis = rate, p50, p99
 	res.SyncsPerRun = float64(totalSeq(ctx, st, sessions)-beforeSeq) / float64(cfg.Runs)
 	res.CommitsPerRun = float64(commits.n.Load()-beforeCommits) / float64(cfg.Runs)
