@@ -58,7 +58,7 @@ func stream(w http.ResponseWriter, r *http.Request, write func(*streamWriter) er
 		writeError(w, err)
 	default:
 		_, code := statusOf(err)
-		body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: err.Error()})
+		body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: errorMessage(err)})
 		w.Header().Set(apitype.TrailerStatus, "error")
 		w.Header().Set(apitype.TrailerError, string(body))
 	}

@@ -213,6 +213,10 @@ func TestErrorsAndHardening(t *testing.T) {
 		if tc.code != "" {
 			require.Equal(t, tc.code, errCode(t, raw), "%s %s", tc.method, tc.path)
 		}
+		var e apitype.Error
+		require.NoError(t, json.Unmarshal(raw, &e), "%s %s", tc.method, tc.path)
+		require.NotEmpty(t, e.Error.Message, "%s %s", tc.method, tc.path)
+		require.NotContains(t, e.Error.Message, "belay: ", "%s %s: the message is the error's, without the Go package's prefix", tc.method, tc.path)
 	}
 }
 

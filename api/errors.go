@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/apitype"
@@ -87,7 +88,14 @@ func errorBody(err error) (int, apitype.ErrorBody) {
 	case errors.As(err, &effects):
 		details = map[string]any{"run": effects.Run, "tools": effects.Tools}
 	}
-	return status, apitype.ErrorBody{Code: code, Message: err.Error(), Details: details}
+	return status, apitype.ErrorBody{Code: code, Message: errorMessage(err), Details: details}
+}
+
+// errorMessage is err's text for a response body: without the "belay: "
+// that the Go errors of the module begin with, which says nothing to an
+// API client (the CLI adds its own prefix once).
+func errorMessage(err error) string {
+	return strings.TrimPrefix(err.Error(), "belay: ")
 }
 
 func writeErrorCode(w http.ResponseWriter, status int, code, msg string, details map[string]any) {

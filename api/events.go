@@ -225,7 +225,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, session string, aft
 // sseError ends a stream with an error event.
 func sseError(w http.ResponseWriter, rc *http.ResponseController, err error) {
 	_, code := statusOf(err)
-	body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: err.Error()})
+	body, _ := json.Marshal(apitype.ErrorBody{Code: code, Message: errorMessage(err)})
 	// The stream ends here either way: a client that cannot take the
 	// error event sees the stream end.
 	_, _ = fmt.Fprintf(w, "event: error\ndata: %s\n\n", body)

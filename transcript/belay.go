@@ -71,6 +71,7 @@ func lineSeq(line []byte) (uint64, bool) {
 type belayDoc struct {
 	events   []journal.Event
 	renumber bool
+	placed   int // journal.lost placeholders among events
 }
 
 // EventJournalLost is the placeholder a journal repair writes in place of
@@ -83,6 +84,20 @@ const EventJournalLost = "journal.lost"
 func lostEvent(seq uint64, ts time.Time) journal.Event {
 	data, _ := json.Marshal(map[string]any{"seq": seq, "reason": "a damaged or repeated line was removed by belay repair; this placeholder keeps the seqs after it unchanged"})
 	return journal.Event{Type: EventJournalLost, TS: ts, Data: data}
+}
+
+// keepSeqs is the change that says a repair wrote n placeholders (none
+// when n is 0: a dropped last line, a dropped duplicate, leaves no seq to
+// fill).
+func keepSeqs(n int) []Change {
+	if n == 0 {
+		return nil
+	}
+	what := "1 journal.lost placeholder stands"
+	if n > 1 {
+		what = fmt.Sprintf("%d journal.lost placeholders stand", n)
+	}
+	return []Change{{Kind: ChangeKeepSeqs, Reason: what + " in for dropped lines, so every event after them keeps its seq"}}
 }
 
 // seqKeeper fills the seqs of dropped lines with placeholders as the
@@ -146,6 +161,7 @@ func (belayCodec) build(d *Document) error {
 		}
 		if len(fill) > 0 {
 			bd.renumber = true
+			bd.placed += len(fill)
 			bd.events = append(bd.events, fill...)
 		}
 		if string(ev.Data) == "null" {

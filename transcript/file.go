@@ -201,7 +201,7 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 		return rep, err
 	}
 	if d.Format == FormatBelay && d.events != nil && d.events.renumber {
-		rep.Changes = append(rep.Changes, Change{Kind: ChangeKeepSeqs, Reason: "each dropped line was replaced by a journal.lost placeholder, so every other event keeps its seq"})
+		rep.Changes = append(rep.Changes, keepSeqs(d.events.placed)...)
 	}
 	if len(rep.Changes) == 0 {
 		return rep, nil // clean: the file is not touched
@@ -442,7 +442,15 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 		return refuse(rep, noValidLine(f))
 	}
 	if f == FormatBelay {
-		rep.Changes = append(rep.Changes, Change{Kind: ChangeKeepSeqs, Reason: "each dropped line was replaced by a journal.lost placeholder, so every other event keeps its seq"})
+		// The pass that decides what the rewrite keeps, without writing:
+		// the drops only it finds (undecodable events, a second event
+		// with an idempotency id) and the placeholders, also for a dry
+		// run.
+		placed, err := walkJournal(path, func(c Change) { rep.Changes = append(rep.Changes, c) }, nil)
+		if err != nil {
+			return rep, err
+		}
+		rep.Changes = append(rep.Changes, keepSeqs(placed)...)
 	}
 	var dropped int64
 	for _, b := range bad {
@@ -531,7 +539,7 @@ func replace(path string, fi fs.FileInfo, rep *FileReport, opts FileOptions, wri
 		rep.Backup = backup
 	}
 	if write == nil {
-		journalPath, cleanup, err := rewriteJournalLines(path, rep)
+		journalPath, cleanup, err := rewriteJournalLines(path)
 		if err != nil {
 			return err
 		}
@@ -627,7 +635,7 @@ func copyFile(dst, src string, fi fs.FileInfo) error {
 // rewriteJournalLines streams the valid events of a belay journal into a
 // new journal (through the journal package) in a scratch directory beside
 // path, and returns the new journal's path and what removes it.
-func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
+func rewriteJournalLines(path string) (string, func(), error) {
 	dir, err := os.MkdirTemp(filepath.Dir(path), "."+filepath.Base(path)+".repair-")
 	if err != nil {
 		return "", nil, fmt.Errorf("transcript: %w", err)
@@ -642,20 +650,43 @@ func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 		_ = os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("transcript: rewrite journal: %w", err)
 	}
+	// The changes were noted by the pass before (repairLines).
+	if _, err := walkJournal(path, func(Change) {}, func(evs []journal.Event) error {
+		_, err := j.Append(context.Background(), journal.Buffered, evs...)
+		return err
+	}); err != nil {
+		return fail(err)
+	}
+	if err := j.Close(); err != nil {
+		return fail(err)
+	}
+	return filepath.Join(dir, journal.FileName), func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// walkJournal reads the belay journal at path as its repair keeps it: it
+// hands emit (nil: nothing to write) the events to append, in order and in
+// batches, each without its seq, with a journal.lost placeholder for each
+// seq a dropped line leaves empty, and tells note of each line it drops
+// that the validating pass did not (undecodable events, a second event
+// with an idempotency id, a seq that jumps). It returns the number of
+// placeholders.
+func walkJournal(path string, note func(Change), emit func([]journal.Event) error) (int, error) {
 	in, err := os.Open(path)
 	if err != nil {
-		return fail(err)
+		return 0, fmt.Errorf("transcript: %w", err)
 	}
 	defer in.Close()
 	c := belayCodec{}
 	s := &lineScanner{r: bufio.NewReaderSize(in, 1<<20)}
 	var k seqKeeper
+	placed := 0
 	batch := make([]journal.Event, 0, 256)
 	flush := func() error {
-		if len(batch) == 0 {
+		if len(batch) == 0 || emit == nil {
+			batch = batch[:0]
 			return nil
 		}
-		_, err := j.Append(context.Background(), journal.Buffered, batch...)
+		err := emit(batch)
 		batch = batch[:0]
 		return err
 	}
@@ -665,7 +696,7 @@ func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 			break
 		}
 		if err != nil {
-			return fail(err)
+			return placed, fmt.Errorf("transcript: %w", err)
 		}
 		if tooLong || c.checkLine(line) != "" {
 			k.dropped++ // reported by the validating pass
@@ -675,7 +706,7 @@ func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 		var ev journal.Event
 		if err := json.Unmarshal(line, &ev); err != nil {
 			k.dropped++
-			rep.Changes = append(rep.Changes, Change{Kind: ChangeDropLine, Line: s.line, Reason: "undecodable event: " + err.Error()})
+			note(Change{Kind: ChangeDropLine, Line: s.line, Reason: "undecodable event: " + err.Error()})
 			continue
 		}
 		fill, keep, why := k.admit(seq, ev.ID, ev.TS)
@@ -683,12 +714,13 @@ func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 			// Out-of-order seqs were reported by the validating pass.
 			switch {
 			case ev.ID != "" && strings.HasPrefix(why, "a second event"):
-				rep.Changes = append(rep.Changes, Change{Kind: ChangeDropDuplicateID, Line: s.line, Reason: why})
+				note(Change{Kind: ChangeDropDuplicateID, Line: s.line, Reason: why})
 			case strings.Contains(why, "jumps past"):
-				rep.Changes = append(rep.Changes, Change{Kind: ChangeDropLine, Line: s.line, Reason: why})
+				note(Change{Kind: ChangeDropLine, Line: s.line, Reason: why})
 			}
 			continue
 		}
+		placed += len(fill)
 		batch = append(batch, fill...)
 		ev.Seq = 0
 		if string(ev.Data) == "null" {
@@ -697,15 +729,9 @@ func rewriteJournalLines(path string, rep *FileReport) (string, func(), error) {
 		batch = append(batch, ev)
 		if len(batch) >= 256 {
 			if err := flush(); err != nil {
-				return fail(err)
+				return placed, err
 			}
 		}
 	}
-	if err := flush(); err != nil {
-		return fail(err)
-	}
-	if err := j.Close(); err != nil {
-		return fail(err)
-	}
-	return filepath.Join(dir, journal.FileName), func() { _ = os.RemoveAll(dir) }, nil
+	return placed, flush()
 }

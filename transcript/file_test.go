@@ -3,6 +3,7 @@ package transcript
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -337,4 +338,62 @@ func TestRepairRefusesAFileWrittenMeanwhile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "repaired\n", string(got))
 	require.NotEmpty(t, rep.Backup)
+}
+
+// TestRepairBelayJournalTornTail: a torn last line is dropped and leaves
+// no seq to fill, so the report claims no placeholder, on both repair
+// paths, in a dry run as in the repair; and a dry run reports what the
+// repair does.
+func TestRepairBelayJournalTornTail(t *testing.T) {
+	t.Parallel()
+	clean, err := os.ReadFile("testdata/belay_clean.jsonl")
+	require.NoError(t, err)
+	broken, err := os.ReadFile("testdata/belay_broken.jsonl")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		data   []byte
+		placed bool
+	}{
+		{"torn tail", append(append([]byte{}, clean...), `{"seq":99,"ty`...), false},
+		{"damage inside", broken, true},
+	} {
+		for _, lines := range []bool{false, true} {
+			dir := t.TempDir()
+			path := filepath.Join(dir, journal.FileName)
+			require.NoError(t, os.WriteFile(path, tc.data, 0o600))
+			dry, err := RepairFile(path, FileOptions{LinesOnly: lines, NoBackup: true, DryRun: true})
+			require.NoError(t, err)
+			require.Equal(t, StatusWould, dry.Status)
+			rep, err := RepairFile(path, FileOptions{LinesOnly: lines, NoBackup: true})
+			require.NoError(t, err)
+			require.Equal(t, StatusRepaired, rep.Status)
+			require.Equal(t, rep.Changes, dry.Changes, "%s, lines only %v: the dry run reports what the repair does", tc.name, lines)
+			var keep []Change
+			for _, c := range rep.Changes {
+				if c.Kind == ChangeKeepSeqs {
+					keep = append(keep, c)
+				}
+			}
+			j, err := journal.Open(dir, journal.Options{ReadOnly: true})
+			require.NoError(t, err)
+			evs, err := j.Read(0, 0)
+			require.NoError(t, err)
+			require.NoError(t, j.Close())
+			lost := 0
+			for _, e := range evs {
+				if e.Type == EventJournalLost {
+					lost++
+				}
+			}
+			if !tc.placed {
+				require.Empty(t, keep, "%s, lines only %v: no placeholder was written", tc.name, lines)
+				require.Zero(t, lost)
+				continue
+			}
+			require.Len(t, keep, 1, "%s, lines only %v", tc.name, lines)
+			require.Positive(t, lost)
+			require.Contains(t, keep[0].Reason, fmt.Sprintf("%d journal.lost placeholder", lost), "the count is the journal's")
+		}
+	}
 }

@@ -270,7 +270,7 @@ func refused(err error, dataDir string) error {
 	if !errors.As(err, &ce) || ce.Code == apitype.CodeStoreUnreachable {
 		return apiError(err)
 	}
-	msg := strings.TrimPrefix(ce.Message, "belay: invalid argument: ")
+	msg := strings.TrimPrefix(strings.TrimPrefix(ce.Message, "belay: "), "invalid argument: ")
 	if ce.Code == apitype.CodeInvalid {
 		if field, _ := ce.Details["field"].(string); field != "" {
 			return &usageError{err: fmt.Errorf("refused before the run started: %s", msg), hint: fieldHint(field)}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -105,7 +104,7 @@ func runSendBatch(cmd *cobra.Command, stdio Stdio, opts sendOptions, args []stri
 	}
 	if failed == 0 {
 		if !opts.JSON {
-			fmt.Fprintf(stdio.Err, "sent %d runs; follow one: belay watch RUN, or list them: belay runs list\n", sent)
+			fmt.Fprintf(stdio.Err, "sent %s; follow one: belay watch RUN, or list them: belay runs list\n", counted(sent, "run"))
 		}
 		return nil
 	}
@@ -126,7 +125,7 @@ func printBatchResult(stdio Stdio, asJSON bool, r batchResult) error {
 		return err
 	}
 	if r.Error != nil {
-		fmt.Fprintf(stdio.Err, "belay: line %d: %s (%s)\n", r.Line, strings.TrimPrefix(r.Error.Message, "belay: "), r.Error.Code)
+		fmt.Fprintf(stdio.Err, "belay: line %d: %s (%s)\n", r.Line, r.Error.Message, r.Error.Code)
 		return nil
 	}
 	_, err := fmt.Fprintf(stdio.Out, "%s %s %s\n", r.Run, r.Session, r.Status)

@@ -203,7 +203,7 @@ func newSessionsPruneCmd(stdio Stdio) *cobra.Command {
 			for _, p := range rep.Pruned {
 				fmt.Fprintf(stdio.Out, "%s %s (%s, %s)\n", verb, p.ID, p.Rule, sizeString(p.Bytes))
 			}
-			fmt.Fprintf(stdio.Out, "%s %d sessions, kept %d\n", verb, len(rep.Pruned), rep.Kept)
+			fmt.Fprintf(stdio.Out, "%s %s, kept %d\n", verb, counted(len(rep.Pruned), "session"), rep.Kept)
 			return nil
 		},
 	}
@@ -211,6 +211,14 @@ func newSessionsPruneCmd(stdio Stdio) *cobra.Command {
 	cmd.Flags().BoolVar(&g.JSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&dry, "dry-run", false, "say what would be pruned, delete nothing")
 	return cmd
+}
+
+// counted is "1 session", "2 sessions".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // ago says how long ago t was, or "-" when it is not known.

@@ -213,6 +213,11 @@ func (p *printer) event(ev belay.Event) {
 	case belay.EventRunUpdated:
 		if ph := phaseOf(ev); ph != "" && ph != p.phase {
 			p.phase = ph
+			if ph == belay.PhaseFinishing || ph.Status().Terminal() {
+				// The turn's text has ended: its last word is whole.
+				p.write(p.pending)
+				p.pending = ""
+			}
 			p.status(string(ph))
 		}
 	}
@@ -261,14 +266,15 @@ func (p *printer) statusf(format string, args ...any) {
 }
 
 // finish writes what was held back; on a terminal it ends the answer's
-// last line, so the prompt does not follow it. A file or pipe gets the
+// last line (unless a status line already did), so the prompt does not
+// follow it. A file or pipe gets the
 // answer exactly.
 func (p *printer) finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.write(p.pending)
 	p.pending = ""
-	if p.wrote && !p.endsNL && isTTY(p.stdio.Out) {
+	if p.wrote && p.midLine && isTTY(p.stdio.Out) {
 		fmt.Fprintln(p.stdio.Out)
 		p.midLine = false
 	}

@@ -205,3 +205,18 @@ func TestWatchShowsTheStreamThenNamesTheFinalAnswer(t *testing.T) {
 	require.Equal(t, "Heading bold", out.String())
 	require.Equal(t, 1, strings.Count(errb.String(), "final answer taken (copy, 16 bytes): belay read "+testRun+" prints it"), errb.String())
 }
+
+// TestTheLastWordComesBeforeTheEnd: on one terminal, the answer's last
+// word (held back while it might go on) is written when the turn ends,
+// before the status lines of its end, and no blank line follows them.
+func TestTheLastWordComesBeforeTheEnd(t *testing.T) {
+	t.Parallel()
+	var screen strings.Builder
+	p := &printer{stdio: Stdio{Out: &screen, Err: &screen}, progress: true, inline: true}
+	p.event(event(2, "run.text", map[string]string{"text": "hello wor"}))
+	p.event(event(3, "run.text", map[string]string{"text": "ld"}))
+	p.event(event(4, "run.updated", map[string]any{"phase": "finishing"}))
+	p.event(event(5, "run.updated", map[string]any{"phase": "complete"}))
+	p.finish()
+	require.Regexp(t, `^hello world\n· finishing · last activity \d+s ago\n· complete · last activity \d+s ago\n$`, screen.String())
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/belayhq/belay/transcript"
 	"io"
 	"io/fs"
@@ -67,7 +68,9 @@ func fileState(path string, maxPerm fs.FileMode) FileState {
 		st.OK = errors.Is(err, fs.ErrNotExist)
 		return st
 	}
-	st.Exists, st.Mode = true, fi.Mode().Perm().String()
+	// Octal, as chmod takes it ("0600"); FileMode.String of a permission
+	// reads "-rw-------", a regular file, whatever the file is.
+	st.Exists, st.Mode = true, fmt.Sprintf("%04o", fi.Mode().Perm())
 	st.OK = fi.Mode().Perm()&^maxPerm == 0
 	return st
 }
