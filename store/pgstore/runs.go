@@ -207,13 +207,16 @@ func (s *Store) RunInput(ctx context.Context, id string) (json.RawMessage, error
 }
 
 // runFilter is the WHERE clause of a belay.RunFilter and its arguments.
+// With a tag it also says tags <> '{}', the predicate of the partial GIN
+// index of tags (migration 12), which tags @> ARRAY[tag] implies but the
+// planner cannot prove.
 func runFilter(f belay.RunFilter) (string, []any) {
 	var since any
 	if !f.Since.IsZero() {
 		since = f.Since.UTC()
 	}
 	return `($1 = '' OR session = $1) AND ($2 = '' OR status = $2) AND ($3 = '' OR provider = $3)
-		AND ($4 = '' OR tags @> ARRAY[$4]) AND ($5::timestamptz IS NULL OR created_at >= $5)
+		AND ($4 = '' OR (tags @> ARRAY[$4] AND tags <> '{}')) AND ($5::timestamptz IS NULL OR created_at >= $5)
 		AND (NOT $6 OR status IN ('failed', 'stranded'))`,
 		[]any{f.Session, string(f.Status), f.Provider, f.Tag, since, f.Failed}
 }
