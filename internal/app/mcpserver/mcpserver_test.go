@@ -508,3 +508,47 @@ func wakesOf(t *testing.T, c *client.Client, session string) []belay.Delivery {
 	}
 	return out
 }
+
+// TestInboxRoundTrip: an agent posts an item with an object payload, polls
+// it back with the run's end notice (whose data is an object too) and acks
+// both, through a real MCP client that checks every tool's schemas; the
+// payload reaches the daemon byte for byte.
+func TestInboxRoundTrip(t *testing.T) {
+	t.Parallel()
+	_, c := startDaemon(t)
+	a := connectInMemory(t, c, mcpserver.Scope{})
+	ctx := context.Background()
+
+	sent := call[mcpserver.RunInfo](t, a, "send", map[string]any{"prompt": "hi", "provider": "fake"})
+	require.Eventually(t, func() bool {
+		w := call[mcpserver.WaitOut](t, a, "wait", map[string]any{"run": sent.Run, "timeoutSeconds": 30})
+		return w.State == "ended"
+	}, time.Minute, 10*time.Millisecond)
+
+	payload := json.RawMessage(`{"n":12345678901234567890,"list":[1,"two",null],"nested":{"ok":true}}`)
+	posted := call[belay.Delivery](t, a, "inbox_post", map[string]any{"session": sent.Session, "type": "review.request", "key": "k1", "data": payload})
+	require.Equal(t, "review.request", posted.Type)
+	ds, err := c.Inbox(ctx, sent.Session, "")
+	require.NoError(t, err)
+	var stored json.RawMessage
+	for _, d := range ds {
+		if d.ID == posted.ID {
+			stored = d.Data
+		}
+	}
+	require.JSONEq(t, string(payload), string(stored), "the payload is stored as sent")
+	require.Contains(t, string(stored), "12345678901234567890", "no number is rounded on the way")
+
+	got := call[mcpserver.DeliveriesOut](t, a, "inbox_poll", map[string]any{"session": sent.Session, "max": 10})
+	types := map[string]belay.Delivery{}
+	for _, d := range got.Deliveries {
+		types[d.Type] = d
+	}
+	require.Contains(t, types, "review.request")
+	require.Contains(t, types, belay.DeliveryRunCompleted, "the run's end notice, whose data is an object")
+	require.Contains(t, string(types[belay.DeliveryRunCompleted].Data), sent.Run)
+	for _, d := range got.Deliveries {
+		acked := call[belay.Delivery](t, a, "inbox_ack", map[string]any{"session": sent.Session, "delivery": d.ID, "epoch": d.Epoch})
+		require.Equal(t, belay.DeliveryDone, acked.Status, d.Type)
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/belayhq/belay"
@@ -222,23 +224,75 @@ type DeliveriesOut struct {
 	Deliveries []belay.Delivery `json:"deliveries"`
 }
 
+// rawJSON is the schema of a json.RawMessage field (an inbox item's data):
+// any JSON value. Inferred, it would be an array of bytes, and the SDK
+// would refuse every object a client posts and every item a poll returns.
+var rawJSON = map[reflect.Type]*jsonschema.Schema{reflect.TypeFor[json.RawMessage](): {Description: "any JSON value"}}
+
+// addTool adds a tool with its input and output schemas inferred from In
+// and Out as mcp.AddTool would, but with json.RawMessage as any JSON value.
+func addTool[In, Out any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+	t.InputSchema = schemaFor[In](t.Name)
+	t.OutputSchema = schemaFor[Out](t.Name)
+	mcp.AddTool(srv, t, h)
+}
+
+// addExactTool adds a tool whose results carry data a client posted (inbox
+// items) with no output schema: the SDK checks a result against its schema
+// through map[string]any and sends what that gives, which rounds any
+// number past 2^53. Without one, the result is sent as marshaled.
+func addExactTool[In, Out any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+	t.InputSchema = schemaFor[In](t.Name)
+	mcp.AddTool(srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+		res, out, err := h(ctx, req, in)
+		if err != nil {
+			return res, nil, err
+		}
+		return res, out, nil
+	})
+}
+
+func schemaFor[T any](tool string) *jsonschema.Schema {
+	s, err := jsonschema.For[T](&jsonschema.ForOptions{TypeSchemas: rawJSON})
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: the schema of %s's %v: %v", tool, reflect.TypeFor[T](), err))
+	}
+	return s
+}
+
+// rawArgument returns argument name of a tool call as the client sent it.
+// The SDK hands a handler its arguments after a trip through
+// map[string]any, which rounds numbers past 2^53: a payload is taken from
+// the request instead.
+func rawArgument(req *mcp.CallToolRequest, name string) (json.RawMessage, bool) {
+	if req == nil || req.Params == nil {
+		return nil, false
+	}
+	var args map[string]json.RawMessage
+	if json.Unmarshal(req.Params.Arguments, &args) != nil {
+		return nil, false
+	}
+	v, ok := args[name]
+	return v, ok
+}
+
 func (s *Server) addTools() {
 	ro := &mcp.ToolAnnotations{ReadOnlyHint: true}
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "send", Title: "Send a prompt", Description: "Send a prompt to a provider as a durable run and return at once with its id and resource URI. " +
+	addTool(s.srv, &mcp.Tool{Name: "send", Title: "Send a prompt", Description: "Send a prompt to a provider as a durable run and return at once with its id and resource URI. " +
 		"The run goes on whatever happens to you or this server. To be woken when it ends subscribe to the returned uri; or call wait; read the answer with read."}, s.send)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "status", Title: "Run status", Annotations: ro, Description: "The status of a run (or of every run of a session): status, phase, attempt, error class, last progress. It never blocks."}, s.status)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "read", Title: "Read an answer", Annotations: ro, Description: "Read a run's answer text, one page at a time: call again with the returned cursor while more is true. " +
+	addTool(s.srv, &mcp.Tool{Name: "status", Title: "Run status", Annotations: ro, Description: "The status of a run (or of every run of a session): status, phase, attempt, error class, last progress. It never blocks."}, s.status)
+	addTool(s.srv, &mcp.Tool{Name: "read", Title: "Read an answer", Annotations: ro, Description: "Read a run's answer text, one page at a time: call again with the returned cursor while more is true. " +
 		"Works while the run is still going (the answer so far) and after it ended (final is true at the end)."}, s.read)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "wait", Title: "Wait for a run", Annotations: ro, Description: "Wait until a run ends, at most timeoutSeconds (capped at 50). " +
+	addTool(s.srv, &mcp.Tool{Name: "wait", Title: "Wait for a run", Annotations: ro, Description: "Wait until a run ends, at most timeoutSeconds (capped at 50). " +
 		"Returns state ended, or still_running with a cursor when the timeout passed first: that is not a failure, the run goes on; call wait again or subscribe to its uri."}, s.wait)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "cancel", Title: "Cancel a run", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true)}, Description: "Cancel a run: a queued one is dropped, a running one is stopped. Returns the run."}, s.cancelRun)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "doctor", Title: "Diagnose", Annotations: ro, Description: "Diagnose a session (or a run's session): what happened and the one next action, with the exact command. It never changes anything."}, s.doctor)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "runs_list", Title: "List runs", Annotations: ro, Description: "List the runs in this server's scope, newest first, filtered by status, provider, session, tag, since or failed, a page at a time (pass nextCursor back as cursor)."}, s.list)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "retry", Title: "Retry a run", Description: "Send a finished run's input again as a new run in the same session. " +
+	addTool(s.srv, &mcp.Tool{Name: "cancel", Title: "Cancel a run", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true)}, Description: "Cancel a run: a queued one is dropped, a running one is stopped. Returns the run."}, s.cancelRun)
+	addTool(s.srv, &mcp.Tool{Name: "doctor", Title: "Diagnose", Annotations: ro, Description: "Diagnose a session (or a run's session): what happened and the one next action, with the exact command. It never changes anything."}, s.doctor)
+	addTool(s.srv, &mcp.Tool{Name: "runs_list", Title: "List runs", Annotations: ro, Description: "List the runs in this server's scope, newest first, filtered by status, provider, session, tag, since or failed, a page at a time (pass nextCursor back as cursor)."}, s.list)
+	addTool(s.srv, &mcp.Tool{Name: "retry", Title: "Retry a run", Description: "Send a finished run's input again as a new run in the same session. " +
 		"Refused (side_effects) when a side-effecting tool call of the run settled, unless allowSideEffects. Idempotent: a second retry returns the same new run."}, s.retry)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "inbox_post", Title: "Post to an inbox", Description: "Post an item to a session's inbox (a repeat of the same key and type is dropped)."}, s.post)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "inbox_poll", Title: "Poll an inbox", Description: "Lease items from a session's inbox (run.completed, run.failed, posted events). Handle each, then call inbox_ack with its id and epoch; an item not acked before its lease ends is delivered again."}, s.poll)
-	mcp.AddTool(s.srv, &mcp.Tool{Name: "inbox_ack", Title: "Ack an inbox item", Description: "Settle a leased inbox item: done, error, release or retry, naming the epoch it was leased with."}, s.ack)
+	addExactTool(s.srv, &mcp.Tool{Name: "inbox_post", Title: "Post to an inbox", Description: "Post an item to a session's inbox (a repeat of the same key and type is dropped)."}, s.post)
+	addExactTool(s.srv, &mcp.Tool{Name: "inbox_poll", Title: "Poll an inbox", Description: "Lease items from a session's inbox (run.completed, run.failed, posted events). Handle each, then call inbox_ack with its id and epoch; an item not acked before its lease ends is delivered again."}, s.poll)
+	addExactTool(s.srv, &mcp.Tool{Name: "inbox_ack", Title: "Ack an inbox item", Description: "Settle a leased inbox item: done, error, release or retry, naming the epoch it was leased with."}, s.ack)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -469,7 +523,10 @@ func (s *Server) list(ctx context.Context, _ *mcp.CallToolRequest, in ListIn) (*
 	return nil, out, nil
 }
 
-func (s *Server) post(ctx context.Context, _ *mcp.CallToolRequest, in PostIn) (*mcp.CallToolResult, belay.Delivery, error) {
+func (s *Server) post(ctx context.Context, req *mcp.CallToolRequest, in PostIn) (*mcp.CallToolResult, belay.Delivery, error) {
+	if raw, ok := rawArgument(req, "data"); ok {
+		in.Data = raw
+	}
 	if in.Type == "" {
 		return nil, belay.Delivery{}, invalid("type is required")
 	}
