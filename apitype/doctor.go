@@ -122,6 +122,9 @@ type JournalReport struct {
 	FreeBytes int64 `json:"freeBytes,omitempty"`
 	// WriteError: the last write failed (not damage; it heals).
 	WriteError string `json:"writeError,omitempty"`
+	// OpenError: the journal could not be read, and not because its
+	// bytes are damaged (a permission, an I/O error).
+	OpenError string `json:"openError,omitempty"`
 }
 
 // RunReport describes one run.

@@ -264,7 +264,7 @@ func (d *diagnosis) describe() {
 			Path: scrubText(j.Path), Quarantined: j.Quarantined || s.State == belay.SessionQuarantined,
 			QuarantineOffset: j.QuarantineOffset, LastGoodSeq: j.LastGoodSeq, BrokenCopy: scrubText(j.BrokenCopy),
 			DiskFull: j.DiskFull, FreeBytes: j.FreeBytes, WriteError: scrubText(j.WriteError),
-			Missing: j.Missing, Empty: j.Empty,
+			Missing: j.Missing, Empty: j.Empty, OpenError: scrubText(j.OpenError),
 		}
 	}
 

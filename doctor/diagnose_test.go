@@ -43,6 +43,17 @@ var diagnoseCases = []diagnoseCase{
 	}, action: apitype.ActionRepairJournal, rule: "journal_quarantined",
 		command: "belay repair '/data/my sessions/" + sesID + "/journal.jsonl'", reason: []string{"byte 4096", "seq 17"}},
 
+	{name: "quarantined at the first event: a repair cannot rebuild it", mod: func(in *Input) {
+		in.Session.State = belay.SessionQuarantined
+		in.Journal = Journal{Path: "/data/sessions/x/journal.jsonl", Quarantined: true}
+	}, action: apitype.ActionResolveManually, rule: "journal_quarantined", command: "belay sessions delete " + sesID,
+		reason: []string{"first event (byte 0)", "Restore /data/sessions/x/journal.jsonl"}},
+	{name: "journal unreadable: not damage, no repair", mod: func(in *Input) {
+		in.Session.State = belay.SessionQuarantined
+		in.Journal = Journal{Path: "/data/sessions/x/journal.jsonl", OpenError: "open /data/sessions/x/journal.jsonl: permission denied"}
+	}, action: apitype.ActionResolveManually, rule: "journal_quarantined", command: "belay sessions doctor " + sesID,
+		reason: []string{"cannot be read", "permission denied", "owner and mode"}},
+
 	// 2-4. daemon down with work pending.
 	{name: "stale lock, daemon down, running", mod: func(in *Input) {
 		running(in, runA)

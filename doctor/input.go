@@ -101,6 +101,9 @@ type Journal struct {
 	// then (-1: unknown).
 	DiskFull  bool
 	FreeBytes int64
+	// OpenError is why the journal could not be read when that is not
+	// damage to its bytes (a permission, an I/O error).
+	OpenError string
 }
 
 // Thresholds tune the diagnosis.

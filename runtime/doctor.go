@@ -109,6 +109,7 @@ func DoctorInput(ctx context.Context, st store.Store, session string) (doctor.In
 			}
 			in.Journal.WriteError, in.Journal.DiskFull, in.Journal.FreeBytes = info.WriteError, info.DiskFull, info.FreeBytes
 			in.Journal.Missing, in.Journal.Empty = info.Missing, info.Empty
+			in.Journal.OpenError = info.OpenError
 		}
 	}
 	return in, nil

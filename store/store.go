@@ -406,6 +406,10 @@ type JournalInfo struct {
 	// session).
 	Missing bool `json:"missing,omitempty"`
 	Empty   bool `json:"empty,omitempty"`
+	// OpenError is why the journal could not be read when that is not
+	// damage to its bytes (a permission, an I/O error): a repair cannot
+	// fix it.
+	OpenError string `json:"openError,omitempty"`
 	// WriteError is why the last write to the journal failed, when it did
 	// and the journal is not yet healed (the next write retries).
 	WriteError string `json:"writeError,omitempty"`

@@ -21,10 +21,14 @@ func (s *Store) JournalInfo(id string) (store.JournalInfo, error) {
 		return store.JournalInfo{}, err
 	}
 	info := store.JournalInfo{Path: filepath.Join(ss.dir, journal.FileName)}
-	if p := ss.problem.Load(); p != nil {
+	// The damage found when the session was opened, or later by a read
+	// of the open journal.
+	if err := ss.fault(); err != nil {
 		var q *journal.QuarantineError
-		if errors.As(*p, &q) {
+		if errors.As(err, &q) {
 			info.Quarantined, info.QuarantineOffset, info.LastGoodSeq = true, q.Offset, q.LastSeq
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			info.OpenError = err.Error()
 		}
 	}
 	if err := ss.writeFailure(); err != nil {

@@ -58,11 +58,28 @@ func newReadCmd(stdio Stdio) *cobra.Command {
 				}
 				return nil
 			}
+			sess, err := src.session(ctx, id)
+			if err != nil {
+				return err
+			}
 			runs, err := src.runs(ctx, id)
 			if err != nil {
 				return err
 			}
-			return readSession(ctx, stdio, src, id, runs, g.JSON)
+			if err := readSession(ctx, stdio, src, id, runs, g.JSON); err != nil {
+				return err
+			}
+			if sess.State == belay.SessionQuarantined {
+				// A journal that cannot be read at all gives no runs and
+				// no read error: what came (perhaps nothing) is not the
+				// whole session.
+				what := "what came above is what could be read of it"
+				if len(runs) == 0 {
+					what = "nothing of it could be read"
+				}
+				return &exitError{code: ExitError, err: fmt.Errorf("session %s is quarantined (%s): %s\nTry: belay sessions doctor %s", id, sess.Problem, what, id)}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&g.Data, "data", "", dataFlagHelp)

@@ -59,6 +59,10 @@ type QuarantinedSession struct {
 	Journal string `json:"journal"`
 	Offset  int64  `json:"offset"`
 	Problem string `json:"problem"`
+	// Repairable says belay repair can rebuild the journal: its bytes
+	// are damaged after a good first event (not missing, empty or
+	// unreadable).
+	Repairable bool `json:"repairable"`
 }
 
 func fileState(path string, maxPerm fs.FileMode) FileState {
@@ -141,6 +145,7 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 				if ji, ok := st.(store.JournalInspector); ok {
 					if info, err := ji.JournalInfo(s.ID); err == nil {
 						q.Journal, q.Offset = info.Path, info.QuarantineOffset
+						q.Repairable = info.Quarantined && info.LastGoodSeq > 0 && !info.Missing && !info.Empty && info.OpenError == ""
 					}
 				}
 				rep.Quarantined = append(rep.Quarantined, q)
@@ -152,7 +157,12 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 		// No daemon can start until the config is fixed: the problem says how.
 		rep.NextAction = "resolve_manually"
 	case len(rep.Quarantined) > 0:
-		rep.NextAction, rep.Command = "repair_journal", "belay sessions doctor "+rep.Quarantined[0].Session
+		// The session's doctor names the step (a repair, or what to do
+		// when a repair cannot work).
+		rep.NextAction, rep.Command = "resolve_manually", "belay sessions doctor "+rep.Quarantined[0].Session
+		if rep.Quarantined[0].Repairable {
+			rep.NextAction = "repair_journal"
+		}
 	case !running && rep.Lock != nil && rep.Lock.Stale:
 		rep.NextAction, rep.Command = "release_stale_lock", "belay daemon start"
 	case !running:
