@@ -87,8 +87,7 @@ func lostEvent(seq uint64, ts time.Time) journal.Event {
 }
 
 // keepSeqs is the change that says a repair wrote n placeholders (none
-// when n is 0: a dropped last line, a dropped duplicate, leaves no seq to
-// fill).
+// when n is 0: a torn last line or a repeated seq leaves no seq to fill).
 func keepSeqs(n int) []Change {
 	if n == 0 {
 		return nil

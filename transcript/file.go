@@ -3,6 +3,7 @@ package transcript
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -369,7 +371,6 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 	}
 	s := &lineScanner{r: bufio.NewReaderSize(r, 1<<20)}
 	var bad []badLine
-	var lastSeq uint64
 	for {
 		line, off, end, tooLong, err := s.next()
 		if errors.Is(err, io.EOF) {
@@ -397,21 +398,15 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 			if err := c.checkHeader(line); err != nil {
 				return nil, 0, fmt.Errorf("%w: line %d: %v; the file was not changed", ErrInvalidHeader, s.line, err)
 			}
-			lastSeq, _ = lineSeq(line)
 			continue
 		}
 		first = false
+		// A belay journal's seqs are judged by walkJournal, as its
+		// rewrite keeps them: a line judged here would be judged
+		// against a seq the rewrite may drop.
 		if why := c.checkLine(line); why != "" {
 			drop(why)
 			continue
-		}
-		if f == FormatBelay {
-			seq, _ := lineSeq(line)
-			if seq <= lastSeq {
-				drop(fmt.Sprintf("seq %d does not follow seq %d (a duplicated or spliced line)", seq, lastSeq))
-				continue
-			}
-			lastSeq = seq
 		}
 	}
 	return bad, s.line, nil
@@ -433,6 +428,21 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 		}
 		return rep, err
 	}
+	var keep []Change
+	if f == FormatBelay {
+		// The pass that decides what the rewrite keeps, without writing:
+		// the lines dropped for their seq or idempotency id (the
+		// validating pass checks each line alone) and the placeholders,
+		// also for a dry run.
+		placed, more, err := walkJournal(path, func(c Change) { rep.Changes = append(rep.Changes, c) }, nil)
+		if err != nil {
+			return rep, err
+		}
+		bad = append(bad, more...)
+		slices.SortFunc(bad, func(a, b badLine) int { return cmp.Compare(a.off, b.off) })
+		slices.SortStableFunc(rep.Changes, func(a, b Change) int { return cmp.Compare(a.Line, b.Line) })
+		keep = keepSeqs(placed)
+	}
 	if len(bad) == 0 {
 		return rep, nil
 	}
@@ -441,17 +451,7 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 	} else if !ok {
 		return refuse(rep, noValidLine(f))
 	}
-	if f == FormatBelay {
-		// The pass that decides what the rewrite keeps, without writing:
-		// the drops only it finds (undecodable events, a second event
-		// with an idempotency id) and the placeholders, also for a dry
-		// run.
-		placed, err := walkJournal(path, func(c Change) { rep.Changes = append(rep.Changes, c) }, nil)
-		if err != nil {
-			return rep, err
-		}
-		rep.Changes = append(rep.Changes, keepSeqs(placed)...)
-	}
+	rep.Changes = append(rep.Changes, keep...)
 	var dropped int64
 	for _, b := range bad {
 		dropped += b.end - b.off
@@ -651,7 +651,7 @@ func rewriteJournalLines(path string) (string, func(), error) {
 		return "", nil, fmt.Errorf("transcript: rewrite journal: %w", err)
 	}
 	// The changes were noted by the pass before (repairLines).
-	if _, err := walkJournal(path, func(Change) {}, func(evs []journal.Event) error {
+	if _, _, err := walkJournal(path, func(Change) {}, func(evs []journal.Event) error {
 		_, err := j.Append(context.Background(), journal.Buffered, evs...)
 		return err
 	}); err != nil {
@@ -666,19 +666,19 @@ func rewriteJournalLines(path string) (string, func(), error) {
 // walkJournal reads the belay journal at path as its repair keeps it: it
 // hands emit (nil: nothing to write) the events to append, in order and in
 // batches, each without its seq, with a journal.lost placeholder for each
-// seq a dropped line leaves empty, and tells note of each line it drops
-// that the validating pass did not (undecodable events, a second event
-// with an idempotency id, a seq that jumps). It returns the number of
-// placeholders.
-func walkJournal(path string, note func(Change), emit func([]journal.Event) error) (int, error) {
+// seq a dropped line leaves empty. It tells note of each line it drops
+// that the validating pass (scanFile) did not, and returns the number of
+// placeholders and those lines.
+func walkJournal(path string, note func(Change), emit func([]journal.Event) error) (int, []badLine, error) {
 	in, err := os.Open(path)
 	if err != nil {
-		return 0, fmt.Errorf("transcript: %w", err)
+		return 0, nil, fmt.Errorf("transcript: %w", err)
 	}
 	defer in.Close()
 	c := belayCodec{}
 	s := &lineScanner{r: bufio.NewReaderSize(in, 1<<20)}
 	var k seqKeeper
+	var dropped []badLine
 	placed := 0
 	batch := make([]journal.Event, 0, 256)
 	flush := func() error {
@@ -691,12 +691,12 @@ func walkJournal(path string, note func(Change), emit func([]journal.Event) erro
 		return err
 	}
 	for {
-		line, _, _, tooLong, err := s.next()
+		line, off, end, tooLong, err := s.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return placed, fmt.Errorf("transcript: %w", err)
+			return placed, dropped, fmt.Errorf("transcript: %w", err)
 		}
 		if tooLong || c.checkLine(line) != "" {
 			k.dropped++ // reported by the validating pass
@@ -706,18 +706,18 @@ func walkJournal(path string, note func(Change), emit func([]journal.Event) erro
 		var ev journal.Event
 		if err := json.Unmarshal(line, &ev); err != nil {
 			k.dropped++
+			dropped = append(dropped, badLine{line: s.line, off: off, end: end})
 			note(Change{Kind: ChangeDropLine, Line: s.line, Reason: "undecodable event: " + err.Error()})
 			continue
 		}
 		fill, keep, why := k.admit(seq, ev.ID, ev.TS)
 		if !keep {
-			// Out-of-order seqs were reported by the validating pass.
-			switch {
-			case ev.ID != "" && strings.HasPrefix(why, "a second event"):
-				note(Change{Kind: ChangeDropDuplicateID, Line: s.line, Reason: why})
-			case strings.Contains(why, "jumps past"):
-				note(Change{Kind: ChangeDropLine, Line: s.line, Reason: why})
+			kind := ChangeDropLine
+			if ev.ID != "" && strings.HasPrefix(why, "a second event") {
+				kind = ChangeDropDuplicateID
 			}
+			dropped = append(dropped, badLine{line: s.line, off: off, end: end})
+			note(Change{Kind: kind, Line: s.line, Reason: why})
 			continue
 		}
 		placed += len(fill)
@@ -729,9 +729,9 @@ func walkJournal(path string, note func(Change), emit func([]journal.Event) erro
 		batch = append(batch, ev)
 		if len(batch) >= 256 {
 			if err := flush(); err != nil {
-				return placed, err
+				return placed, dropped, err
 			}
 		}
 	}
-	return placed, flush()
+	return placed, dropped, flush()
 }

@@ -397,3 +397,62 @@ func TestRepairBelayJournalTornTail(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairBelayJournalSplices: lines whose seq is out of place (a later
+// line spliced in early, a line repeated, a high seq at the tail) are
+// judged the same by both repair paths, in a dry run as in the repair:
+// the same drops, the same journal, and a tail splice is not "clean".
+func TestRepairBelayJournalSplices(t *testing.T) {
+	t.Parallel()
+	clean, err := os.ReadFile("testdata/belay_clean.jsonl")
+	require.NoError(t, err)
+	lines := strings.SplitAfter(strings.TrimSuffix(string(clean), "\n"), "\n")
+	require.Greater(t, len(lines), 21)
+	with := func(at int, extra string) []byte {
+		out := append([]string{}, lines[:at]...)
+		out = append(out, extra)
+		out = append(out, lines[at:]...)
+		s := strings.Join(out, "")
+		if !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		return []byte(s)
+	}
+	last := lines[len(lines)-1]
+	if !strings.HasSuffix(last, "\n") {
+		last += "\n"
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		line int // the one line dropped
+	}{
+		{"a later line spliced in early", with(3, lines[19]), 4},
+		{"a line repeated", with(5, lines[4]), 6},
+		{"a later line spliced at the tail", append(append([]byte{}, clean...), last...), len(lines) + 1},
+	} {
+		var outs []string
+		for _, linesOnly := range []bool{false, true} {
+			dir := t.TempDir()
+			path := filepath.Join(dir, journal.FileName)
+			require.NoError(t, os.WriteFile(path, tc.data, 0o600))
+			dry, err := RepairFile(path, FileOptions{LinesOnly: linesOnly, NoBackup: true, DryRun: true})
+			require.NoError(t, err)
+			rep, err := RepairFile(path, FileOptions{LinesOnly: linesOnly, NoBackup: true})
+			require.NoError(t, err)
+			require.Equal(t, StatusRepaired, rep.Status, "%s, lines only %v: %+v", tc.name, linesOnly, rep.Changes)
+			require.Equal(t, rep.Changes, dry.Changes, "%s, lines only %v", tc.name, linesOnly)
+			var drops []int
+			for _, c := range rep.Changes {
+				if c.Kind != ChangeKeepSeqs {
+					drops = append(drops, c.Line)
+				}
+			}
+			require.Equal(t, []int{tc.line}, drops, "%s, lines only %v: %+v", tc.name, linesOnly, rep.Changes)
+			out, err := os.ReadFile(path)
+			require.NoError(t, err)
+			outs = append(outs, string(out))
+		}
+		require.Equal(t, outs[0], outs[1], "%s: both paths write the same journal", tc.name)
+	}
+}

@@ -78,9 +78,11 @@ type Result struct {
 	// measured, with its submitters and pool) and of the PostgreSQL
 	// server.
 	ClientMicros   float64 `json:"client_cpu_us_per_job"`
-	DatabaseMicros float64 `json:"database_cpu_us_per_job"`
-	Note           string  `json:"note,omitempty"`
-	Unmeasured     bool    `json:"unmeasured,omitempty"`
+	DatabaseMicros float64 `json:"database_cpu_us_per_job,omitempty"`
+	// NoDatabase: the path does not use PostgreSQL (belay's file store).
+	NoDatabase bool   `json:"-"`
+	Note       string `json:"note,omitempty"`
+	Unmeasured bool   `json:"unmeasured,omitempty"`
 }
 
 // Report is the whole bench's output (-json).
@@ -170,7 +172,7 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("belay file store: %w", err)
 		}
 		r := Result{Name: "belay-file", Jobs: cfg.Jobs, PerSec: res.RunsPerSec, P50Millis: res.P50Millis, P99Millis: res.P99Millis,
-			ClientMicros: res.CPUMicrosPerRun, Note: fmt.Sprintf("%.1f durable events per run", res.SyncsPerRun)}
+			ClientMicros: res.CPUMicrosPerRun, NoDatabase: true, Note: fmt.Sprintf("%.1f durable events per run", res.SyncsPerRun)}
 		add(r)
 	}
 	// belay on PostgreSQL, each path on a fresh database of the cluster.
@@ -290,7 +292,11 @@ func print(rep Report, asJSON bool) error {
 			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t%s\n", r.Name, r.Note)
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%.0f\t%.1f ms\t%.1f ms\t%.0f µs\t%.0f µs\t%s\n", r.Name, r.PerSec, r.P50Millis, r.P99Millis, r.ClientMicros, r.DatabaseMicros, r.Note)
+		db := fmt.Sprintf("%.0f µs", r.DatabaseMicros)
+		if r.NoDatabase {
+			db = "-"
+		}
+		fmt.Fprintf(w, "%s\t%.0f\t%.1f ms\t%.1f ms\t%.0f µs\t%s\t%s\n", r.Name, r.PerSec, r.P50Millis, r.P99Millis, r.ClientMicros, db, r.Note)
 	}
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintln(w)

@@ -369,29 +369,40 @@ func (c *Cluster) CPU() (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("testpg: cpu: postmaster.pid: %w", err)
 	}
-	self, err := procStat(pid)
-	if err != nil {
-		return 0, fmt.Errorf("testpg: cpu: the postmaster: %w", err)
-	}
-	// The exited children's time is in the postmaster's cutime/cstime
-	// once it has waited for them.
-	ticks := self.utime + self.stime + self.cutime + self.cstime
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, fmt.Errorf("testpg: cpu: %w", err)
-	}
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil || child == pid {
-			continue
+	// A child reaped between reading the postmaster and scanning /proc
+	// would be in neither: read the postmaster again after the scan and
+	// take the sample only when no child was reaped meanwhile.
+	for {
+		self, err := procStat(pid)
+		if err != nil {
+			return 0, fmt.Errorf("testpg: cpu: the postmaster: %w", err)
 		}
-		st, err := procStat(child)
-		if err != nil || st.ppid != int64(pid) {
-			continue // gone meanwhile, or not the server's
+		// The exited children's time is in the postmaster's
+		// cutime/cstime once it has waited for them.
+		ticks := self.utime + self.stime + self.cutime + self.cstime
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			return 0, fmt.Errorf("testpg: cpu: %w", err)
 		}
-		ticks += st.utime + st.stime
+		for _, e := range entries {
+			child, err := strconv.Atoi(e.Name())
+			if err != nil || child == pid {
+				continue
+			}
+			st, err := procStat(child)
+			if err != nil || st.ppid != int64(pid) {
+				continue // gone meanwhile, or not the server's
+			}
+			ticks += st.utime + st.stime
+		}
+		again, err := procStat(pid)
+		if err != nil {
+			return 0, fmt.Errorf("testpg: cpu: the postmaster: %w", err)
+		}
+		if again.cutime == self.cutime && again.cstime == self.cstime {
+			return time.Duration(ticks) * time.Second / clockTicks, nil
+		}
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
 // clockTicks is USER_HZ, 100 on every Linux architecture Go supports.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -125,7 +126,7 @@ func printBatchResult(stdio Stdio, asJSON bool, r batchResult) error {
 		return err
 	}
 	if r.Error != nil {
-		fmt.Fprintf(stdio.Err, "belay: line %d: %s (%s)\n", r.Line, r.Error.Message, r.Error.Code)
+		fmt.Fprintf(stdio.Err, "belay: line %d: %s (%s)\n", r.Line, strings.TrimPrefix(r.Error.Message, "belay: "), r.Error.Code) // a daemon of an older version
 		return nil
 	}
 	_, err := fmt.Fprintf(stdio.Out, "%s %s %s\n", r.Run, r.Session, r.Status)
