@@ -192,7 +192,7 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 	if len(d.Dropped) > 0 && d.jsonl && !d.anyEntry() {
 		return refuse(rep, noValidLine(f))
 	}
-	rep.Messages = !opts.LinesOnly
+	rep.Messages = !opts.LinesOnly && f != FormatBelay // a journal is repaired line by line only
 	rep.Changes = append(rep.Changes, d.Dropped...)
 	rep.Changes = append(rep.Changes, d.Relinked...)
 	if !opts.LinesOnly {
@@ -478,7 +478,7 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 // noValidLine is why a file none of whose lines is valid is refused: it is
 // most likely not in the format, and dropping every line would empty it.
 func noValidLine(f Format) string {
-	return fmt.Sprintf("no line of the file is a valid %s entry: it is not a %s transcript, or is damaged throughout; nothing was changed (name its format with --format)", f, f)
+	return fmt.Sprintf("no line of the file is a valid %s entry: it is not in the %s format, or is damaged throughout; nothing was changed (if it is in another format, name that one with --format)", f, f)
 }
 
 // keptNonBlank reports whether anything but blanks is left outside the

@@ -169,6 +169,7 @@ func TestRepairBelayJournal(t *testing.T) {
 		rep, err := RepairFile(path, FileOptions{LinesOnly: lines, NoBackup: true})
 		require.NoError(t, err)
 		require.Equal(t, StatusRepaired, rep.Status)
+		require.False(t, rep.Messages, "a journal is never repaired at the message level")
 		kinds := map[string]int{}
 		for _, c := range rep.Changes {
 			kinds[c.Kind]++

@@ -161,9 +161,9 @@ func printRepair(stdio Stdio, rep *transcript.FileReport) {
 	case transcript.StatusEmpty, transcript.StatusMissing, transcript.StatusRefused:
 		fmt.Fprintf(w, "%s%s: %s: %s\n", rep.Path, format, rep.Status, rep.Reason)
 	case transcript.StatusWould:
-		fmt.Fprintf(w, "%s%s: would repair (%d changes, dry run: nothing written)\n", rep.Path, format, len(rep.Changes))
+		fmt.Fprintf(w, "%s%s: would repair (%s, dry run: nothing written)\n", rep.Path, format, counted(len(rep.Changes), "change"))
 	case transcript.StatusRepaired:
-		fmt.Fprintf(w, "%s%s: repaired (%d changes, %d → %d bytes)\n", rep.Path, format, len(rep.Changes), rep.BytesBefore, rep.BytesAfter)
+		fmt.Fprintf(w, "%s%s: repaired (%s, %d → %d bytes)\n", rep.Path, format, counted(len(rep.Changes), "change"), rep.BytesBefore, rep.BytesAfter)
 		if rep.Backup != "" {
 			fmt.Fprintf(w, "  backup: %s\n", rep.Backup)
 		}
