@@ -181,7 +181,7 @@ func (ss *session) snapshotSession() belay.Session {
 	active := ss.st.active()
 	ss.mu.Unlock()
 	sess.LastSeq = ss.lastSeqNow()
-	if t := ss.lastEvent.Load(); t > sess.UpdatedAt.UnixNano() {
+	if t := ss.lastEvent.Load(); t > 0 && t > sess.UpdatedAt.UnixNano() { // 0: no event read (a journal that could not be opened)
 		sess.UpdatedAt = unixNano(t)
 	}
 	switch err := ss.fault(); {
