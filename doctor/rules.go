@@ -95,10 +95,16 @@ func ruleQuarantined(d *diagnosis) (decision, bool) {
 		return decide(apitype.ActionResolveManually, cmdSessionsDelete(d.sid), "The journal's first event (byte 0) is damaged, so the session is read-only and a repair cannot rebuild the journal (it starts from a good first event). Restore %s from a backup and restart the daemon, or delete the session.", scrubText(j.Path))
 	}
 	cmd := cmdRepair(j.Path, d.sid)
-	if j.Quarantined {
-		return decide(apitype.ActionRepairJournal, cmd, "The journal is damaged at byte %d after seq %d, so the session is read-only; repair the journal before anything else.", j.QuarantineOffset, j.LastGoodSeq)
+	// A repair takes the data directory's lock: it refuses beside a
+	// running daemon.
+	first := ""
+	if d.in.Daemon.Reachable {
+		first = " Stop the daemon first (belay daemon stop): a repair refuses beside a running one."
 	}
-	return decide(apitype.ActionRepairJournal, cmd, "The session's journal is damaged before its tail, so the session is read-only; repair the journal before anything else.")
+	if j.Quarantined {
+		return decide(apitype.ActionRepairJournal, cmd, "The journal is damaged at byte %d after seq %d, so the session is read-only; repair the journal before anything else.%s", j.QuarantineOffset, j.LastGoodSeq, first)
+	}
+	return decide(apitype.ActionRepairJournal, cmd, "The session's journal is damaged before its tail, so the session is read-only; repair the journal before anything else.%s", first)
 }
 
 // ruleJournalLost: the journal file is gone or empty. A repair has
