@@ -282,11 +282,16 @@ func (l *Log) Cut(name string, size int64) error {
 // that precede it, so a journal created later under the same name is
 // never written with the deleted one's bytes. First it makes the
 // journal's file durable by itself, as the deletion may not happen; if
-// that fails the log stops (see Fail).
+// that fails the log stops (see Fail). A file that cannot be opened (its
+// mode, its owner) refuses the drop and leaves the log working: nothing
+// was synced, so nothing of a failed write-back was reported and lost.
 func (l *Log) Drop(name string) error {
 	if err := l.syncFile(l.opts.Path(name)); err != nil {
 		err = fmt.Errorf("before dropping %s: %w", name, err)
-		l.Fail(err)
+		var oe *openError
+		if !errors.As(err, &oe) {
+			l.Fail(err)
+		}
 		return fmt.Errorf("commit log: %w", err)
 	}
 	return l.add(name, func(b []byte) []byte { return appendDrop(b, name) })
@@ -730,7 +735,7 @@ func (l *Log) syncFile(path string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
+		return &openError{fmt.Errorf("open %s: %w", path, err)}
 	}
 	err = f.Sync()
 	if cerr := f.Close(); err == nil {
@@ -741,6 +746,12 @@ func (l *Log) syncFile(path string) error {
 	}
 	return nil
 }
+
+// openError is a journal file syncFile could not open: no sync was tried.
+type openError struct{ err error }
+
+func (e *openError) Error() string { return e.err.Error() }
+func (e *openError) Unwrap() error { return e.err }
 
 // Fail stops the log for good, as a failed checkpoint does: the caller's
 // fdatasync of a journal file failed, and the kernel reports a failed

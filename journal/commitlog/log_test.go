@@ -468,3 +468,32 @@ func TestSegmentsNumberedInWriteOrder(t *testing.T) {
 	require.NoError(t, f.log.Close())
 	require.Equal(t, "kept\nafter\n", string(f.read("j")))
 }
+
+// TestDropOfAnUnopenableFile: a journal file the log cannot open (its mode
+// changed under the daemon) refuses the drop with the reason, and the log
+// goes on: nothing was synced, so nothing a failed write-back reported is
+// lost. A failed fsync still stops it.
+func TestDropOfAnUnopenableFile(t *testing.T) {
+	ffs := vfstest.New(nil)
+	f := newFixture(t, ffs, 0)
+	require.NoError(t, f.write("a", []byte("one\n")))
+	ffs.Set(vfstest.Faults{Open: func(name string, _ int) error {
+		if name == f.path("a") {
+			return syscall.EACCES
+		}
+		return nil
+	}})
+	err := f.log.Drop("a")
+	require.ErrorIs(t, err, syscall.EACCES)
+	require.NoError(t, f.write("b", []byte("two\n")), "the log still takes commits")
+	ffs.Set(vfstest.Faults{Sync: func(name string) error {
+		if name == f.path("a") {
+			return syscall.EIO
+		}
+		return nil
+	}})
+	require.ErrorIs(t, f.log.Drop("a"), syscall.EIO)
+	require.Error(t, f.write("b", []byte("three\n")), "a failed fsync stops the log")
+	ffs.Set(vfstest.Faults{})
+	_ = f.log.Close()
+}

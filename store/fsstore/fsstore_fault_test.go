@@ -3,6 +3,7 @@ package fsstore
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -394,4 +395,36 @@ func TestWaitEventsOutlivesAFullDisk(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the wait did not see the event written once space was free")
 	}
+}
+
+// TestDeleteOfAnUnopenableJournal: a session whose journal the store
+// cannot open (its mode changed under the daemon) is not deleted, the
+// error says why and what to do, and the store goes on taking writes; the
+// same delete works once the file can be opened.
+func TestDeleteOfAnUnopenableJournal(t *testing.T) {
+	t.Parallel()
+	ffs := vfstest.New(nil)
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{FS: ffs})
+	ctx := context.Background()
+	sess := newSession(t, s)
+	other := newSession(t, s)
+	ffs.Set(vfstest.Faults{Open: func(name string, _ int) error {
+		if name == journalPath(dir, sess.ID) {
+			return syscall.EACCES
+		}
+		return nil
+	}})
+	err := s.DeleteSession(ctx, sess.ID, true)
+	require.ErrorIs(t, err, fs.ErrPermission)
+	require.Contains(t, err.Error(), "was not deleted")
+	require.Contains(t, err.Error(), "chmod 600")
+	_, err = s.Append(ctx, other.ID, belay.Sync, belay.Event{Type: "note"})
+	require.NoError(t, err, "the store goes on")
+	ffs.Set(vfstest.Faults{})
+	_, err = s.Session(ctx, sess.ID)
+	require.NoError(t, err, "nothing was deleted")
+	require.NoError(t, s.DeleteSession(ctx, sess.ID, true))
+	_, err = s.Session(ctx, sess.ID)
+	require.ErrorIs(t, err, belay.ErrNotFound)
 }

@@ -2,7 +2,9 @@ package fsstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -184,6 +186,9 @@ func (s *Store) removeSessionLocked(ss *session) error {
 		// The commit log must never replay this journal's records into a
 		// later session with the same id.
 		if err := s.log.Drop(ss.id); err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				return fmt.Errorf("fsstore: session %s was not deleted: its journal cannot be opened (%w); give it back to the daemon's user (chown, chmod 600) and delete it again", ss.id, err)
+			}
 			return fmt.Errorf("fsstore: remove %s: %w", ss.id, err)
 		}
 	}

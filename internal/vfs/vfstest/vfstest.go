@@ -19,6 +19,9 @@ type Faults struct {
 	Sync func(name string) error
 	// Rename returns an error to fail a rename with.
 	Rename func(oldpath, newpath string) error
+	// Open returns an error to fail an OpenFile with (a permission the
+	// process lacks, say), before the file is opened.
+	Open func(name string, flag int) error
 }
 
 // FS wraps a vfs.FS and injects Faults. Faults may be changed at any time
@@ -52,6 +55,11 @@ func (f *FS) get() Faults {
 
 // OpenFile opens a file whose writes and syncs go through the faults.
 func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	if h := f.get().Open; h != nil {
+		if err := h(name, flag); err != nil {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+	}
 	file, err := f.FS.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
