@@ -93,7 +93,9 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.rt.Stats()
-	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(st.Queued))
+	if st.Queued >= 0 { // -1: the store did not answer; no sample beats a wrong one
+		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(st.Queued))
+	}
 	ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(st.Active))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

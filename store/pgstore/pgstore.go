@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -250,14 +252,26 @@ func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, erro
 	return pool, nil
 }
 
-// Redact returns url without its password.
-func Redact(url string) string {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil || cfg.Password == "" {
-		return url
+// Redact returns a connection string without its password, wherever it
+// is: the URL's user info (percent-encoded or not), a password query
+// parameter, or a password=... keyword of the key/value form.
+func Redact(conn string) string {
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		if q := u.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
 	}
-	return strings.Replace(url, ":"+cfg.Password+"@", ":xxxxx@", 1)
+	return dsnPassword.ReplaceAllString(conn, "${1}xxxxx")
 }
+
+// dsnPassword is the password of a key/value connection string, quoted or
+// not.
+var dsnPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
 // ErrUnreachable says the database could not be reached; nothing was
 // written. Callers retry once it is back. It is belay.ErrStoreUnreachable,

@@ -137,3 +137,22 @@ func TestOpenRefusesAnOldServer(t *testing.T) {
 	require.ErrorContains(t, err, "belay needs PostgreSQL 12 or newer")
 	require.ErrorContains(t, err, "is PostgreSQL 15.")
 }
+
+// TestRedact: no form of a connection string keeps its password.
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, secret string }{
+		{"postgres://belay:hunter2@db:5432/belay", "hunter2"},
+		{"postgres://belay:hun%40ter2@db/belay", "hun"},
+		{"postgresql://belay:p%3Aw@db/belay?sslmode=disable", "p%3Aw"},
+		{"postgres://belay@db/belay?sslmode=disable&password=hunter2", "hunter2"},
+		{"host=db user=belay password=hunter2 dbname=belay", "hunter2"},
+		{"host=db password = 'hun ter2' dbname=belay", "ter2"},
+	} {
+		out := pgstore.Redact(tc.in)
+		require.NotContains(t, out, tc.secret, tc.in)
+		require.Contains(t, out, "xxxxx", tc.in)
+		require.Contains(t, out, "db", "the rest stays: %s", tc.in)
+	}
+	require.Equal(t, "postgres://belay@db/belay", pgstore.Redact("postgres://belay@db/belay"), "nothing to hide")
+}

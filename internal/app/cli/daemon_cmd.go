@@ -116,8 +116,12 @@ func printDaemonStatus(ctx context.Context, stdio Stdio, g globalOptions) error 
 			return err
 		}
 	} else if st.Running {
-		fmt.Fprintf(stdio.Out, "daemon running: pid %d, %d active, %d queued runs, data %s (up %s)\n",
-			st.PID, st.Active, st.Queued, st.DataDir, time.Since(*st.StartedAt).Round(time.Second))
+		queued := fmt.Sprintf("%d queued runs", st.Queued)
+		if st.Queued < 0 {
+			queued = "queued runs unknown (the store did not answer)"
+		}
+		fmt.Fprintf(stdio.Out, "daemon running: pid %d, %d active, %s, data %s (up %s)\n",
+			st.PID, st.Active, queued, st.DataDir, time.Since(*st.StartedAt).Round(time.Second))
 		for _, p := range st.Problems {
 			fmt.Fprintf(stdio.Out, "degraded: %s\n", p)
 		}

@@ -163,7 +163,12 @@ func readBatch(in io.Reader, provider, model string) ([]batchLine, error) {
 			return nil, usagef(`echo '{"prompt":"hello","provider":"fake"}' | belay send --batch -`, "line %d has more than one JSON value; put one submission per line", n)
 		}
 		if b.Session == "" && b.Provider == "" {
-			b.Provider, b.Model = provider, model
+			// --provider and --model fill in what the line leaves out,
+			// never what it says.
+			b.Provider = provider
+			if b.Model == "" {
+				b.Model = model
+			}
 		}
 		if b.Session == "" && b.Provider == "" {
 			return nil, usagef("belay send --batch runs.jsonl --provider fake", "line %d names neither a session nor a provider; set one on the line or give --provider", n)

@@ -148,3 +148,22 @@ func TestSendBatchUsage(t *testing.T) {
 	_, err := os.Stat(filepath.Join(home, daemon.SocketName))
 	require.True(t, os.IsNotExist(err))
 }
+
+// TestReadBatchFillsOnlyWhatTheLineLeavesOut: --provider and --model fill
+// a line that names neither a session nor a provider, but never replace
+// the model the line names.
+func TestReadBatchFillsOnlyWhatTheLineLeavesOut(t *testing.T) {
+	t.Parallel()
+	in := strings.NewReader(`{"prompt":"a","model":"script:tokens=3"}
+{"prompt":"b"}
+{"prompt":"c","provider":"other"}
+`)
+	lines, err := readBatch(in, "fake", "echo")
+	require.NoError(t, err)
+	require.Len(t, lines, 3)
+	require.Equal(t, "fake", lines[0].run.Provider)
+	require.Equal(t, "script:tokens=3", lines[0].run.Model, "the line's model stays")
+	require.Equal(t, "echo", lines[1].run.Model)
+	require.Equal(t, "other", lines[2].run.Provider)
+	require.Empty(t, lines[2].run.Model, "a line with its own provider takes nothing from the flags")
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"github.com/belayhq/belay/store/fsstore"
 	"io/fs"
 	"maps"
 	"net/url"
@@ -209,6 +210,17 @@ func CheckConfig(dir string) error {
 // can be signed and sent, hooks that can be run. A mistake is an error at
 // start, never a default or a notifier left out.
 func (c *Config) validate() error {
+	if c.Store.URL != "" {
+		// Not echoed: a store URL may hold a password.
+		if _, err := StoreKind(c.Store.URL); err != nil {
+			return errors.New(`store.url is neither "file:" nor a postgres://USER@HOST/DB URL`)
+		}
+	}
+	switch c.Store.Sync {
+	case "", fsstore.SyncLog, fsstore.SyncFile, fsstore.SyncFilesystem:
+	default:
+		return fmt.Errorf("store.sync is %q; it is %q (the default), %q or %q", c.Store.Sync, fsstore.SyncLog, fsstore.SyncFile, fsstore.SyncFilesystem)
+	}
 	durs := map[string]duration{
 		"watchdog.awaiting_first": c.Watchdog.AwaitingFirst, "watchdog.streaming": c.Watchdog.Streaming,
 		"watchdog.tool_running": c.Watchdog.ToolRunning, "watchdog.after_turn_end": c.Watchdog.AfterTurnEnd,

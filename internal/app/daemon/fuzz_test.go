@@ -29,6 +29,8 @@ func TestConfigRefusesSilentDefaults(t *testing.T) {
 		{"[[webhooks]]\nurl = \"https://example.com/h\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n[[webhooks]]\nurl = \"https://example.com/h\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n", "webhooks[1]: url is the same as webhooks[0]'s"},
 		{"[providers.o]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\nidle_timeout = 600\n", `idle_timeout is a TOML integer: write a duration as a string like "30s"`},
 		{"[providers.c]\ntype = \"command\"\nargv = [\"x\"]\nkill_grace = 5\n", "kill_grace is a TOML integer"},
+		{"[store]\nurl = \"mysql://u:pw@x/db\"\n", `store.url is neither "file:" nor a postgres://USER@HOST/DB URL`},
+		{"[store]\nsync = \"never\"\n", `store.sync is "never"; it is "log" (the default), "file" or "filesystem"`},
 	} {
 		dir := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigName), []byte(tc.toml), 0o600))
