@@ -16,7 +16,9 @@ import (
 	"github.com/belayhq/belay/internal/app/daemon"
 	"github.com/belayhq/belay/internal/datadir"
 	"github.com/belayhq/belay/lock"
+	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
+	"github.com/belayhq/belay/store/pgstore"
 )
 
 // globalOptions are flags every command that talks to a daemon takes.
@@ -218,20 +220,41 @@ func hungHint(st lock.Status) string {
 	return "belay daemon stop"
 }
 
-// openOffline opens the data directory's store read-only, for commands
-// that fall back to the files when no daemon answers.
-func openOffline(ctx context.Context, stdio Stdio, g globalOptions) (*fsstore.Store, error) {
+// openOffline opens the store a daemon of the data directory would open,
+// for commands that fall back to it when no daemon answers: the data
+// directory's files read-only, or the PostgreSQL database that
+// $BELAY_STORE or config.toml's [store] url names (read through, not
+// migrated). A config the daemon would refuse leaves the files.
+func openOffline(ctx context.Context, stdio Stdio, g globalOptions) (store.Store, error) {
 	dir, err := g.dataDir(stdio)
 	if err != nil {
 		return nil, err
 	}
+	if url, err := resolveStore(stdio, "", &g); err == nil {
+		if kind, _ := daemon.StoreKind(url); kind == "postgres" {
+			st, err := pgstore.Open(ctx, url, pgstore.Options{MaxConns: 2})
+			if err != nil {
+				return nil, err // not a typed nil in the interface
+			}
+			return st, nil
+		}
+	}
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("no data directory at %s: nothing to read", dir)
 	}
-	return fsstore.Open(ctx, dir, fsstore.Options{ReadOnly: true})
+	st, err := fsstore.Open(ctx, dir, fsstore.Options{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
-func offlineNote(stdio Stdio) {
+// offlineNote says where a command without a daemon read from.
+func offlineNote(stdio Stdio, st store.Store) {
+	if ps, ok := st.(*pgstore.Store); ok && ps != nil {
+		fmt.Fprintf(stdio.Err, "belay: the daemon is not running; read from the database %s\n", ps.URL())
+		return
+	}
 	fmt.Fprintln(stdio.Err, "belay: the daemon is not running; read from the files (read-only)")
 }
 

@@ -43,7 +43,7 @@ func newDoctorCmd(stdio Stdio) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				offlineNote(stdio)
+				offlineNote(stdio, st)
 			}
 			if g.JSON {
 				return writeJSON(stdio.Out, rep)
@@ -62,6 +62,9 @@ func newDoctorCmd(stdio Stdio) *cobra.Command {
 			}
 			fmt.Fprintf(stdio.Out, "socket %s %s\n", rep.Socket.Path, sock)
 			fmt.Fprintf(stdio.Out, "config %s %s\n", rep.Config.Path, fileWord(rep.Config, "none (defaults)"))
+			if rep.Store != "" && rep.Store != "file" {
+				fmt.Fprintf(stdio.Out, "store  %s\n", rep.Store)
+			}
 			fmt.Fprintf(stdio.Out, "sessions %s\n", countsText(rep.Sessions))
 			if rep.Store != "" && rep.Store != "file" {
 				// The daemons serving the database, by their owner records;

@@ -14,6 +14,7 @@ import (
 	"github.com/belayhq/belay/doctor"
 	"github.com/belayhq/belay/lock"
 	brt "github.com/belayhq/belay/runtime"
+	"github.com/belayhq/belay/store"
 	"github.com/belayhq/belay/store/fsstore"
 )
 
@@ -49,7 +50,7 @@ func openSource(ctx context.Context, stdio Stdio, g globalOptions) (source, erro
 	if err != nil {
 		return nil, err
 	}
-	offlineNote(stdio)
+	offlineNote(stdio, st)
 	dir, _ := g.dataDir(stdio)
 	return offlineSource{st: st, dir: dir}, nil
 }
@@ -108,7 +109,7 @@ func (s onlineSource) answer(ctx context.Context, run belay.Run, w io.Writer) er
 func (onlineSource) close() {}
 
 type offlineSource struct {
-	st  *fsstore.Store
+	st  store.Store
 	dir string
 }
 
