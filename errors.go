@@ -120,7 +120,10 @@ type StaleEpochError struct {
 }
 
 func (e *StaleEpochError) Error() string {
-	return fmt.Sprintf("belay: %s %s: epoch %d is stale (current %d); another worker holds it now", e.Kind, e.ID, e.Got, e.Current)
+	if e.Got > e.Current {
+		return fmt.Sprintf("belay: %s %s: epoch %d was never granted (current %d); use the epoch its lease returned", e.Kind, e.ID, e.Got, e.Current)
+	}
+	return fmt.Sprintf("belay: %s %s: epoch %d is stale (current %d); it was leased again since", e.Kind, e.ID, e.Got, e.Current)
 }
 
 // Is makes errors.Is(err, ErrStaleEpoch) hold.

@@ -308,6 +308,8 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 		return belay.Delivery{}, fmt.Errorf("%w: delivery %s is settled (%s)", belay.ErrTerminal, id, d.Status)
 	case st.Epoch != d.Epoch:
 		return belay.Delivery{}, &belay.StaleEpochError{Kind: "delivery", ID: id, Got: st.Epoch, Current: d.Epoch}
+	case d.Status != belay.DeliveryLeased && d.Epoch == 0:
+		return belay.Delivery{}, notLeasedYet(id)
 	case d.Status != belay.DeliveryLeased && ss.st.Expired[id] == st.Epoch:
 		return belay.Delivery{}, fmt.Errorf("%w (%w): delivery %s: the lease at epoch %d expired and the item was returned to the inbox for redelivery",
 			belay.ErrLeaseExpired, belay.ErrStaleEpoch, id, st.Epoch)
@@ -386,4 +388,9 @@ func (s *Store) expireSession(ctx context.Context, ss *session) ([]belay.Deliver
 		expired = append(expired, copyDelivery(d))
 	}
 	return expired, next, nil
+}
+
+// notLeasedYet is the error of a settle of an item no lease ever took.
+func notLeasedYet(id string) error {
+	return fmt.Errorf("%w: delivery %s was never leased: lease it, then settle it with the epoch the lease returns", belay.ErrNotLeased, id)
 }

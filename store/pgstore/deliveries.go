@@ -366,6 +366,8 @@ func (s *Store) SettleDelivery(ctx context.Context, id string, st belay.Settleme
 			return fmt.Errorf("%w: delivery %s is settled (%s)", belay.ErrTerminal, id, d.Status)
 		case st.Epoch != d.Epoch:
 			return &belay.StaleEpochError{Kind: "delivery", ID: id, Got: st.Epoch, Current: d.Epoch}
+		case d.Status != belay.DeliveryLeased && d.Epoch == 0:
+			return fmt.Errorf("%w: delivery %s was never leased: lease it, then settle it with the epoch the lease returns", belay.ErrNotLeased, id)
 		case d.Status != belay.DeliveryLeased:
 			var expired uint64
 			if err := t.QueryRow(ctx, `SELECT expired_epoch FROM belay_deliveries WHERE id = $1`, id).Scan(&expired); err != nil {

@@ -588,8 +588,17 @@ func testDeliveryLeaseExpiry(t *testing.T, h Harness) {
 	sess := b.session()
 	d := post(t, b, sess.ID, "t", "a", 0)
 	post(t, b, sess.ID, "t", "b", 0)
+	// An item no lease ever took is not "expired": it was never leased;
+	// an epoch never granted is not "stale".
+	_, err := b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: 0})
+	require.ErrorIs(t, err, belay.ErrNotLeased)
+	require.NotErrorIs(t, err, belay.ErrLeaseExpired)
+	require.ErrorContains(t, err, "never leased")
 	l1, err := b.s.LeaseDeliveries(b.ctx, sess.ID, "agent1", time.Minute, 1)
 	require.NoError(t, err)
+	_, err = b.s.SettleDelivery(b.ctx, d.ID, belay.Settlement{Kind: belay.SettleDone, Epoch: l1[0].Epoch + 5})
+	require.ErrorIs(t, err, belay.ErrStaleEpoch)
+	require.ErrorContains(t, err, "never granted")
 	_, err = b.s.LeaseDeliveries(b.ctx, sess.ID, "agent1", 2*time.Minute, 1)
 	require.NoError(t, err)
 
