@@ -92,6 +92,14 @@ func newInboxPollCmd(stdio Stdio) *cobra.Command {
 			if to != "" && session != "" {
 				return usagef("belay inbox poll --to mcp:tag:mcp", "--to covers every session: give --session or --to, not both")
 			}
+			switch {
+			case ttl <= 0:
+				return usagef("belay inbox poll --ttl 5m", "--ttl must be positive: it is how long the items are yours before they are delivered again")
+			case wait < 0:
+				return usagef("belay inbox poll --wait 30s", "--wait must not be negative")
+			case maxItems < 1:
+				return usagef("belay inbox poll --max 10", "--max must be at least 1")
+			}
 			if owner == "" {
 				host, _ := os.Hostname()
 				owner = fmt.Sprintf("cli:%s:%d", host, os.Getpid())
