@@ -96,5 +96,11 @@ func runServe(ctx context.Context, stdio Stdio, opts serveOptions) error {
 	if errors.Is(err, belay.ErrStoreLocked) {
 		return &exitError{code: ExitError, err: err}
 	}
+	if errors.Is(err, belay.ErrStoreUnreachable) {
+		// Not the running daemon's "resumes by itself": this one never
+		// started. One line, so that the command that started it in the
+		// background quotes all of it from the log.
+		return &exitError{code: ExitUnreachable, err: fmt.Errorf("%w; the daemon did not start: start the database (or fix --store, $BELAY_STORE or [store] url), then belay daemon start", err)}
+	}
 	return err
 }
