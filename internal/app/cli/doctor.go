@@ -65,7 +65,11 @@ func newDoctorCmd(stdio Stdio) *cobra.Command {
 			if rep.Store != "" && rep.Store != "file" {
 				fmt.Fprintf(stdio.Out, "store  %s\n", rep.Store)
 			}
-			fmt.Fprintf(stdio.Out, "sessions %s\n", countsText(rep.Sessions))
+			if rep.SessionsUnknown {
+				fmt.Fprintln(stdio.Out, "sessions unknown (the store did not answer)")
+			} else {
+				fmt.Fprintf(stdio.Out, "sessions %s\n", countsText(rep.Sessions))
+			}
 			if rep.Store != "" && rep.Store != "file" {
 				// The daemons serving the database, by their owner records;
 				// the records of dead ones are counted, not listed (every

@@ -93,6 +93,12 @@ func TestStoreOutage(t *testing.T) {
 	require.Equal(t, "retry_later", rep.NextAction)
 	require.Equal(t, "belay daemon status", rep.Command)
 	require.True(t, strings.Contains(strings.Join(rep.Problems, "\n"), "degraded: store unreachable"), rep.Problems)
+	require.True(t, rep.SessionsUnknown, "the sessions could not be counted, which is not none")
+	code, out, stderr = run(t, env, "doctor")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, out, "sessions unknown (the store did not answer)")
+	code, out, stderr = run(t, env, "daemon", "status")
+	require.Contains(t, out, "queued runs unknown", "code %d: %s", code, stderr)
 
 	require.NoError(t, pg.Up(context.Background()))
 	require.Eventually(t, func() bool {

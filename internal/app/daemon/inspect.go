@@ -29,6 +29,9 @@ type Report struct {
 	Token    *FileState     `json:"token,omitempty"`
 	Config   FileState      `json:"config"`
 	Sessions map[string]int `json:"sessions"`
+	// SessionsUnknown says the sessions could not be counted (the store
+	// did not answer): Sessions is empty, not zero.
+	SessionsUnknown bool `json:"sessionsUnknown,omitempty"`
 	// Nodes are the store's runtime owners (on PostgreSQL: the daemons
 	// serving the database), live or not, by the store's clock.
 	Nodes       []store.Owner        `json:"nodes,omitempty"`
@@ -126,6 +129,7 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 				rep.Problems = append(rep.Problems, "degraded: "+strings.TrimPrefix(err.Error(), "belay: "))
 			}
 			sessions, err = nil, nil
+			rep.SessionsUnknown = true
 		}
 		if err != nil {
 			return rep, err
