@@ -1,14 +1,11 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/belayhq/belay/internal/app/daemon"
 	"github.com/belayhq/belay/internal/testpg"
 )
 
@@ -21,25 +18,13 @@ func TestOfflineReadsThePostgresStore(t *testing.T) {
 	url := pg.Database(t)
 	home := t.TempDir()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{DataDir: home, Store: url, Version: "test", Ready: func() { close(ready) }, Logger: slog.New(slog.DiscardHandler)})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatal(err)
-	}
+	stop := serveIn(t, home, url)
 	env := map[string]string{"BELAY_HOME": home, "BELAY_NO_AUTOSTART": "1"}
 	code, out, stderr := run(t, env, "send", "--provider", "fake", "--wait", "--json", "hello from the database")
 	require.Equal(t, ExitOK, code, stderr)
 	var sent struct{ Run, Session string }
 	require.NoError(t, json.Unmarshal([]byte(out), &sent))
-	cancel()
-	require.NoError(t, <-done)
+	stop()
 
 	env["BELAY_STORE"] = url
 	code, out, stderr = run(t, env, "runs", "list", "--json")

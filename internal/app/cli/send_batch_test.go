@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,8 +21,8 @@ import (
 )
 
 // serveIn runs a daemon on home and the store setting until the test
-// ends.
-func serveIn(t *testing.T, home, storeURL string) {
+// ends, or until the stop it returns is called (it waits for the daemon).
+func serveIn(t *testing.T, home, storeURL string) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
@@ -35,10 +36,15 @@ func serveIn(t *testing.T, home, storeURL string) {
 		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // TestSendBatch: belay send --batch sends a JSONL file (or standard
