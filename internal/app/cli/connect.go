@@ -142,6 +142,7 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 	c := client.New(client.Options{Socket: filepath.Join(dir, daemon.SocketName)})
 	deadline := time.Now().Add(15 * time.Second)
 	var exitErr error
+	exitCode := ExitError
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
@@ -149,6 +150,10 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 			// command at the same moment) holds the lock; wait for that one
 			// while it is alive.
 			exitErr = fmt.Errorf("%v", err)
+			var ee *exec.ExitError
+			if errors.As(err, &ee) && ee.ExitCode() == ExitUnreachable {
+				exitCode = ExitUnreachable // its store did not answer
+			}
 			exited = nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -178,9 +183,9 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 			if err != nil || st.Holder == nil || st.Stale {
 				logPath := filepath.Join(dir, daemon.LogName)
 				if why := lastLogLine(logPath, logStart); why != "" {
-					return fmt.Errorf("the daemon exited at start: %s\n(see %s)", why, logPath)
+					return &exitError{code: exitCode, err: fmt.Errorf("the daemon exited at start: %s\n(see %s)", why, logPath)}
 				}
-				return fmt.Errorf("the daemon exited at start (%v); see %s", exitErr, logPath)
+				return &exitError{code: exitCode, err: fmt.Errorf("the daemon exited at start (%v); see %s", exitErr, logPath)}
 			}
 		}
 	}
