@@ -153,7 +153,7 @@ func (s *Server) problems(ctx context.Context) []string {
 		return nil
 	}
 	// "store unreachable: ...", "store read-only: ...".
-	msg := strings.TrimPrefix(err.Error(), "belay: ")
+	msg := errorMessage(err)
 	if !strings.HasPrefix(msg, "store ") {
 		msg = "store " + msg
 	}

@@ -89,7 +89,7 @@ func ruleQuarantined(d *diagnosis) (decision, bool) {
 		// Not damage: a repair cannot read the file either.
 		return decide(apitype.ActionResolveManually, cmdSessionsDoctor(d.sid), "The session's journal %s cannot be read (%s), so the session is read-only; its bytes may be intact. Fix what stops the daemon reading it (its owner and mode: the daemon's user must read and write it), then restart the daemon (belay daemon stop; the next command starts it) and check again.", scrubText(j.Path), scrubText(j.OpenError))
 	}
-	if j.Quarantined && j.QuarantineOffset == 0 && j.LastGoodSeq == 0 {
+	if j.Quarantined && j.LastGoodSeq == 0 { // as store.JournalInfo.Repairable judges
 		// A repair keeps the events after the damage only after a good
 		// first event: it refuses a journal whose first line is damaged.
 		return decide(apitype.ActionResolveManually, cmdSessionsDelete(d.sid), "The journal's first event (byte 0) is damaged, so the session is read-only and a repair cannot rebuild the journal (it starts from a good first event). Restore %s from a backup and restart the daemon, or delete the session.", scrubText(j.Path))

@@ -419,6 +419,13 @@ type JournalInfo struct {
 	FreeBytes int64 `json:"freeBytes,omitempty"`
 }
 
+// Repairable reports whether belay repair can rebuild the journal: its
+// bytes are damaged after a good first event (LastGoodSeq 0 is a damaged
+// first event, which a repair refuses), and it is there and readable.
+func (j JournalInfo) Repairable() bool {
+	return j.Quarantined && j.LastGoodSeq > 0 && !j.Missing && !j.Empty && j.OpenError == ""
+}
+
 // SessionDeleter is implemented by stores that delete one session on
 // request (fsstore). DeleteSession refuses a session with a queued or
 // running run, or (unless force) a delivery that holds retention

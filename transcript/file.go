@@ -650,7 +650,9 @@ func rewriteJournalLines(path string) (string, func(), error) {
 		_ = os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("transcript: rewrite journal: %w", err)
 	}
-	// The changes were noted by the pass before (repairLines).
+	// The changes were noted by the plan pass before (repairLines), which
+	// walks the same way without writing: a clean journal is read, never
+	// copied, and only a damaged one is walked a second time, here.
 	if _, _, err := walkJournal(path, func(Change) {}, func(evs []journal.Event) error {
 		_, err := j.Append(context.Background(), journal.Buffered, evs...)
 		return err

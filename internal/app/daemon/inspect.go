@@ -149,7 +149,7 @@ func Inspect(ctx context.Context, dir string, st store.Store, running bool) (Rep
 				if ji, ok := st.(store.JournalInspector); ok {
 					if info, err := ji.JournalInfo(s.ID); err == nil {
 						q.Journal, q.Offset = info.Path, info.QuarantineOffset
-						q.Repairable = info.Quarantined && info.LastGoodSeq > 0 && !info.Missing && !info.Empty && info.OpenError == ""
+						q.Repairable = info.Repairable()
 					}
 				}
 				rep.Quarantined = append(rep.Quarantined, q)
