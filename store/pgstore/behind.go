@@ -335,8 +335,10 @@ func journalBehind(t *tx, session string, ops []behindOp, fence map[string]fence
 	return refused, last, nil
 }
 
-// setPhase is the update of a run's row to a running phase.
-const setPhase = `UPDATE belay_runs SET phase = $2, status = $3, updated_at = $4 WHERE id = $1`
+// setPhase is the update of runs' rows to running phases: their ids,
+// phases, statuses and the times.
+var setPhase = merged(`UPDATE belay_runs r SET phase = k.to_phase, status = k.to_status, updated_at = k.at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS k(run, to_phase, to_status, at) WHERE r.id = k.run`)
 
 // commitBehind commits ops (one session's queue) as one write: each
 // lease's writes are checked against its run under the session's lock, the
@@ -363,7 +365,7 @@ func (s *Store) commitBehind(session string, ops []behindOp) (map[behindKey]erro
 		}
 		for _, run := range runs {
 			if phase, ok := last[run]; ok {
-				t.queue(setPhase, run, string(phase), string(phase.Status()), t.now)
+				t.queue(setPhase, []string{run}, []string{string(phase)}, []string{string(phase.Status())}, []time.Time{t.now})
 			}
 		}
 		return nil
@@ -439,7 +441,7 @@ func (s *Store) carryBehind(ctx context.Context, session string, d belay.Durabil
 		for _, run := range runs {
 			if phase, ok := last[run]; ok {
 				at[run] = len(t.final.QueuedQueries)
-				t.queue(setPhase, run, string(phase), string(phase.Status()), t.now)
+				t.queue(setPhase, []string{run}, []string{string(phase)}, []string{string(phase.Status())}, []time.Time{t.now})
 			}
 		}
 		t.behindPhase = last

@@ -176,7 +176,7 @@ func (s *Store) requestCancel(t *tx, r *lockedRun, id, reason, by string) error 
 	if _, err := t.emit(belay.Event{Type: belay.EventRunCancelRequested, Run: id, Data: data}); err != nil {
 		return err
 	}
-	r.set(t, `UPDATE belay_runs SET cancel_reason = $2, cancel_by = $3, cancel_at = $4, updated_at = $4 WHERE id = $1`, id, reason, by, t.now)
+	r.set(t, id, `UPDATE belay_runs SET cancel_reason = $2, cancel_by = $3, cancel_at = $4, updated_at = $4 WHERE id = $1`, id, reason, by, t.now)
 	return nil
 }
 
@@ -601,21 +601,12 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 		SELECT e.session, e.seq, $1, $2, e.run, e.epoch, e.data::json
 		FROM unnest($3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::text[]) AS e(session, seq, run, epoch, data)`,
 		now, belay.EventRunLeased, evSessions, seqs, runs, epochs, data)
-	// A row per statement, by key (planRobust).
-	for i, id := range runs {
-		b.Queue(`UPDATE belay_runs SET epoch = $5, lease_owner = $1, lease_granted_at = $2, lease_expires_at = $3, updated_at = $2,
-				phase = CASE WHEN phase = 'queued' THEN 'admitted' ELSE phase END,
-				status = CASE WHEN phase = 'queued' THEN 'running' ELSE status END,
-				started_at = CASE WHEN phase = 'queued' THEN $2 ELSE started_at END,
-				front = false
-			WHERE id = $4`, owner, now, expires, id, epochs[i])
-		// Not ready any more; no other run of its session was (it was
-		// its session's next run).
-		b.Queue(`DELETE FROM belay_ready WHERE run = $1`, id)
-	}
-	for i, id := range sessions {
-		b.Queue(`UPDATE belay_sessions SET last_seq = $3, updated_at = $1, last_event_at = $1 WHERE id = $2`, now, id, counters[i])
-	}
+	// Each set in one statement, a row by key (planRobust).
+	b.Queue(leaseRuns, owner, now, expires, runs, epochs)
+	// Not ready any more; no other run of its session was (it was its
+	// session's next run).
+	b.Queue(unreadyRuns, runs)
+	b.Queue(leaseCounters, now, sessions, counters)
 	// The runs as leased, with what their runners read first: the input
 	// (from its run.created event) and the session (locked here).
 	byID := map[string]store.Claimed{}
@@ -657,6 +648,22 @@ func (s *Store) lease(ctx context.Context, q *pgx.Conn, grants []grant, owner st
 	}
 	return out, sessions, changes, nil
 }
+
+// leaseRuns leases runs ($4, at epochs $5) to $1 from $2 until $3.
+const leaseRuns = `UPDATE belay_runs r SET epoch = k.epoch, lease_owner = $1, lease_granted_at = $2, lease_expires_at = $3, updated_at = $2,
+		phase = CASE WHEN r.phase = 'queued' THEN 'admitted' ELSE r.phase END,
+		status = CASE WHEN r.phase = 'queued' THEN 'running' ELSE r.status END,
+		started_at = CASE WHEN r.phase = 'queued' THEN $2 ELSE r.started_at END,
+		front = false
+	FROM unnest($4::text[], $5::bigint[]) AS k(id, epoch) WHERE r.id = k.id`
+
+// unreadyRuns takes runs' ready marks away.
+const unreadyRuns = `DELETE FROM belay_ready y USING unnest($1::text[]) AS k(run) WHERE y.run = k.run`
+
+// leaseCounters sets sessions' ($2) counters ($3) after their leases at
+// $1.
+const leaseCounters = `UPDATE belay_sessions s SET last_seq = k.last_seq, updated_at = $1, last_event_at = $1
+	FROM unnest($2::text[], $3::bigint[]) AS k(id, last_seq) WHERE s.id = k.id`
 
 // claimedRow is a run as a claim reads it back: its runCols, its session
 // and input seq again (the join's), its run.created data and its session.

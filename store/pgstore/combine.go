@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -245,6 +246,8 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 		}
 		final := &pgx.Batch{}
 		var ok []*tx
+		var lists [][]*pgx.QueuedQuery
+		returns := map[*pgx.QueuedQuery]runOut{}
 		for i, op := range ops {
 			t := ts[i]
 			if !found[op.session] {
@@ -263,8 +266,22 @@ func (s *Store) commitShared(d belay.Durability, ops []*sharedOp) (errs []error,
 				continue
 			}
 			ok = append(ok, t)
-			final.QueuedQueries = append(final.QueuedQueries, t.final.QueuedQueries...)
+			lists = append(lists, t.final.QueuedQueries)
+			maps.Copy(returns, t.returns)
 		}
+		// The writes' statements, the same statement of many merged
+		// (mergeQueued).
+		qs, merr := mergeQueued(lists, returns)
+		if merr != nil {
+			retry = true // each alone
+			return merr
+		}
+		total := 0
+		for _, l := range lists {
+			total += len(l)
+		}
+		s.mergedAway.Add(int64(total - len(qs)))
+		final.QueuedQueries = append(final.QueuedQueries, qs...)
 		// Every write's events, counters and changes merged (flushMany);
 		// then the reads of the final state.
 		flushMany(final, ok)

@@ -3,10 +3,14 @@ package pgstore_test
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay"
@@ -163,4 +167,165 @@ func uniq(xs []string) []string {
 		}
 	}
 	return out
+}
+
+// TestMergedWrites: the same change made by many writes of one shared
+// transaction (a run created, a run's phase set, an item posted, a lease)
+// is one statement for them all (mergeQueued), and every write still gets
+// its own row back, with what it asked for and nothing of the others'.
+func TestMergedWrites(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t), nil)
+	defer s.Close()
+	const n = 6
+	var ins []store.SubmitInput
+	for i := range n {
+		x, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake", Model: "m" + itoa(i)})
+		require.NoError(t, err)
+		in := belay.RunInput{Session: x.ID, Input: json.RawMessage(`{"i":` + itoa(i) + `}`), Priority: i % 3}
+		switch i % 3 {
+		case 0:
+			in.Tags, in.Meta = []string{"t" + itoa(i), "all"}, map[string]string{"k": "v" + itoa(i)}
+		case 1:
+			in.IdempotencyKey, in.Deadline = "key"+itoa(i), time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+		}
+		ins = append(ins, store.SubmitInput{RunInput: in, Policy: belay.PolicyEnqueue})
+	}
+	before := pgstore.MergedAway(s)
+	res, errs := pgstore.ShareSubmits(s, ins)
+	require.Greater(t, pgstore.MergedAway(s), before, "the inserts were merged")
+	for i, r := range res {
+		require.NoError(t, errs[i])
+		in := ins[i].RunInput
+		require.True(t, r.Created)
+		require.Equal(t, in.Session, r.Run.Session, "run %d", i)
+		require.Equal(t, "m"+itoa(i), r.Run.Model)
+		require.Equal(t, in.Priority, r.Run.Priority)
+		require.Equal(t, in.IdempotencyKey, r.Run.IdempotencyKey)
+		require.Equal(t, in.Tags, r.Run.Tags)
+		require.Equal(t, in.Meta, r.Run.Meta)
+		require.True(t, in.Deadline.Equal(r.Run.Deadline), "deadline %d", i)
+		require.Equal(t, belay.RunQueued, r.Run.Status)
+		got, err := s.Run(ctx, r.Run.ID)
+		require.NoError(t, err)
+		require.Equal(t, r.Run, got)
+		input, err := s.RunInput(ctx, r.Run.ID)
+		require.NoError(t, err)
+		require.JSONEq(t, string(in.Input), string(input))
+	}
+	tagged, err := s.Runs(ctx, belay.RunFilter{Tag: "all"})
+	require.NoError(t, err)
+	require.Len(t, tagged, 2)
+
+	// The leases of one claim: one statement each for the runs, the
+	// ready marks and the sessions.
+	cs, err := s.ClaimRuns(ctx, store.Claim{Owner: "w", TTL: time.Minute, Max: n})
+	require.NoError(t, err)
+	require.Len(t, cs, n)
+	var us []pgstore.SharedUpdate
+	for i, c := range cs {
+		require.Equal(t, belay.RunRunning, c.Run.Status)
+		require.NotNil(t, c.Run.Lease)
+		require.Equal(t, "w", c.Run.Lease.Owner)
+		got, err := s.Run(ctx, c.Run.ID)
+		require.NoError(t, err)
+		require.Equal(t, c.Run.Epoch, got.Epoch)
+		require.Equal(t, belay.PhaseAdmitted, got.Phase)
+		u := belay.RunUpdate{Phase: belay.PhaseComplete, Attempt: 1,
+			Deliver: &belay.DeliveryInput{Type: "run.ended", Key: c.Run.ID, Data: json.RawMessage(`{"run":"` + c.Run.ID + `"}`)}}
+		switch i % 3 {
+		case 0:
+			u.Phase, u.Error = belay.PhaseFailed, &belay.RunError{Class: belay.ClassTransient, Message: "boom " + itoa(i)}
+		case 1:
+			u.Ref, u.Reason = &belay.ConversationRef{Kind: "k", ID: "conv" + itoa(i)}, "why "+itoa(i)
+		}
+		us = append(us, pgstore.SharedUpdate{Session: c.Run.Session, Run: c.Run.ID, Epoch: c.Run.Epoch, Update: u})
+	}
+	before = pgstore.MergedAway(s)
+	runs, errs := pgstore.ShareUpdates(s, us)
+	require.Greater(t, pgstore.MergedAway(s), before, "the updates were merged")
+	for i, r := range runs {
+		require.NoError(t, errs[i])
+		u := us[i].Update
+		require.Equal(t, us[i].Run, r.ID)
+		require.Equal(t, u.Phase, r.Phase)
+		require.Equal(t, u.Phase.Status(), r.Status)
+		require.Equal(t, 1, r.Attempt)
+		require.Nil(t, r.Lease, "an ended run holds no lease")
+		require.False(t, r.EndedAt.IsZero())
+		require.Equal(t, u.Error, r.Error)
+		require.Equal(t, u.Reason, r.Reason)
+		if u.Ref != nil {
+			require.Equal(t, *u.Ref, r.Ref)
+		} else {
+			require.Equal(t, belay.ConversationRef{}, r.Ref)
+		}
+		got, err := s.Run(ctx, r.ID)
+		require.NoError(t, err)
+		require.Equal(t, r, got)
+		items, err := s.Deliveries(ctx, belay.DeliveryFilter{Session: us[i].Session})
+		require.NoError(t, err)
+		require.Len(t, items, 1)
+		require.Equal(t, r.ID, items[0].Key)
+		require.JSONEq(t, `{"run":"`+r.ID+`"}`, string(items[0].Data))
+	}
+}
+
+// TestSetStatementsByKey: the statements that change a set of rows in one
+// (each write's merged, a claim's leases, the counters) reach each row
+// through an index, whatever the statistics say: on a new database, with
+// its empty tables analyzed, and with a few rows analyzed (where a scan
+// of the whole table looks cheapest). Their generic plans are made once
+// per connection and kept as tables grow (planRobust).
+func TestSetStatementsByKey(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	s := open(t, url, nil)
+	defer s.Close()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	settings, sqls := pgstore.SetStatements()
+	param := regexp.MustCompile(`\$(\d+)`)
+	check := func(when string) {
+		for i, sql := range sqls {
+			n := 0
+			for _, m := range param.FindAllStringSubmatch(sql, -1) {
+				k, err := strconv.Atoi(m[1])
+				require.NoError(t, err)
+				n = max(n, k)
+			}
+			nulls := strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, settings)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "PREPARE p AS "+sql)
+			require.NoError(t, err, sql)
+			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE p("+nulls+")")
+			require.NoError(t, err)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			plan := strings.Join(lines, "\n")
+			for _, bad := range []string{"Seq Scan on belay_", "Hash Join", "Merge Join", "Hash Cond"} {
+				require.NotContains(t, plan, bad, "%s: statement %d\n%s\n%s", when, i, sql, plan)
+			}
+			require.NoError(t, tx.Rollback(ctx))
+			_, err = conn.Exec(ctx, "DEALLOCATE p")
+			require.NoError(t, err)
+		}
+	}
+	check("a new database")
+	_, err = conn.Exec(ctx, "ANALYZE")
+	require.NoError(t, err)
+	check("empty tables analyzed")
+	for range 3 {
+		x, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+		require.NoError(t, err)
+		_, _, err = s.CreateRun(ctx, belay.RunInput{Session: x.ID})
+		require.NoError(t, err)
+	}
+	_, err = conn.Exec(ctx, "ANALYZE")
+	require.NoError(t, err)
+	check("a few rows analyzed")
 }

@@ -151,15 +151,22 @@ func (s *Store) postDelivery(t *tx, in belay.DeliveryInput) (string, bool, error
 	if err != nil {
 		return "", false, err
 	}
-	t.queue(`INSERT INTO belay_deliveries (id, session, type, key, priority, data, status, seq, created_at, addressee, after_run)
-		VALUES ($1, $2, $3, $4, $5, $6::json, 'pending', $7, $8, $9, $10)`,
-		p.ID, t.session, in.Type, nullString(in.Key), in.Priority, nullString(string(in.Data)), int64(seq), t.now, nullString(in.To), nullString(in.AfterRun))
+	t.queue(insertDelivery, []string{p.ID}, []string{t.session}, []string{in.Type}, []*string{nullable(in.Key)}, []int64{int64(in.Priority)},
+		[]*string{nullable(string(in.Data))}, []int64{int64(seq)}, []time.Time{t.now}, []*string{nullable(in.To)}, []*string{nullable(in.AfterRun)})
 	s.remember(s.deliverySessions, p.ID, t.session)
 	if t.deliveryKeys != nil && in.Key != "" {
 		t.deliveryKeys[[2]string{in.Type, in.Key}] = p.ID // posted now
 	}
 	return p.ID, true, nil
 }
+
+// insertDelivery posts pending items: their ids, sessions, types, keys,
+// priorities, data (JSON), seqs, creation times, addressees and the runs
+// they wait for.
+var insertDelivery = merged(`INSERT INTO belay_deliveries (id, session, type, key, priority, data, status, seq, created_at, addressee, after_run)
+	SELECT k.id, k.session, k.type, k.key, k.priority, k.data::json, 'pending', k.seq, k.at, k.addressee, k.after_run
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::timestamptz[], $9::text[], $10::text[])
+		AS k(id, session, type, key, priority, data, seq, at, addressee, after_run)`)
 
 // Delivery returns one delivery.
 func (s *Store) Delivery(ctx context.Context, id string) (belay.Delivery, error) {
@@ -206,14 +213,6 @@ func collectDeliveries(rows pgx.Rows, s *Store) ([]belay.Delivery, error) {
 		out = append(out, d)
 	}
 	return out, s.wrap(rows.Err())
-}
-
-// nullString is s, or NULL for "".
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }
 
 // LeaseDeliveries leases up to max deliverable items of a session (or of

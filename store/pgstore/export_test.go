@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/ids"
+	"github.com/belayhq/belay/store"
 )
 
 // SharedAppend is one write of ShareNow: an event appended to Session
@@ -43,12 +45,7 @@ func ShareNow(s *Store, d belay.Durability, ws []SharedAppend) []error {
 				return nil
 			}}
 	}
-	s.runShared(d, slices.Clone(ops))
-	errs := make([]error, len(ops))
-	for i, op := range ops {
-		errs[i] = <-op.done
-	}
-	return errs
+	return runOps(s, d, ops)
 }
 
 // SequenceNow makes a sequencer pass (see sequence).
@@ -84,4 +81,63 @@ func RequireServerVersion(t interface{ Cleanup(func()) }, v int) {
 	old := minServerVersion
 	minServerVersion = v
 	t.Cleanup(func() { minServerVersion = old })
+}
+
+// MergedAway counts the statements of shared transactions merged into
+// others (mergeQueued).
+func MergedAway(s *Store) int64 { return s.mergedAway.Load() }
+
+// ShareSubmits makes the submissions (each to its own session) in ONE
+// shared transaction, and returns each one's result and error.
+func ShareSubmits(s *Store, ins []store.SubmitInput) ([]store.SubmitResult, []error) {
+	res := make([]store.SubmitResult, len(ins))
+	ops := make([]*sharedOp, len(ins))
+	for i, in := range ins {
+		ops[i] = &sharedOp{ctx: context.Background(), session: in.Session, missing: belay.ErrNotFound, done: make(chan error, 1),
+			fn: func(t *tx) error {
+				var existing string
+				return s.submit(t, in, ids.New(ids.Run), &res[i], &existing)
+			}}
+	}
+	return res, runOps(s, belay.Sync, ops)
+}
+
+// SharedUpdate is one write of ShareUpdates: an update of a running run
+// at Epoch (its session Session), its row read back.
+type SharedUpdate struct {
+	Session, Run string
+	Epoch        uint64
+	Update       belay.RunUpdate
+}
+
+// ShareUpdates makes the updates (each to its own session) in ONE shared
+// transaction, and returns the runs as each left them and its error.
+func ShareUpdates(s *Store, us []SharedUpdate) ([]belay.Run, []error) {
+	out := make([]belay.Run, len(us))
+	ops := make([]*sharedOp, len(us))
+	for i, u := range us {
+		ops[i] = &sharedOp{ctx: context.Background(), session: u.Session, missing: belay.ErrNotFound, done: make(chan error, 1),
+			fn: func(t *tx) error {
+				r := &lockedRun{status: belay.RunRunning, phase: belay.PhaseAdmitted, epoch: u.Epoch, out: &out[i]}
+				return s.updateRun(t, u.Run, u.Epoch, r, u.Update)
+			}}
+	}
+	return out, runOps(s, belay.Sync, ops)
+}
+
+// runOps makes ops in one shared transaction, and returns their errors.
+func runOps(s *Store, d belay.Durability, ops []*sharedOp) []error {
+	s.runShared(d, slices.Clone(ops))
+	errs := make([]error, len(ops))
+	for i, op := range ops {
+		errs[i] = <-op.done
+	}
+	return errs
+}
+
+// SetStatements are the statements that change a set of rows given as
+// arrays, by key (planRobust), each with genericPlans' settings.
+func SetStatements() (settings string, sqls []string) {
+	return genericPlans, []string{insertRun, insertRun + returningRun, updateRunPhase, updateRunPhase + returningRun,
+		setPhase, insertDelivery, leaseRuns, unreadyRuns, leaseCounters, setCounters, markReady, refreshReady}
 }

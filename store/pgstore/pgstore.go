@@ -140,6 +140,9 @@ type Store struct {
 	// (combine.go): Sync ones, then Buffered ones.
 	shareMu sync.Mutex
 	sharers [2]sharer
+	// mergedAway counts the statements of shared transactions merged
+	// into others (mergeQueued).
+	mergedAway atomic.Int64
 
 	// behindMu guards the write-behind queues by session (behind.go), the
 	// errors kept for leases whose queued writes failed, and whether Close
@@ -422,6 +425,9 @@ type tx struct {
 	deliveryKeys map[[2]string]string
 	// final holds the queued statements sent with the commit.
 	final pgx.Batch
+	// returns are the runs final's statements return (returningRun), for
+	// mergeQueued.
+	returns map[*pgx.QueuedQuery]runOut
 	// tail holds statements sent after the events are written (reads of
 	// the final state).
 	tail []func(b *pgx.Batch)
@@ -523,11 +529,10 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		if err := fn(t); err != nil {
 			return err
 		}
-		s.flush(t)
+		flushMany(&t.final, []*tx{t})
 		for _, f := range t.tail {
 			f(&t.final)
 		}
-		queueChanges(&t.final, t.changes)
 		t.final.Queue(`COMMIT`)
 		err := t.SendBatch(ctx, &t.final).Close()
 		if committed, known := commitOutcome(t.Conn, err); known && t.onEnd != nil {
@@ -545,7 +550,7 @@ func (s *Store) write(ctx context.Context, session string, d belay.Durability, o
 		}
 		return s.wrap(err)
 	}
-	s.committed(len(t.changes)+t.executed, session)
+	s.committed(t.executed, session)
 	return nil
 }
 
@@ -577,14 +582,12 @@ func commitOutcome(conn *pgx.Conn, err error) (committed, known bool) {
 // execute sends what t queued so far (its events, writes, tail reads and
 // changes) inside the transaction, so that what fn reads next sees it.
 func (s *Store) execute(t *tx) error {
-	s.flush(t)
+	flushMany(&t.final, []*tx{t})
 	for _, f := range t.tail {
 		f(&t.final)
 	}
-	queueChanges(&t.final, t.changes)
-	t.executed += len(t.changes)
 	b := t.final
-	t.final, t.tail, t.evs, t.changes = pgx.Batch{}, nil, nil, nil
+	t.final, t.tail = pgx.Batch{}, nil
 	if len(b.QueuedQueries) == 0 {
 		return nil
 	}
@@ -619,20 +622,29 @@ func (t *tx) reset(m txMark) {
 // "id = ANY($1)" and for "UPDATE ... FROM unnest(...)", and kept it as
 // the tables grew (a table-wide scan per statement, thousands of rows a
 // run); with statistics taken while no run was queued, the claim's walk
-// scanned every queued run per ready one. So a set of rows is looked up
-// through unnest and a LATERAL subquery by key (OFFSET 0 keeps it from
-// being flattened into a join the planner may turn into a scan), and a
-// set of updates is a statement per row by key, which the pipeline sends
-// in the same round trip.
+// scanned every queued run per ready one. Two rules keep the plans by
+// key. A set of rows is read through unnest and a LATERAL subquery by key
+// (OFFSET 0 keeps it from being flattened into a join the planner may
+// turn into a scan). And a write or claim transaction plans without
+// sequential scans, hash joins or merge joins (genericPlans), so that a
+// set of rows changed by one statement (UPDATE ... FROM unnest, by key:
+// mergeQueued) is a nested loop over the set with an index lookup per
+// row. Those settings only price the paths they name out (a scan with no
+// index to use is still made), and every statement of these
+// transactions reaches its rows by key or through an index.
 
-// genericPlans makes a write transaction's statements run on their
-// cached generic plans. Without it PostgreSQL plans a statement again on
-// every call when the plan for the call's values looks cheaper than the
-// generic one, as it does for a lookup of a set by key whose set it cannot
-// size ahead (markReady, the fence read): planning cost more than
-// running them. The hot write statements are planRobust, and the others
-// select by one session key, so their generic plans hold for any values.
-const genericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+// genericPlans opens a write or claim transaction's planning: its
+// statements run on their cached generic plans, made without sequential
+// scans, hash joins or merge joins (planRobust). Without
+// force_generic_plan PostgreSQL plans a statement again on every call
+// when the plan for the call's values looks cheaper than the generic one,
+// as it does for a lookup of a set by key whose set it cannot size ahead
+// (markReady, the fence read): planning cost more than running them. A
+// statement's generic plan is made at its first call on a connection (and
+// again after a change of its tables' statistics), always inside such a
+// transaction, so the settings hold for every call.
+const genericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+	set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
 
 // refreshReady is the statement that sets which queued run of each
 // session of $1 is ready (belay_ready, migration 11): the session's next
@@ -686,34 +698,15 @@ func queueReady(b *pgx.Batch, ts ...*tx) {
 	}
 }
 
-// flush queues t's events and the session's counter for the commit.
-func (s *Store) flush(t *tx) {
-	queueReady(&t.final, t)
-	if len(t.evs) == 0 {
-		return
-	}
-	n := len(t.evs)
-	seqs, ts, types, idems, runs := make([]int64, n), make([]time.Time, n), make([]string, n), make([]string, n), make([]string, n)
-	epochs, data := make([]int64, n), make([]string, n)
-	for i, e := range t.evs {
-		seqs[i], ts[i], types[i], idems[i], runs[i] = int64(e.Seq), e.TS, e.Type, e.ID, e.Run
-		epochs[i], data[i] = int64(e.Epoch), string(e.Data)
-	}
-	t.queue(`INSERT INTO belay_events (session, seq, ts, type, idem, run, epoch, data)
-		SELECT $1, seq, ts, type, NULLIF(idem, ''), NULLIF(run, ''), epoch, data::json
-		FROM unnest($2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
-			AS e(seq, ts, type, idem, run, epoch, data)`,
-		t.session, seqs, ts, types, idems, runs, epochs, data)
-	if t.changed {
-		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3, updated_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
-	} else {
-		t.queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3 WHERE id = $1`, t.session, int64(t.lastSeq), t.now)
-	}
-}
+// setCounters sets sessions' counters: their ids, last seqs, the times
+// and whether each changed state (updated_at moves).
+const setCounters = `UPDATE belay_sessions s SET last_seq = k.last_seq, last_event_at = k.at,
+		updated_at = CASE WHEN k.changed THEN k.at ELSE s.updated_at END
+	FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::bool[]) AS k(id, last_seq, at, changed) WHERE s.id = k.id`
 
-// flushMany queues, for a shared transaction, the events and session
-// counters of every tx of ts in two statements (flush's, for many
-// sessions at once), and their changes in one.
+// flushMany queues on b what every tx of ts leaves for its commit: the
+// ready marks of their sessions, their events and session counters (a
+// statement each for all of ts), and their changes.
 func flushMany(b *pgx.Batch, ts []*tx) {
 	var sessions []string
 	var seqs, epochs []int64
@@ -744,11 +737,7 @@ func flushMany(b *pgx.Batch, ts []*tx) {
 			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
 				AS e(session, seq, ts, type, idem, run, epoch, data)`,
 			sessions, seqs, stamps, types, idems, runs, epochs, data)
-		// A row per statement, by key (planRobust).
-		for i, id := range counted {
-			b.Queue(`UPDATE belay_sessions SET last_seq = $2, last_event_at = $3,
-				updated_at = CASE WHEN $4 THEN $3 ELSE updated_at END WHERE id = $1`, id, counters[i], nows[i], changedAt[i])
-		}
+		b.Queue(setCounters, counted, counters, nows, changedAt)
 	}
 	queueChanges(b, changes)
 	for _, t := range ts {

@@ -100,13 +100,6 @@ func deref(s *string) string {
 	return *s
 }
 
-func nullTime(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UTC()
-}
-
 func checkRun(id string) error {
 	if err := ids.Check(ids.Run, id); err != nil {
 		return fmt.Errorf("%w: %v", belay.ErrInvalid, err)
@@ -140,22 +133,25 @@ func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, ses
 		return err
 	}
 	e := belay.Event{Type: belay.EventRunCreated, Run: p.ID, Data: data}
-	var key any
 	if in.IdempotencyKey != "" {
 		e.ID = storeIDPrefix + "run/" + in.IdempotencyKey
-		key = in.IdempotencyKey
 	}
+	key := nullable(in.IdempotencyKey)
 	seq, err := t.emit(e)
 	if err != nil {
 		return err
 	}
-	tags := in.Tags
-	if tags == nil {
-		tags = []string{}
+	tags, err := json.Marshal(append([]string{}, in.Tags...))
+	if err != nil {
+		return err
 	}
-	var meta any
+	var meta *string
 	if len(in.Meta) > 0 {
-		meta = in.Meta
+		raw, err := json.Marshal(in.Meta)
+		if err != nil {
+			return err
+		}
+		meta = nullable(string(raw))
 	}
 	if front {
 		t.reready = true
@@ -163,12 +159,22 @@ func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, ses
 		t.readyNew = append(t.readyNew, p.ID)
 	}
 	r := lockedRun{out: out}
-	r.set(t, `INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front, tags, meta)
-		VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $8, $9, $9, $10, $11, $12)`,
-		p.ID, t.session, key, p.Priority, p.Provider, p.Model, int64(seq), nullTime(p.Deadline), t.now, front, tags, meta)
+	r.set(t, p.ID, insertRun, []string{p.ID}, []string{t.session}, []*string{key}, []int64{int64(p.Priority)},
+		[]string{p.Provider}, []string{p.Model}, []int64{int64(seq)}, []*time.Time{nullableTime(p.Deadline)},
+		[]time.Time{t.now}, []bool{front}, []string{string(tags)}, []*string{meta})
 	s.remember(s.runSessions, p.ID, t.session)
 	return nil
 }
+
+// insertRun inserts queued runs: their ids, sessions, idempotency keys,
+// priorities, providers, models, input seqs, deadlines, creation times,
+// front flags, tags (each a JSON array) and meta (JSON).
+var insertRun = merged(`INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front, tags, meta)
+	SELECT k.id, k.session, k.idem_key, 'queued', 'queued', k.priority, k.provider, k.model, k.input_seq, k.deadline, k.at, k.at, k.front,
+		ARRAY(SELECT jsonb_array_elements_text(k.tags::jsonb)), k.meta::jsonb
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[],
+		$9::timestamptz[], $10::bool[], $11::text[], $12::text[])
+		AS k(id, session, idem_key, priority, provider, model, input_seq, deadline, at, front, tags, meta)`)
 
 // Run returns one run.
 func (s *Store) Run(ctx context.Context, id string) (belay.Run, error) {
@@ -323,16 +329,23 @@ type lockedRun struct {
 // UPDATE of it by id, the write's last change to the row) with the row it leaves
 // returned: the write needs no read of the final state after it. A
 // lockedRun without out is changed without a read.
-func (r *lockedRun) set(t *tx, sql string, args ...any) {
+func (r *lockedRun) set(t *tx, id, sql string, args ...any) {
 	if r.out == nil {
 		// A run the write changes beside the one it returns.
 		t.queue(sql, args...)
 		return
 	}
-	t.queue(sql+` RETURNING `+runCols, args...).QueryRow(func(row pgx.Row) (err error) {
+	q := t.queue(sql+returningRun, args...)
+	q.QueryRow(func(row pgx.Row) (err error) {
 		*r.out, err = scanRun(row)
 		return err
 	})
+	if mergeable[q.SQL] {
+		if t.returns == nil {
+			t.returns = map[*pgx.QueuedQuery]runOut{}
+		}
+		t.returns[q] = runOut{id: id, out: r.out}
+	}
 	r.returned = true
 }
 
@@ -427,7 +440,7 @@ func (s *Store) AcquireRunLease(ctx context.Context, id, owner string, ttl time.
 		if r.status == belay.RunQueued {
 			t.reready = true // it runs now: no run of its session is ready
 		}
-		r.set(t, `UPDATE belay_runs SET epoch = $2, lease_owner = $3, lease_granted_at = $4, lease_expires_at = $5, updated_at = $4,
+		r.set(t, id, `UPDATE belay_runs SET epoch = $2, lease_owner = $3, lease_granted_at = $4, lease_expires_at = $5, updated_at = $4,
 			phase = CASE WHEN phase = 'queued' THEN 'admitted' ELSE phase END,
 			status = CASE WHEN phase = 'queued' THEN 'running' ELSE status END,
 			started_at = CASE WHEN phase = 'queued' THEN $4 ELSE started_at END
@@ -479,7 +492,7 @@ func (s *Store) RenewRunLease(ctx context.Context, id string, epoch uint64, ttl 
 		if _, err := t.emit(belay.Event{Type: belay.EventRunRenewed, Run: id, Epoch: epoch, Data: data}); err != nil {
 			return err
 		}
-		r.set(t, `UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3, activity = coalesce($4::jsonb, activity) WHERE id = $1`,
+		r.set(t, id, `UPDATE belay_runs SET lease_expires_at = $2, updated_at = $3, activity = coalesce($4::jsonb, activity) WHERE id = $1`,
 			id, p.ExpiresAt, t.now, activity)
 		return nil
 	})
@@ -494,7 +507,7 @@ func (s *Store) ReleaseRunLease(ctx context.Context, id string, epoch uint64) (b
 		if _, err := t.emit(belay.Event{Type: belay.EventRunReleased, Run: id, Epoch: epoch, Data: json.RawMessage(`{}`)}); err != nil {
 			return err
 		}
-		r.set(t, `UPDATE belay_runs SET lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL, updated_at = $2 WHERE id = $1`, id, t.now)
+		r.set(t, id, `UPDATE belay_runs SET lease_owner = NULL, lease_granted_at = NULL, lease_expires_at = NULL, updated_at = $2 WHERE id = $1`, id, t.now)
 		return nil
 	})
 }
@@ -554,35 +567,27 @@ func (s *Store) updateRun(t *tx, id string, epoch uint64, r *lockedRun, u belay.
 	if u.Phase != "" {
 		phase, status = u.Phase, u.Phase.Status()
 	}
-	var errClass, errMsg, ref any
+	var errClass, errMsg, ref *string
 	if u.Error != nil {
-		errClass, errMsg = string(u.Error.Class), u.Error.Message
+		class, msg := string(u.Error.Class), u.Error.Message
+		errClass, errMsg = &class, &msg
 	}
 	if u.Ref != nil {
 		raw, err := json.Marshal(u.Ref)
 		if err != nil {
 			return err
 		}
-		ref = string(raw)
+		ref = nullable(string(raw))
 	}
 	terminal := status.Terminal()
 	if terminal {
 		t.reready = true // the session's next run may be ready now
 	}
 	t.phaseSet = append(t.phaseSet, id)
-	r.set(t, `UPDATE belay_runs SET phase = $2, status = $3,
-		attempt = CASE WHEN $4 <> 0 THEN $4 ELSE attempt END,
-		error_class = coalesce($5, error_class), error_message = CASE WHEN $5::text IS NOT NULL THEN $6 ELSE error_message END,
-		reason = CASE WHEN $7 <> '' THEN $7 ELSE reason END,
-		ref = coalesce($8::jsonb, ref),
-		lease_owner = CASE WHEN $9 THEN NULL ELSE lease_owner END,
-		lease_granted_at = CASE WHEN $9 THEN NULL ELSE lease_granted_at END,
-		lease_expires_at = CASE WHEN $9 THEN NULL ELSE lease_expires_at END,
-		ended_at = CASE WHEN $9 THEN $10 ELSE ended_at END,
-		updated_at = $10
-		WHERE id = $1`, id, string(phase), string(status), u.Attempt, errClass, errMsg, u.Reason, ref, terminal, t.now)
+	r.set(t, id, updateRunPhase, []string{id}, []string{string(phase)}, []string{string(status)}, []int64{int64(u.Attempt)},
+		[]*string{errClass}, []*string{errMsg}, []string{u.Reason}, []*string{ref}, []bool{terminal}, []time.Time{t.now})
 	if ref != nil {
-		t.queue(`UPDATE belay_sessions SET ref = $2::jsonb WHERE id = $1`, t.session, ref)
+		t.queue(`UPDATE belay_sessions SET ref = $2::jsonb WHERE id = $1`, t.session, *ref)
 	}
 	if d := u.Deliver; d != nil {
 		d.Session = t.session
@@ -592,6 +597,25 @@ func (s *Store) updateRun(t *tx, id string, epoch uint64, r *lockedRun, u belay.
 	}
 	return nil
 }
+
+// updateRunPhase sets runs' phases and what comes with them: their ids,
+// phases, statuses, attempts (0 keeps it), error classes and messages
+// (NULL keeps them), reasons ("" keeps it), refs (NULL keeps it), whether
+// each ends (its lease goes) and the times.
+var updateRunPhase = merged(`UPDATE belay_runs r SET phase = k.to_phase, status = k.to_status,
+		attempt = CASE WHEN k.to_attempt <> 0 THEN k.to_attempt ELSE r.attempt END,
+		error_class = coalesce(k.err_class, r.error_class),
+		error_message = CASE WHEN k.err_class IS NOT NULL THEN k.err_message ELSE r.error_message END,
+		reason = CASE WHEN k.to_reason <> '' THEN k.to_reason ELSE r.reason END,
+		ref = coalesce(k.to_ref::jsonb, r.ref),
+		lease_owner = CASE WHEN k.ends THEN NULL ELSE r.lease_owner END,
+		lease_granted_at = CASE WHEN k.ends THEN NULL ELSE r.lease_granted_at END,
+		lease_expires_at = CASE WHEN k.ends THEN NULL ELSE r.lease_expires_at END,
+		ended_at = CASE WHEN k.ends THEN k.at ELSE r.ended_at END,
+		updated_at = k.at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[])
+		AS k(run, to_phase, to_status, to_attempt, err_class, err_message, to_reason, to_ref, ends, at)
+	WHERE r.id = k.run`)
 
 // CancelQueuedRun ends a queued, never leased run as cancelled.
 func (s *Store) CancelQueuedRun(ctx context.Context, id, reason string) (belay.Run, error) {
