@@ -236,6 +236,18 @@ const (
 	MaxMetaVal = 1024
 )
 
+// MaxPriority bounds a run's or an inbox item's priority, either way:
+// what every store keeps (PostgreSQL's integer).
+const MaxPriority = 1<<31 - 1
+
+// CheckPriority refuses a priority beyond ±MaxPriority.
+func CheckPriority(p int) error {
+	if p > MaxPriority || p < -MaxPriority {
+		return fmt.Errorf("%w: priority %d is out of range (at most %d either way)", ErrInvalid, p, MaxPriority)
+	}
+	return nil
+}
+
 // CheckTags validates tags and metadata: tags are 1-64 of [A-Za-z0-9._:/@-],
 // at most 16; metadata has at most 32 keys of 1-64 such characters and
 // values of at most 1024 bytes.

@@ -465,6 +465,9 @@ func (r *Runtime) checkSubmit(req SubmitRequest) ([]byte, error) {
 	if err := belay.CheckTags(req.Tags, req.Meta); err != nil {
 		return nil, err
 	}
+	if err := belay.CheckPriority(req.Priority); err != nil {
+		return nil, err
+	}
 	if len(req.Provider) > maxNameLen || len(req.Model) > maxNameLen {
 		return nil, fmt.Errorf("%w: provider and model names are at most %d bytes", belay.ErrInvalid, maxNameLen)
 	}

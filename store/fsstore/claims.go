@@ -234,6 +234,9 @@ func (s *Store) Submit(ctx context.Context, in store.SubmitInput) (store.SubmitR
 	if err := belay.CheckTags(in.Tags, in.Meta); err != nil {
 		return res, err
 	}
+	if err := belay.CheckPriority(in.Priority); err != nil {
+		return res, err
+	}
 	ss, err := s.session(in.Session)
 	if err != nil {
 		return res, err

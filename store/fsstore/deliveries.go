@@ -49,6 +49,9 @@ func checkDeliveryInput(in belay.DeliveryInput) error {
 	if in.Type == "" || len(in.Type) > maxDeliveryType {
 		return fmt.Errorf("%w: a delivery type is 1-%d characters", belay.ErrInvalid, maxDeliveryType)
 	}
+	if err := belay.CheckPriority(in.Priority); err != nil {
+		return err
+	}
 	if in.To != "" && belay.CheckTags([]string{in.To}, nil) != nil {
 		return fmt.Errorf("%w: addressee %q: want 1-%d of letters, digits and ._:/@-", belay.ErrInvalid, in.To, belay.MaxTagLen)
 	}

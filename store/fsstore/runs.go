@@ -45,6 +45,9 @@ func (s *Store) CreateRun(ctx context.Context, in belay.RunInput) (belay.Run, bo
 	if err := belay.CheckTags(in.Tags, in.Meta); err != nil {
 		return belay.Run{}, false, err
 	}
+	if err := belay.CheckPriority(in.Priority); err != nil {
+		return belay.Run{}, false, err
+	}
 	ss, err := s.session(in.Session)
 	if err != nil {
 		return belay.Run{}, false, err

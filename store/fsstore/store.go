@@ -550,6 +550,9 @@ func (s *Store) CreateSession(ctx context.Context, in belay.SessionInput) (belay
 		if err := belay.CheckTags(in.FirstRun.Tags, in.FirstRun.Meta); err != nil {
 			return belay.Session{}, err
 		}
+		if err := belay.CheckPriority(in.FirstRun.Priority); err != nil {
+			return belay.Session{}, err
+		}
 	}
 	id := in.ID
 	if id == "" {

@@ -72,6 +72,9 @@ func checkSubmit(in store.SubmitInput) error {
 	if err := belay.CheckTags(in.Tags, in.Meta); err != nil {
 		return err
 	}
+	if err := belay.CheckPriority(in.Priority); err != nil {
+		return err
+	}
 	if in.Claim != nil {
 		// Checked, though this store leaves every submitted run queued
 		// for ClaimRuns (SubmitInput.Claim): leased there in batches, a

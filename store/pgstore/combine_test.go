@@ -269,6 +269,7 @@ func TestMergedWrites(t *testing.T) {
 		require.Equal(t, r.ID, items[0].Key)
 		require.JSONEq(t, `{"run":"`+r.ID+`"}`, string(items[0].Data))
 	}
+	require.Zero(t, pgstore.MergeFailed(s))
 }
 
 // TestSetStatementsByKey: the statements that change a set of rows in one

@@ -87,6 +87,10 @@ func RequireServerVersion(t interface{ Cleanup(func()) }, v int) {
 // others (mergeQueued).
 func MergedAway(s *Store) int64 { return s.mergedAway.Load() }
 
+// MergeFailed counts the shared transactions whose statements mergeQueued
+// refused.
+func MergeFailed(s *Store) int64 { return s.mergeFailed.Load() }
+
 // ShareSubmits makes the submissions (each to its own session) in ONE
 // shared transaction, and returns each one's result and error.
 func ShareSubmits(s *Store, ins []store.SubmitInput) ([]store.SubmitResult, []error) {

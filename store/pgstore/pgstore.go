@@ -141,8 +141,9 @@ type Store struct {
 	shareMu sync.Mutex
 	sharers [2]sharer
 	// mergedAway counts the statements of shared transactions merged
-	// into others (mergeQueued).
-	mergedAway atomic.Int64
+	// into others (mergeQueued); mergeFailed the shared transactions
+	// whose statements mergeQueued refused, sent unmerged.
+	mergedAway, mergeFailed atomic.Int64
 
 	// behindMu guards the write-behind queues by session (behind.go), the
 	// errors kept for leases whose queued writes failed, and whether Close
@@ -641,8 +642,10 @@ func (t *tx) reset(m txMark) {
 // as it does for a lookup of a set by key whose set it cannot size ahead
 // (markReady, the fence read): planning cost more than running them. A
 // statement's generic plan is made at its first call on a connection (and
-// again after a change of its tables' statistics), always inside such a
-// transaction, so the settings hold for every call.
+// again after a change of its tables' statistics), with the settings of
+// that moment; the statements that change sets of rows (SetStatements in
+// the tests) run only in these transactions, so the settings hold for
+// every call of theirs.
 const genericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
 	set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
 

@@ -171,7 +171,7 @@ func (s *Store) createRun(t *tx, id string, in belay.RunInput, sessProvider, ses
 // front flags, tags (each a JSON array) and meta (JSON).
 var insertRun = merged(`INSERT INTO belay_runs (id, session, idem_key, status, phase, priority, provider, model, input_seq, deadline, created_at, updated_at, front, tags, meta)
 	SELECT k.id, k.session, k.idem_key, 'queued', 'queued', k.priority, k.provider, k.model, k.input_seq, k.deadline, k.at, k.at, k.front,
-		ARRAY(SELECT jsonb_array_elements_text(k.tags::jsonb)), k.meta::jsonb
+		ARRAY(SELECT tag FROM jsonb_array_elements_text(k.tags::jsonb) WITH ORDINALITY AS x(tag, n) ORDER BY n), k.meta::jsonb
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[],
 		$9::timestamptz[], $10::bool[], $11::text[], $12::text[])
 		AS k(id, session, idem_key, priority, provider, model, input_seq, deadline, at, front, tags, meta)`)

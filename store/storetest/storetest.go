@@ -801,9 +801,24 @@ func testInvalidJSON(t *testing.T, h Harness) {
 	require.ErrorIs(t, err, belay.ErrInvalid)
 	_, err = b.s.Append(b.ctx, sess.ID, belay.Sync, belay.Event{Type: "note", Data: json.RawMessage(`[1,`)})
 	require.ErrorIs(t, err, belay.ErrInvalid)
+	// A priority beyond what every store keeps, either way.
+	for _, p := range []int{belay.MaxPriority + 1, -belay.MaxPriority - 1} {
+		_, _, err = b.s.CreateRun(b.ctx, belay.RunInput{Session: sess.ID, Priority: p})
+		require.ErrorIs(t, err, belay.ErrInvalid)
+		require.ErrorContains(t, err, "out of range")
+		_, err = b.s.Submit(b.ctx, store.SubmitInput{RunInput: belay.RunInput{Session: sess.ID, Priority: p}, Policy: belay.PolicyEnqueue})
+		require.ErrorIs(t, err, belay.ErrInvalid)
+		_, _, err = b.s.PostDelivery(b.ctx, belay.DeliveryInput{Session: sess.ID, Type: "t", Priority: p})
+		require.ErrorIs(t, err, belay.ErrInvalid)
+		_, err = b.s.CreateSession(b.ctx, belay.SessionInput{Provider: "fake", FirstRun: &belay.RunInput{Priority: p}})
+		require.ErrorIs(t, err, belay.ErrInvalid)
+	}
+	r, _, err := b.s.CreateRun(b.ctx, belay.RunInput{Session: sess.ID, Priority: -belay.MaxPriority})
+	require.NoError(t, err)
+	require.Equal(t, -belay.MaxPriority, r.Priority)
 	evs, err := b.s.Events(b.ctx, sess.ID, 0, 0)
 	require.NoError(t, err)
-	require.Len(t, evs, 1, "nothing invalid was written")
+	require.Len(t, evs, 2, "nothing invalid was written (the session's start, the last run)")
 }
 
 // testPruneOwners: Prune drops the records of owners gone for a day,
