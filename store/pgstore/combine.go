@@ -38,7 +38,7 @@ import (
 // durability; maxSharedOps the writes in one. Two in flight rather than
 // four (measured with `belay bench runs --store postgres://...`, 6,000
 // runs, alternated): the same runs/s with 1 node and 1.07x with 3, p50
-// 0.8x and p99 0.55x-0.6x, as a write waits for one of fewer
+// 0.7x-0.8x and p99 0.6x, as a write waits for one of fewer
 // transactions and goes in a fuller one; one in flight was slower.
 const (
 	maxShared    = 2
