@@ -328,7 +328,7 @@ func (p *Provider) Run(ctx context.Context, req provider.Request, emit func(prov
 			return provider.Errorf(belay.ClassInvalidRequest, "browser: attachment %q is not a readable file given by its absolute path", f)
 		}
 	}
-	r := &runState{p: p, req: req, emit: emit, site: site, attachments: o.Attachments, runDir: filepath.Join(p.cfg.Dir, "runs", req.Session, req.Run)}
+	r := &runState{ctx: ctx, p: p, req: req, emit: emit, site: site, attachments: o.Attachments, runDir: filepath.Join(p.cfg.Dir, "runs", req.Session, req.Run)}
 	r.settle = time.Duration(site.Completion.Settle)
 	if p.cfg.Settle > 0 {
 		r.settle = p.cfg.Settle

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/chatsite"
 	"github.com/belayhq/belay/provider"
 )
@@ -133,6 +134,83 @@ func TestResumeAfterIntentSendsWhatWasNotSent(t *testing.T) {
 	// The journal holds the intent (the detach came after its write).
 	rec := resume(t, b, req, intent, 0)
 	b.answeredOnce(t, prompt, rec.answer())
+}
+
+// TestIntentWithTheBrowserGoneIsNotSentAgain: the prompt went out in a
+// new conversation, but the daemon died before the run saw its URL or
+// settled the send, and the browser died with it (killed, reaped). A
+// fresh page of the site's start cannot show the prompt: the resumed run
+// fails with target_lost instead of asking again, and so does a retry
+// (a new run of the session with the same prompt).
+func TestIntentWithTheBrowserGoneIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Sent, then the browser died. [[think=1s stream=1s words=20]]"
+	req := provider.Request{Session: "ses_k", Run: "run_k", Prompt: prompt, Attempt: 1}
+	ref, _ := detachAt(t, b, req, func(ev provider.Event, _ string) bool { return phaseOf(ev) == phaseSent })
+	if phaseOf(ref) != phaseIntent || ref.Ref.ID != "" {
+		t.Fatalf("journaled phase %q, conversation %q", phaseOf(ref), ref.Ref.ID)
+	}
+	old := refCursor(*ref.Ref).Chrome
+	old.kill() // returns once it is gone
+
+	r2 := req
+	r2.Resume, r2.Ref, r2.Attempt = true, *ref.Ref, 2
+	var rec recorder
+	err := b.p.Run(context.Background(), r2, rec.emit)
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Class != belay.ClassTargetLost || !strings.Contains(pe.Message, "may have been sent") {
+		t.Fatalf("resumed run ended with %v, want target_lost", err)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+
+	// A retry: a new run of the session, its ref the session's.
+	retry := provider.Request{Session: "ses_k", Run: "run_k2", Prompt: prompt, Attempt: 1, SessionRef: *ref.Ref}
+	err = b.p.Run(context.Background(), retry, (&recorder{}).emit)
+	if !errors.As(err, &pe) || pe.Class != belay.ClassTargetLost || !strings.Contains(pe.Message, "run_k recorded its intent") {
+		t.Fatalf("retry ended with %v, want target_lost", err)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+	// Another prompt in the session starts a new conversation.
+	other := "Something else. [[think=100ms stream=500ms words=5]]"
+	var rec3 recorder
+	if err := b.p.Run(context.Background(), provider.Request{Session: "ses_k", Run: "run_k3", Prompt: other, Attempt: 1, SessionRef: *ref.Ref}, rec3.emit); err != nil {
+		t.Fatal(err)
+	}
+	b.answeredOnce(t, other, rec3.answer())
+}
+
+// TestBrowserDyingAtTheSendIsTargetLost: the browser dies while the run
+// types or sends its prompt. The run fails with target_lost, saying the
+// prompt may have been sent; never "cancelled", which nobody asked for.
+func TestBrowserDyingAtTheSendIsTargetLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	prompt := "Kill the browser as I am sent. [[think=1s stream=1s words=20]]"
+	req := provider.Request{Session: "ses_l", Run: "run_l", Prompt: prompt, Attempt: 1}
+	var rec recorder
+	rec.onRef = func(c cursor) {
+		if c.Phase == phaseIntent {
+			c.Chrome.kill()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := b.p.Run(ctx, req, rec.emit)
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Class != belay.ClassTargetLost {
+		t.Fatalf("run ended with %v, want target_lost", err)
+	}
+	if !strings.Contains(pe.Message, "may have been sent") {
+		t.Fatalf("message %q does not say the prompt may have been sent", pe.Message)
+	}
+	if n := b.site.Count(prompt); n > 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
 }
 
 // TestLostTabIsRecoveredByURL: the run's tab is closed, its renderer

@@ -17,6 +17,9 @@ import (
 
 // runState is one attempt of a run.
 type runState struct {
+	// ctx is the attempt's: cancelled when the run is cancelled or the
+	// daemon detaches (lost tells those from a browser that went away).
+	ctx    context.Context
 	p      *Provider
 	req    provider.Request
 	emit   func(provider.Event) error
@@ -72,6 +75,14 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 	if follow != nil && follow.Site == r.site.Name && r.req.SessionRef.URL != "" && r.site.Conversation(r.req.SessionRef.URL) != "" {
 		// A follow-up continues the session's conversation.
 		start = r.req.SessionRef.URL
+	}
+	if start == r.site.StartURL && follow != nil && follow.Site == r.site.Name && follow.Run != r.req.Run &&
+		follow.Phase == phaseIntent && follow.Hash == PromptHash(r.req.Prompt) {
+		// An earlier run of the session may have sent this prompt to a
+		// new conversation it never saw (its intent has no conversation
+		// URL): a new conversation cannot show it, so it is not asked
+		// again here.
+		return provider.Errorf(belay.ClassTargetLost, "browser: run %s recorded its intent to send this prompt in a new conversation belay never saw: it may have been sent; not sending it again (look at the site; to ask again, start a new session)", follow.Run)
 	}
 	adopt := start != r.site.StartURL && follow.Run != r.req.Run && follow.Hash == PromptHash(r.req.Prompt) &&
 		(follow.Phase == phaseIntent || follow.Phase == phaseSent)
@@ -361,9 +372,15 @@ func (r *runState) sendPrompt(ctx context.Context) error {
 	}
 	for try := 0; ; try++ {
 		if err := r.t.typePrompt(ctx, r.site, r.req.Prompt); err != nil {
+			if ctx.Err() != nil || r.gone(err) {
+				return r.lost(err, "type the prompt")
+			}
 			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: type the prompt: %v; diagnose with: belay browser check %s", err, r.site.Name), Err: err}
 		}
 		if err := r.t.submit(ctx, r.site, 10*time.Second); err != nil {
+			if ctx.Err() != nil || r.gone(err) {
+				return r.lost(err, "send")
+			}
 			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: send: %v; diagnose with: belay browser check %s", err, r.site.Name), Err: err}
 		}
 		ok, changed, err := r.verifySend(ctx)
@@ -548,8 +565,13 @@ func (r *runState) rebind(ctx context.Context, why string) error {
 	}
 	url := r.url
 	if r.conv == "" || r.site.Conversation(url) == "" {
-		if r.cur.Phase == phaseSent || r.cur.Phase == phaseDone {
+		switch r.cur.Phase {
+		case phaseSent, phaseDone:
 			return provider.Errorf(belay.ClassTargetLost, "browser: %s and the run has no conversation URL to reopen", why)
+		case phaseIntent:
+			// The prompt may have gone to a new conversation the run
+			// never saw: a fresh page cannot show it.
+			return provider.Errorf(belay.ClassTargetLost, "browser: %s after the run's intent to send, and the run has no conversation URL to look for its prompt in: it may have been sent; not sending it again (look at the site; to ask again, start a new session)", why)
 		}
 	}
 	if url == "" {
@@ -828,12 +850,32 @@ func (r *runState) stop() {
 	_ = r.ref() // a note: without it, a retry would find the stopped answer and read it
 }
 
-// lost is a failure to talk to the bound target.
+// lost is a failure to talk to the bound target. The attempt's own
+// cancellation (a cancel, a detach) goes up as it is; a browser or tab
+// that went away (its DevTools connection cancels the tab's context) is
+// target_lost, whose message says whether the prompt may have been sent.
 func (r *runState) lost(err error, what string) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, provider.ErrDetach) {
+	if errors.Is(err, provider.ErrDetach) || r.ctx != nil && r.ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return err
 	}
-	return &provider.Error{Class: belay.ClassTargetLost, Message: fmt.Sprintf("browser: %s: %v", what, err), Err: err}
+	msg := fmt.Sprintf("browser: %s: %v", what, err)
+	if errors.Is(err, context.Canceled) {
+		msg = fmt.Sprintf("browser: %s: the browser or its tab went away", what)
+	}
+	if r.cur.Phase == phaseIntent {
+		msg += "; the prompt may have been sent: not sending it again"
+	}
+	return &provider.Error{Class: belay.ClassTargetLost, Message: msg, Err: err}
+}
+
+// gone says whether err, from driving the page, came from the browser or
+// its tab going away (not from the page itself); the attempt's own
+// cancellation is not that.
+func (r *runState) gone(err error) bool {
+	if r.ctx != nil && r.ctx.Err() != nil {
+		return false
+	}
+	return errors.Is(err, context.Canceled) || r.b != nil && !r.b.alive()
 }
 
 func internal(err error, what string) error {

@@ -91,6 +91,10 @@ func browserStep(run belay.Run, class belay.ErrorClass, retry string) string {
 		return fmt.Sprintf("The site shows a challenge: solve it in the window of belay browser login %s, then: %s", c.Site, retry)
 	case class == belay.ClassUIDrift:
 		return fmt.Sprintf("The page did not match the site profile: diagnose with belay browser check %s, fix the profile, then: %s", c.Site, retry)
+	case c.Run == run.ID && c.Phase == "intent" && run.Ref.ID == "":
+		// Its conversation was never seen: a retry would refuse to ask
+		// again (the prompt may be on the site already).
+		return fmt.Sprintf("The prompt may have been sent to a new conversation belay never saw; belay will not send it again in this session. Look at the site; to ask again, send it in a new session: belay send --site %s 'PROMPT'", c.Site)
 	case c.Run == run.ID && (c.Phase == "sent" || c.Phase == "intent"):
 		return fmt.Sprintf("The prompt was sent; the site may still finish the answer. This reads it without sending the prompt again: %s", retry)
 	}
