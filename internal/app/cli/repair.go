@@ -138,15 +138,26 @@ func runRepair(stdio Stdio, opts repairOptions) error {
 
 // repairOne repairs one file; a journal inside a belay data directory is
 // repaired only while this process owns the directory (ownDataDirOf).
+// A path through symbolic links is the file they lead to: that is the
+// file repaired (a link stays a link), and whether it is a journal of a
+// data directory is judged by where it really is.
 func repairOne(path string, opts repairOptions, fo transcript.FileOptions) (*transcript.FileReport, error) {
+	real := path
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		real = p
+	}
 	if !opts.DryRun {
-		release, err := ownDataDirOf(context.Background(), path)
+		release, err := ownDataDirOf(context.Background(), real)
 		if err != nil {
 			return &transcript.FileReport{Path: path, Status: transcript.StatusRefused, Reason: err.Error()}, err
 		}
 		defer release()
 	}
-	return transcript.RepairFile(path, fo)
+	rep, err := transcript.RepairFile(real, fo)
+	if rep != nil {
+		rep.Path = path
+	}
+	return rep, err
 }
 
 func printRepair(stdio Stdio, rep *transcript.FileReport) {
