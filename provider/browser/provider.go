@@ -297,6 +297,41 @@ func refCursor(ref belay.ConversationRef) *cursor {
 	return &c
 }
 
+var _ provider.Validator = (*Provider)(nil)
+
+// Validate refuses at the door (before the run is created) what the run
+// would refuse at its start: options that do not decode, a site that no
+// profile names, a start URL its profile refuses, an attachment that is
+// not a readable file given by its absolute path. A request that names
+// no site is left to the run, which may take the site of the session's
+// conversation.
+func (p *Provider) Validate(req provider.Request) error {
+	o, err := options(req)
+	if err != nil {
+		return &provider.FieldError{Field: "options", Err: err}
+	}
+	if o.Site != "" {
+		if _, _, err := p.site(o, nil, nil); err != nil {
+			return &provider.FieldError{Field: "options", Err: err}
+		}
+	}
+	if err := checkAttachments(o.Attachments); err != nil {
+		return &provider.FieldError{Field: "options", Err: err}
+	}
+	return nil
+}
+
+// checkAttachments refuses an attachment that is not a readable regular
+// file given by its absolute path.
+func checkAttachments(files []string) error {
+	for _, f := range files {
+		if fi, err := os.Stat(f); err != nil || !filepath.IsAbs(f) || !fi.Mode().IsRegular() {
+			return provider.Errorf(belay.ClassInvalidRequest, "browser: attachment %q is not a readable file given by its absolute path", f)
+		}
+	}
+	return nil
+}
+
 // Run sends the prompt in a browser bound to the run (or, when the run
 // already sent it, reattaches) and follows the answer until it is
 // complete. The prompt is sent at most once per run: after an intent
@@ -323,10 +358,8 @@ func (p *Provider) Run(ctx context.Context, req provider.Request, emit func(prov
 	if err != nil {
 		return err
 	}
-	for _, f := range o.Attachments {
-		if fi, err := os.Stat(f); err != nil || !filepath.IsAbs(f) || !fi.Mode().IsRegular() {
-			return provider.Errorf(belay.ClassInvalidRequest, "browser: attachment %q is not a readable file given by its absolute path", f)
-		}
+	if err := checkAttachments(o.Attachments); err != nil {
+		return err
 	}
 	r := &runState{ctx: ctx, p: p, req: req, emit: emit, site: site, attachments: o.Attachments, runDir: filepath.Join(p.cfg.Dir, "runs", req.Session, req.Run)}
 	r.settle = time.Duration(site.Completion.Settle)
