@@ -92,6 +92,9 @@ type Document struct {
 	region   *regionOpts // set when the document is a region of a file repaired by streaming
 	ids      map[string]bool
 	version  int // pi: header version
+	// piNames are the tool call names of the batch pi's render saw last
+	// (piCallNames).
+	piNames map[string]string
 	jsonl    bool
 	events   *belayDoc
 	prevOut  *string // a streaming export: the id of the last entry written before the items

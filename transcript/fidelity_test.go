@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -224,6 +225,55 @@ func TestExportFidelity(t *testing.T) {
 		if f == FormatAnthropic || f == FormatClaude {
 			require.Equal(t, 1, kinds[ChangeDropThinking], f)
 			require.NotContains(t, buf.String(), `"thinking"`, f)
+		}
+		if f == FormatPi {
+			// As pi writes them: every assistant message has usage with
+			// its total and cost (pi reads usage.cost.total unguarded), a
+			// stop reason of pi's ("toolUse" for a turn that calls
+			// tools), and a tool result names its call's tool.
+			results, assistants := 0, 0
+			for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))[1:] {
+				var e struct {
+					Message struct {
+						Role       string `json:"role"`
+						ToolName   string `json:"toolName"`
+						StopReason string `json:"stopReason"`
+						Content    []struct {
+							Type string `json:"type"`
+						} `json:"content"`
+						Usage *struct {
+							TotalTokens *int `json:"totalTokens"`
+							Cost        *struct {
+								Total *float64 `json:"total"`
+							} `json:"cost"`
+						} `json:"usage"`
+					} `json:"message"`
+				}
+				require.NoError(t, json.Unmarshal(line, &e))
+				switch m := e.Message; m.Role {
+				case "toolResult":
+					results++
+					require.Equal(t, "sh", m.ToolName, string(line))
+				case "assistant":
+					assistants++
+					require.NotNil(t, m.Usage, string(line))
+					require.NotNil(t, m.Usage.TotalTokens, string(line))
+					require.NotNil(t, m.Usage.Cost, string(line))
+					require.NotNil(t, m.Usage.Cost.Total, string(line))
+					calls := slices.ContainsFunc(m.Content, func(c struct {
+						Type string `json:"type"`
+					}) bool {
+						return c.Type == "toolCall"
+					})
+					want := "stop"
+					if calls {
+						want = "toolUse"
+					}
+					require.Equal(t, want, m.StopReason, string(line))
+				}
+			}
+			require.Equal(t, 2, results)
+			require.GreaterOrEqual(t, assistants, 4)
 		}
 		if f == FormatClaude {
 			for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,6 +84,46 @@ type piUsage struct {
 	Output     int `json:"output"`
 	CacheRead  int `json:"cacheRead"`
 	CacheWrite int `json:"cacheWrite"`
+}
+
+// piUsageOut is usage as pi writes it: with its total and a cost (pi's
+// footer and session stats read usage.cost.total without a guard; belay
+// does not know prices, so the cost is zero).
+type piUsageOut struct {
+	piUsage
+	TotalTokens int    `json:"totalTokens"`
+	Cost        piCost `json:"cost"`
+}
+
+type piCost struct {
+	Input      float64 `json:"input"`
+	Output     float64 `json:"output"`
+	CacheRead  float64 `json:"cacheRead"`
+	CacheWrite float64 `json:"cacheWrite"`
+	Total      float64 `json:"total"`
+}
+
+// piStopReason is a stop reason as pi names it ("stop", "length",
+// "toolUse", "error", "aborted"), from pi's or another format's; calls
+// says the turn calls tools.
+func piStopReason(stop string, calls bool) string {
+	switch stop {
+	case "stop", "length", "toolUse", "error", "aborted":
+		if calls && stop == "stop" {
+			return "toolUse"
+		}
+		return stop
+	case "max_tokens", "model_context_window_exceeded":
+		return "length"
+	case "tool_use", "tool_calls", "function_call":
+		return "toolUse"
+	case "refusal", "content_filter":
+		return "error"
+	}
+	if calls {
+		return "toolUse"
+	}
+	return "stop"
 }
 
 type piMessage struct {
@@ -200,6 +241,7 @@ func piEntryMessage(e *entry) *Message {
 
 func (piCodec) render(d *Document, items []*Message) []outEntry {
 	ids := d.idSet()
+	names := piCallNames(d, items)
 	out := make([]outEntry, 0, len(items))
 	for _, m := range items {
 		if m.opaque() || m.unchanged() {
@@ -218,9 +260,32 @@ func (piCodec) render(d *Document, items []*Message) []outEntry {
 		if d.tree {
 			id = newPiID(ids, seedOf(d, m, out))
 		}
-		out = append(out, outEntry{raw: piNewEntry(m, id, d.tree), id: id})
+		out = append(out, outEntry{raw: piNewEntry(m, id, d.tree, names), id: id})
 	}
 	return out
+}
+
+// piCallNames are the names of the tool calls of items by call id, with
+// those of the batch rendered before (a streamed export renders in
+// batches; a result follows its call closely): what names a tool result
+// written from a format whose results do not carry the name.
+func piCallNames(d *Document, items []*Message) map[string]string {
+	names := map[string]string{}
+	for _, m := range items {
+		for i := range m.Blocks {
+			if b := &m.Blocks[i]; b.Type == BlockToolCall && b.ID != "" && b.Name != "" {
+				names[b.ID] = b.Name
+			}
+		}
+	}
+	prev := d.piNames
+	d.piNames = names
+	for id, n := range prev {
+		if _, ok := names[id]; !ok {
+			names[id] = n
+		}
+	}
+	return names
 }
 
 func piContent(m *Message, orig []byte) []byte {
@@ -287,7 +352,7 @@ func piBlock2JSON(b *Block) []byte {
 
 // piNewEntry encodes a message belay made (a synthetic result) or one
 // converted from another format as a pi message entry.
-func piNewEntry(m *Message, id string, tree bool) []byte {
+func piNewEntry(m *Message, id string, tree bool, names map[string]string) []byte {
 	ts := m.Meta.Time
 	if ts.IsZero() {
 		ts = time.Unix(0, 0).UTC()
@@ -298,7 +363,10 @@ func piNewEntry(m *Message, id string, tree bool) []byte {
 		res, _ := m.Result()
 		name := res.Name
 		if name == "" {
-			name = "unknown"
+			name = names[res.CallID]
+		}
+		if name == "" {
+			name = "unknown" // its call is not in the conversation
 		}
 		msg = setField(msg, "role", []byte(`"toolResult"`))
 		msg = setField(msg, "toolCallId", mustJSON(res.CallID))
@@ -314,14 +382,14 @@ func piNewEntry(m *Message, id string, tree bool) []byte {
 		if m.Meta.Model != "" {
 			msg = setField(msg, "model", mustJSON(m.Meta.Model))
 		}
-		if u := m.Meta.Usage; u != nil {
-			msg = setField(msg, "usage", mustJSON(piUsage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite}))
+		var u piUsageOut
+		if mu := m.Meta.Usage; mu != nil {
+			u.piUsage = piUsage{Input: mu.Input, Output: mu.Output, CacheRead: mu.CacheRead, CacheWrite: mu.CacheWrite}
+			u.TotalTokens = mu.Input + mu.Output + mu.CacheRead + mu.CacheWrite
 		}
-		stop := m.Meta.StopReason
-		if stop == "" {
-			stop = "stop"
-		}
-		msg = setField(msg, "stopReason", mustJSON(stop))
+		msg = setField(msg, "usage", mustJSON(u))
+		calls := slices.ContainsFunc(m.Blocks, func(b Block) bool { return b.Type == BlockToolCall })
+		msg = setField(msg, "stopReason", mustJSON(piStopReason(m.Meta.StopReason, calls)))
 	default:
 		msg = setField(msg, "role", []byte(`"user"`))
 		msg = setField(msg, "content", piContent(m, nil))
