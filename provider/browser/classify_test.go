@@ -61,8 +61,12 @@ func TestPageStates(t *testing.T) {
 		if v.State != tc.state {
 			t.Errorf("%s: state %s (%s), want %s", tc.mode, v.State, v.Reason, tc.state)
 		}
-		if got := provider.ClassOf(v.Error("loopback")); got != tc.class {
+		if got := provider.ClassOf(v.Error("loopback", "")); got != tc.class {
 			t.Errorf("%s: class %q, want %q", tc.mode, got, tc.class)
+		}
+		if err := v.Error("loopback", "http://127.0.0.1:9/x y"); err != nil && tc.class != belay.ClassTransient && tc.class != belay.ClassRateLimited &&
+			!strings.Contains(err.Error(), "loopback --url 'http://127.0.0.1:9/x y'") {
+			t.Errorf("%s: %v does not name the start URL", tc.mode, err)
 		}
 	}
 	// The second UI version matches its own profile.

@@ -202,14 +202,17 @@ func ParseCursor(s string) (Cursor, error) {
 	if err := json.Unmarshal([]byte(s), &c); err != nil {
 		return Cursor{}, fmt.Errorf("browser: malformed cursor: %w", err)
 	}
-	return Cursor{Run: c.Run, Site: c.Site, Phase: c.Phase, Hash: c.Hash, Baseline: c.Baseline,
+	return Cursor{Run: c.Run, Site: c.Site, SiteURL: c.SiteURL, Phase: c.Phase, Hash: c.Hash, Baseline: c.Baseline,
 		PID: c.Chrome.PID, WS: c.Chrome.WS, Profile: c.Chrome.Profile, Rebinds: c.Rebinds, Evidence: c.Evidence, Answer: c.Answer}, nil
 }
 
 // Cursor is the exported view of a run's browser state.
 type Cursor struct {
-	Run      string `json:"run"`
-	Site     string `json:"site"`
+	Run  string `json:"run"`
+	Site string `json:"site"`
+	// SiteURL is the start URL the run was sent with (--site-url), when
+	// not the profile's.
+	SiteURL  string `json:"siteUrl,omitempty"`
 	Phase    string `json:"phase"`
 	Hash     string `json:"hash,omitempty"`
 	Baseline int    `json:"baseline"`
@@ -219,6 +222,31 @@ type Cursor struct {
 	Rebinds  int    `json:"rebinds,omitempty"`
 	Evidence string `json:"evidence,omitempty"`
 	Answer   string `json:"answer,omitempty"`
+}
+
+// CheckCommand is the command that checks site as a run sent with start
+// URL siteURL ("" for the profile's) sees it.
+func CheckCommand(site, siteURL string) string { return siteCommand("check", site, siteURL) }
+
+// LoginCommand is the command that logs in to site as a run sent with
+// start URL siteURL ("" for the profile's) opens it.
+func LoginCommand(site, siteURL string) string { return siteCommand("login", site, siteURL) }
+
+func siteCommand(verb, site, siteURL string) string {
+	cmd := "belay browser " + verb + " " + shellWord(site)
+	if siteURL != "" {
+		cmd += " --url " + shellWord(siteURL)
+	}
+	return cmd
+}
+
+// shellWord is s as one POSIX shell word: as it is when it needs no
+// quoting, else single-quoted.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/@%+=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // PromptHash is the hash of a prompt the cursor records.

@@ -118,7 +118,7 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 	if r.req.Model != "" {
 		// Before the intent: choosing a model sends nothing.
 		if err := r.t.selectModel(ctx, r.site, r.req.Model); err != nil {
-			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: choose model %q: %v; diagnose with: belay browser check %s", r.req.Model, err, r.site.Name), Err: err}
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: choose model %q: %v; diagnose with: %s", r.req.Model, err, CheckCommand(r.site.Name, r.cur.SiteURL)), Err: err}
 		}
 	}
 	if len(r.attachments) > 0 {
@@ -175,7 +175,7 @@ func (r *runState) upload(ctx context.Context) error {
 		return provider.Errorf(belay.ClassInvalidRequest, "browser: the %s profile has no upload_input: it cannot attach files", r.site.Name)
 	}
 	if err := r.t.setFiles(ctx, s.UploadInput, r.attachments); err != nil {
-		return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: attach files: %v; diagnose with: belay browser check %s", err, r.site.Name), Err: err}
+		return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: attach files: %v; diagnose with: %s", err, CheckCommand(r.site.Name, r.cur.SiteURL)), Err: err}
 	}
 	deadline := time.Now().Add(r.p.cfg.ArtifactTimeout)
 	n := len(r.attachments)
@@ -338,15 +338,15 @@ func (r *runState) ready(ctx context.Context) error {
 				continue
 			}
 			if same >= 1 {
-				return v.Error(r.site.Name)
+				return v.Error(r.site.Name, r.cur.SiteURL)
 			}
 		case StateLoginRequired, StateChallenge, StateRateLimited:
 			if same >= 1 {
-				return v.Error(r.site.Name)
+				return v.Error(r.site.Name, r.cur.SiteURL)
 			}
 		}
 		if time.Now().After(deadline) {
-			return v.Error(r.site.Name)
+			return v.Error(r.site.Name, r.cur.SiteURL)
 		}
 		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
 			return err
@@ -375,13 +375,13 @@ func (r *runState) sendPrompt(ctx context.Context) error {
 			if ctx.Err() != nil || r.gone(err) {
 				return r.lost(err, "type the prompt")
 			}
-			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: type the prompt: %v; diagnose with: belay browser check %s", err, r.site.Name), Err: err}
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: type the prompt: %v; diagnose with: %s", err, CheckCommand(r.site.Name, r.cur.SiteURL)), Err: err}
 		}
 		if err := r.t.submit(ctx, r.site, 10*time.Second); err != nil {
 			if ctx.Err() != nil || r.gone(err) {
 				return r.lost(err, "send")
 			}
-			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: send: %v; diagnose with: belay browser check %s", err, r.site.Name), Err: err}
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: send: %v; diagnose with: %s", err, CheckCommand(r.site.Name, r.cur.SiteURL)), Err: err}
 		}
 		ok, changed, err := r.verifySend(ctx)
 		if err != nil {
@@ -455,7 +455,7 @@ func (r *runState) verifySend(ctx context.Context) (ok, changed bool, err error)
 			switch v := classify(r.site, pr); v.State {
 			case StateRateLimited, StateLoginRequired, StateChallenge:
 				if v.State == refused {
-					return false, false, v.Error(r.site.Name)
+					return false, false, v.Error(r.site.Name, r.cur.SiteURL)
 				}
 				refused = v.State
 			default:
