@@ -95,9 +95,9 @@ type Document struct {
 	// piNames are the tool call names of the batch pi's render saw last
 	// (piCallNames).
 	piNames map[string]string
-	jsonl    bool
-	events   *belayDoc
-	prevOut  *string // a streaming export: the id of the last entry written before the items
+	jsonl   bool
+	events  *belayDoc
+	prevOut *string // a streaming export: the id of the last entry written before the items
 }
 
 func codecFor(f Format) (codec, error) {
