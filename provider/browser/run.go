@@ -455,6 +455,15 @@ func (r *runState) verifySend(ctx context.Context) (ok, changed bool, err error)
 			switch v := classify(r.site, pr); v.State {
 			case StateRateLimited, StateLoginRequired, StateChallenge:
 				if v.State == refused {
+					// Nothing was sent (no message past the baseline,
+					// the refusal on two reads): the run's next attempt
+					// starts over and sends, even where no page could
+					// show a prompt (a new conversation, its browser
+					// gone).
+					r.cur.Phase, r.cur.Evidence = phaseOpen, fmt.Sprintf("the site refused the send (%s): nothing was sent", v.State)
+					if err := r.ref(); err != nil {
+						return false, false, err
+					}
 					return false, false, v.Error(r.site.Name, r.cur.SiteURL)
 				}
 				refused = v.State
