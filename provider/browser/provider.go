@@ -28,6 +28,7 @@ const (
 	DefaultProgressEvery = 20 * time.Second
 	DefaultArtifactTime  = 30 * time.Minute
 	DefaultStartTimeout  = 30 * time.Second
+	DefaultNoBarAfter    = 5 * time.Minute
 )
 
 // Config configures a browser provider. It is decoded from the daemon's
@@ -75,6 +76,11 @@ type Config struct {
 	// ArtifactTimeout bounds the download of one artifact (default 30m;
 	// there is no 30 s cap, a slow file is given its time).
 	ArtifactTimeout time.Duration `toml:"artifact_timeout"`
+	// NoBarAfter: an answer whose text has not changed for this long while
+	// the page shows no stop control, no thinking indicator and no action
+	// bar fails the run as ui_drift (the profile's action_bar no longer
+	// matches) instead of waiting for the deadline (default 5m).
+	NoBarAfter time.Duration `toml:"no_bar_after"`
 	// Settle overrides the sites' completion settle time (tests).
 	Settle time.Duration `toml:"settle"`
 }
@@ -111,6 +117,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = DefaultProgressEvery
+	}
+	if c.NoBarAfter <= 0 {
+		c.NoBarAfter = DefaultNoBarAfter
 	}
 	return c, nil
 }

@@ -213,6 +213,54 @@ func TestBrowserDyingAtTheSendIsTargetLost(t *testing.T) {
 	}
 }
 
+// TestActionBarThatNeverMatchesIsUIDrift: a site renamed the marks of a
+// complete answer (its action bar and copy button). Once the text stops and nothing says
+// the site still works, the run fails as ui_drift naming the selector,
+// with the answer it read, instead of streaming until its deadline. A
+// site that shows it works (the thinking pause) is waited for.
+func TestActionBarThatNeverMatchesIsUIDrift(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8, func(c *Config) { c.NoBarAfter = 1500 * time.Millisecond })
+	base, err := embedded.ReadFile("sites/loopback.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drifted := strings.Replace(string(base), `action_bar = ".actions"`, `action_bar = ".never-matches"`, 1)
+	drifted = strings.Replace(drifted, `copy = "button.copy"`, `copy = ".never-copy"`, 1)
+	if !strings.Contains(drifted, ".never-matches") || !strings.Contains(drifted, ".never-copy") {
+		t.Fatal("the profile has no action_bar or copy to break")
+	}
+	if err := os.MkdirAll(filepath.Join(b.dir, "sites"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b.dir, "sites", "loopback.toml"), []byte(drifted), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The site pauses after its preamble for longer than NoBarAfter (2 s
+	// at this speed), its stop control showing: that is work, not drift.
+	prompt := "No action bar. [[think=1s pause=16s stream=1s words=10]]"
+	req := provider.Request{Session: "ses_n", Run: "run_n", Prompt: prompt, Attempt: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var rec recorder
+	start := time.Now()
+	err = b.p.Run(ctx, req, rec.emit)
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Class != belay.ClassUIDrift || !strings.Contains(pe.Message, `selectors.action_bar ".never-matches"`) {
+		t.Fatalf("run ended with %v after %s, want ui_drift naming the action bar", err, time.Since(start))
+	}
+	if !strings.Contains(pe.Message, "belay browser check loopback") {
+		t.Fatalf("message %q names no check", pe.Message)
+	}
+	want, _ := chatsite.AnswerText(prompt)
+	if got := rec.answer(); got != want {
+		t.Fatalf("answer read %q, want %q", got, want)
+	}
+	if n := b.site.Count(prompt); n != 1 {
+		t.Fatalf("the site received the prompt %d times", n)
+	}
+}
+
 // TestLostTabIsRecoveredByURL: the run's tab is closed, its renderer
 // crashes, or someone points it at another conversation mid-answer; the
 // run reopens its own conversation URL, journals why, and stores the

@@ -619,6 +619,7 @@ func (r *runState) follow(ctx context.Context) error {
 	var (
 		lastText   string
 		lastChange = time.Now()
+		lastWork   = time.Now()
 		barPolls   int
 		lastBeat   = time.Now()
 		failures   int
@@ -681,6 +682,16 @@ func (r *runState) follow(ctx context.Context) error {
 		}
 		if barPolls >= r.site.Completion.StablePolls && time.Since(lastChange) >= r.settle {
 			return r.complete(ctx, text, ts)
+		}
+		if working {
+			lastWork = time.Now()
+		}
+		if ts.Exists && !ts.ActionBar && text != "" && time.Since(lastChange) >= r.p.cfg.NoBarAfter && time.Since(lastWork) >= r.p.cfg.NoBarAfter {
+			// The text stopped, nothing says the site still works, and
+			// the mark of a complete answer never came: the profile's
+			// action bar and copy button no longer match the page.
+			return provider.Errorf(belay.ClassUIDrift, "browser: the answer has not changed for %s and the page shows no stop control, no thinking indicator and no action bar (selectors.action_bar %q, selectors.copy %q): the answer may be complete; diagnose with: %s",
+				time.Since(lastChange).Round(time.Second), r.site.Selectors.ActionBar, r.site.Selectors.Copy, CheckCommand(r.site.Name, r.cur.SiteURL))
 		}
 		if time.Since(lastBeat) >= r.p.cfg.ProgressEvery && (working || !ts.Exists) {
 			lastBeat = time.Now()
