@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -186,7 +187,15 @@ func (p *Provider) Login(ctx context.Context, siteName string, o LoginOptions) (
 	if err != nil {
 		return nil, err
 	}
-	return p.Check(context.WithoutCancel(ctx), site.Name, o.URL)
+	rep, err := p.Check(context.WithoutCancel(ctx), site.Name, o.URL)
+	if err == nil && rep.Verdict.State == StateLoginRequired {
+		// The seed is not logged in: it is not marked as if it were.
+		if rerr := os.Remove(filepath.Join(seed, seedMarker)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return rep, rerr
+		}
+		rep.Seed = seedInfo(p.cfg.Dir, site.Name)
+	}
+	return rep, err
 }
 
 func (p *Provider) headedLogin(ctx context.Context, site *Site, seed string, opened func(string)) error {
@@ -232,7 +241,16 @@ func importSeed(src, seed string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("browser: import: %s is not a directory", src)
 	}
-	if _, err := os.Stat(filepath.Join(src, "SingletonLock")); err == nil {
+	if _, err := os.Stat(filepath.Join(src, "Preferences")); err == nil {
+		if _, err := os.Stat(filepath.Join(src, "Local State")); err != nil {
+			// A profile folder (Default, "Profile 1") inside a user data
+			// directory: its cookies need the directory's Local State,
+			// and its browser's lock is in the directory.
+			parent := filepath.Dir(src)
+			return fmt.Errorf("browser: import: %s is a profile folder inside a Chromium user data directory; import the directory that holds it (quit that browser first): belay browser login SITE --import %s", src, parent)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(src, "SingletonLock")); err == nil {
 		return errors.New("browser: import: the profile is in use; quit that browser first")
 	}
 	staged := seed + ".staging"

@@ -399,6 +399,39 @@ func TestLoginImportAndCheck(t *testing.T) {
 	if composer.Count != 1 || !composer.Ready {
 		t.Fatalf("composer %+v", composer)
 	}
+	// A profile folder inside a user data directory (Default) is refused,
+	// naming the directory to import; so is a profile in use (Chromium's
+	// SingletonLock is a symbolic link to host-pid, dangling elsewhere).
+	udd := t.TempDir()
+	def := filepath.Join(udd, "Default")
+	if err := os.MkdirAll(def, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(udd, "Local State"), filepath.Join(def, "Preferences")} {
+		if err := os.WriteFile(f, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = b.p.Login(context.Background(), "loopback", LoginOptions{Import: def, URL: b.site.URL() + "/"})
+	if err == nil || !strings.Contains(err.Error(), "import the directory that holds it") || !strings.Contains(err.Error(), "--import "+udd) {
+		t.Fatalf("import of a profile folder: %v", err)
+	}
+	if err := os.Symlink("otherhost-12345", filepath.Join(udd, "SingletonLock")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = b.p.Login(context.Background(), "loopback", LoginOptions{Import: udd, URL: b.site.URL() + "/"}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("import of a profile in use: %v", err)
+	}
+	// A seed the check finds logged out is not marked as logged in.
+	_ = b.site.SetMode(chatsite.ModeLogin)
+	rep, err = b.p.Login(context.Background(), "loopback", LoginOptions{Import: src, URL: b.site.URL() + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict.State != StateLoginRequired || !rep.Seed.LoggedAt.IsZero() || !rep.Seed.Exists {
+		t.Fatalf("logged-out import: %+v", rep)
+	}
+	_ = b.site.SetMode(chatsite.ModeReady)
 	// Drift shows in check as the selectors that stopped matching.
 	_ = b.site.SetMode(chatsite.ModeDrift)
 	rep, err = b.p.Check(context.Background(), "loopback", b.site.URL()+"/")
