@@ -306,7 +306,9 @@ func TestModelPicker(t *testing.T) {
 		t.Fatalf("prompts %+v", ps)
 	}
 	_, err := b.run(t, provider.Request{Session: "ses_m", Run: "run_n", Model: "gpt-9", Prompt: "never sent", Attempt: 1})
-	if provider.ClassOf(err) != belay.ClassUIDrift || !strings.Contains(err.Error(), "no option gpt-9") {
+	// The picker lists what it offers: the model name is at fault, not
+	// the profile.
+	if provider.ClassOf(err) != belay.ClassInvalidRequest || !strings.Contains(err.Error(), `offers no model "gpt-9" (it offers: `) {
 		t.Fatalf("err %v", err)
 	}
 	if n := len(b.site.Prompts()); n != 1 {

@@ -447,7 +447,7 @@ const selectModelJS = `async (p, model) => {` + jsLib + `
   if (picker.tagName === "SELECT") {
     const opts = Array.from(picker.options);
     const opt = opts.find((o) => o.value.toLowerCase() === want || o.text.toLowerCase() === want) || opts.find(has);
-    if (!opt) return { ok: false, why: "no option " + model + " (there are: " + opts.map((o) => o.text).join(", ") + ")" };
+    if (!opt) return { ok: false, offered: opts.map((o) => o.text), why: "no option " + model + " (there are: " + opts.map((o) => o.text).join(", ") + ")" };
     picker.value = opt.value;
     picker.dispatchEvent(new Event("change", { bubbles: true }));
     return { ok: true, chosen: opt.text };
@@ -467,17 +467,32 @@ const selectModelJS = `async (p, model) => {` + jsLib + `
 // selectModel picks model in the site's model picker.
 func (t *tab) selectModel(ctx context.Context, s *Site, model string) error {
 	var res struct {
-		OK     bool   `json:"ok"`
-		Why    string `json:"why"`
-		Chosen string `json:"chosen"`
+		OK      bool     `json:"ok"`
+		Why     string   `json:"why"`
+		Chosen  string   `json:"chosen"`
+		Offered []string `json:"offered"`
 	}
 	if err := t.eval(ctx, selectModelJS, &res, s.Selectors, model); err != nil {
 		return err
 	}
 	if !res.OK {
+		if len(res.Offered) > 0 {
+			return &modelMissingError{model: model, offered: res.Offered}
+		}
 		return fmt.Errorf("%s", res.Why)
 	}
 	return nil
+}
+
+// modelMissingError is a model the site's picker (a list of options it
+// read) does not offer: the request's fault, not the profile's.
+type modelMissingError struct {
+	model   string
+	offered []string
+}
+
+func (e *modelMissingError) Error() string {
+	return fmt.Sprintf("no option %s (there are: %s)", e.model, strings.Join(e.offered, ", "))
 }
 
 // setFiles sets the files of a file input.

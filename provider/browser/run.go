@@ -118,6 +118,10 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 	if r.req.Model != "" {
 		// Before the intent: choosing a model sends nothing.
 		if err := r.t.selectModel(ctx, r.site, r.req.Model); err != nil {
+			var missing *modelMissingError
+			if errors.As(err, &missing) {
+				return &provider.Error{Class: belay.ClassInvalidRequest, Message: fmt.Sprintf("browser: %s offers no model %q (it offers: %s); send with one of those as --model", r.site.Name, missing.model, strings.Join(missing.offered, ", ")), Err: err}
+			}
 			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: choose model %q: %v; diagnose with: %s", r.req.Model, err, CheckCommand(r.site.Name, r.cur.SiteURL)), Err: err}
 		}
 	}
