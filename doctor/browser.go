@@ -13,6 +13,7 @@ import (
 type browserCursor struct {
 	Run     string `json:"run"`
 	Site    string `json:"site"`
+	SiteURL string `json:"siteUrl"`
 	Phase   string `json:"phase"`
 	Rebinds int    `json:"rebinds"`
 	Chrome  struct {
@@ -36,6 +37,12 @@ func (d *diagnosis) browserReport() *apitype.BrowserReport {
 		Target: shorten(ref.Target), BrowserPID: c.Chrome.PID, Rebinds: c.Rebinds,
 	}
 	d.browserRun = c.Run
+	// The start URL the run was sent with goes into the commands when
+	// the report would show it as it is (redaction keeps it).
+	d.browserURL, d.browserURLHidden = c.SiteURL, false
+	if c.SiteURL != "" && redactURL(c.SiteURL) != c.SiteURL {
+		d.browserURL, d.browserURLHidden = "", true
+	}
 	r := d.last
 	if d.active != nil {
 		r = d.active
@@ -50,27 +57,40 @@ func (d *diagnosis) browserReport() *apitype.BrowserReport {
 	return b
 }
 
-// browserCommand is the command that fixes a browser session's problem,
-// in place of the generic one: logging in again or solving a challenge
-// happens in belay browser login's window, and UI drift is diagnosed with
-// belay browser check.
-func browserCommand(b *apitype.BrowserReport, bound string, failed *belay.Run, action apitype.DoctorAction, reason string) (string, string) {
+// browserCommand is the next action, command and reason that fix a
+// browser session's problem, in place of the generic ones: logging in
+// again or solving a challenge happens in belay browser login's window,
+// UI drift is diagnosed with belay browser check (both at the start URL
+// the run was sent with, siteURL), and a prompt that may have gone to a
+// conversation belay never saw is not asked again (the provider refuses
+// to). urlHidden says the run had a start URL the report does not show.
+// An empty command keeps the generic ones.
+func browserCommand(b *apitype.BrowserReport, bound, siteURL string, urlHidden bool, failed *belay.Run, action apitype.DoctorAction, reason string) (apitype.DoctorAction, string, string) {
 	if b == nil || b.Site == "" {
-		return "", reason
+		return action, "", reason
 	}
+	hidden := ""
+	if urlHidden {
+		hidden = " The run was sent with its own start URL (--site-url), which this report does not show: add --url with it."
+	}
+	sentHere := failed != nil && bound == failed.ID
 	switch {
-	case action == apitype.ActionResend && failed != nil && bound == failed.ID && (b.SendPhase == "sent" || b.SendPhase == "intent"):
+	case sentHere && b.SendPhase == "intent" && b.ConversationURL == "" && (action == apitype.ActionResend || action == apitype.ActionResolveManually):
+		id := token(failed.ID)
+		return apitype.ActionResolveManually, cmdRead(id), fmt.Sprintf("Run %s failed with %s after recording its intent to send its prompt to %s, before belay saw the conversation: the prompt may be on the site, and belay will not send it again in this session (a retry refuses). Look at the site; to ask again, send the prompt in a new session (belay send --site %s).",
+			id, errorClass(failed), b.Site, b.Site)
+	case action == apitype.ActionResend && sentHere && (b.SendPhase == "sent" || b.SendPhase == "intent"):
 		// The prompt reached the site (or may have): a retry does not ask
 		// again, it adopts the send and reads the site's answer.
 		id := token(failed.ID)
-		return cmdRetry(id), fmt.Sprintf("Run %s failed with %s after its prompt was sent to %s, which may have finished the answer since; retrying it reads that answer from the conversation without sending the prompt again.",
+		return action, cmdRetry(id), fmt.Sprintf("Run %s failed with %s after its prompt was sent to %s, which may have finished the answer since; retrying it reads that answer from the conversation without sending the prompt again.",
 			id, errorClass(failed), b.Site)
 	case action == apitype.ActionReauth:
-		return cmdBrowserLogin(b.Site), reason + fmt.Sprintf(" Log in to %s once in the window it opens; the next run copies that profile.", b.Site)
+		return action, cmdBrowserLogin(b.Site, siteURL), reason + fmt.Sprintf(" Log in to %s once in the window it opens; the next run copies that profile.", b.Site) + hidden
 	case action == apitype.ActionSolveChallenge:
-		return cmdBrowserLogin(b.Site), reason + fmt.Sprintf(" Solve the %s challenge in the window it opens.", b.Site)
+		return action, cmdBrowserLogin(b.Site, siteURL), reason + fmt.Sprintf(" Solve the %s challenge in the window it opens.", b.Site) + hidden
 	case b.PageState == "unknown" && (action == apitype.ActionResend || action == apitype.ActionResolveManually):
-		return cmdBrowserCheck(b.Site), reason + fmt.Sprintf(" The page did not match the %s site profile: check it, fix the profile, then resend.", b.Site)
+		return action, cmdBrowserCheck(b.Site, siteURL), reason + fmt.Sprintf(" The page did not match the %s site profile: check it, fix the profile, then resend.", b.Site) + hidden
 	}
-	return "", reason
+	return action, "", reason
 }

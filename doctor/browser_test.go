@@ -66,6 +66,42 @@ func TestBrowserReport(t *testing.T) {
 		}
 		require.Contains(t, rep.Reason, "without sending the prompt again", phase)
 	}
+	// An intent recorded before belay saw the conversation (a first
+	// prompt): the prompt may be on the site and a retry refuses to ask
+	// again, so the doctor says to look and ask in a new session.
+	{
+		in := setup()
+		browserSession(&in)
+		in.Session.Ref.ID, in.Session.Ref.URL = "", ""
+		cur := strings.Replace(in.Session.Ref.Cursor, `"phase":"sent"`, `"phase":"intent"`, 1)
+		in.Session.Ref.Cursor = strings.Replace(cur, `"run":"run_1"`, `"run":"`+runA+`"`, 1)
+		for _, class := range []belay.ErrorClass{belay.ClassTimeout, belay.ClassTargetLost} {
+			finished(&in, runA, belay.RunFailed, class, 0)
+			rep := Diagnose(in)
+			checkReport(t, rep)
+			require.Equal(t, apitype.ActionResolveManually, rep.NextAction, class)
+			require.Equal(t, "belay read "+runA, rep.Command, class)
+			require.Contains(t, rep.Reason, "send the prompt in a new session", class)
+			in.Runs = nil
+		}
+	}
+	// A run sent with its own start URL (--site-url): the login and check
+	// commands open it, unless the report would hide it (redaction), when
+	// the reason says to add it.
+	for _, tc := range []struct{ url, command, reason string }{
+		{"http://127.0.0.1:8080/app", "belay browser login chatgpt --url http://127.0.0.1:8080/app", "the next run copies that profile."},
+		{"https://chat.example/?token=s3cret", "belay browser login chatgpt", "add --url with it."},
+	} {
+		in := setup()
+		browserSession(&in)
+		in.Session.Ref.Cursor = strings.Replace(in.Session.Ref.Cursor, `"site":"chatgpt"`, `"site":"chatgpt","siteUrl":"`+tc.url+`"`, 1)
+		finished(&in, "run_1", belay.RunFailed, belay.ClassAuth, 0)
+		rep := Diagnose(in)
+		checkReport(t, rep)
+		require.Equal(t, tc.command, rep.Command)
+		require.True(t, strings.HasSuffix(rep.Reason, tc.reason), rep.Reason)
+		require.NotContains(t, rep.Reason+rep.Command, "s3cret")
+	}
 	// Not a browser provider's ref: no browser report.
 	in := setup()
 	in.Session.Ref = belay.ConversationRef{Kind: "browser", URL: "https://chatgpt.com/c/x"}

@@ -42,12 +42,17 @@ func cmdSessionsDelete(session string) string {
 	return command("belay", "sessions", "delete", session)
 }
 
-func cmdBrowserLogin(site string) string {
-	return command("belay", "browser", "login", site)
-}
+// cmdBrowserLogin and cmdBrowserCheck open site at siteURL, the start URL
+// a run was sent with ("" for the profile's).
+func cmdBrowserLogin(site, siteURL string) string { return browserSiteCmd("login", site, siteURL) }
 
-func cmdBrowserCheck(site string) string {
-	return command("belay", "browser", "check", site)
+func cmdBrowserCheck(site, siteURL string) string { return browserSiteCmd("check", site, siteURL) }
+
+func browserSiteCmd(verb, site, siteURL string) string {
+	if siteURL == "" {
+		return command("belay", "browser", verb, site)
+	}
+	return command("belay", "browser", verb, site, "--url", siteURL)
 }
 
 func cmdInboxPoll(session string) string {
@@ -74,6 +79,10 @@ func cmdRepair(path, session string) string {
 // server's subscriber) in Commands.
 const ExampleAddressee = "mcp:tag:mcp"
 
+// ExampleSiteURL stands in Commands for the start URL a browser run was
+// sent with.
+const ExampleSiteURL = "http://127.0.0.1:8080/app?x=1&y=2"
+
 // Commands returns every form of command a report can name, built by the
 // same functions the rules use, with the given identifiers. The command
 // line's tests parse each one with its real parser, so a report never
@@ -84,6 +93,7 @@ func Commands(session, run, delivery, journal, site string, epoch uint64) []stri
 		cmdSessionsDoctor(session), cmdSessionsDelete(session),
 		cmdWatch(run), cmdWait(run), cmdRead(run), cmdRetry(run),
 		cmdInboxPoll(session), cmdInboxAck(delivery, epoch), cmdInboxPollTo(ExampleAddressee),
-		cmdRepair(journal, session), cmdRepair("", session), cmdBrowserLogin(site), cmdBrowserCheck(site),
+		cmdRepair(journal, session), cmdRepair("", session), cmdBrowserLogin(site, ""), cmdBrowserCheck(site, ""),
+		cmdBrowserLogin(site, ExampleSiteURL), cmdBrowserCheck(site, ExampleSiteURL),
 	}
 }

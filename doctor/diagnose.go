@@ -29,8 +29,8 @@ func Diagnose(in Input) apitype.DoctorReport {
 		}
 	}
 	if d.rep.Browser = d.browserReport(); d.rep.Browser != nil {
-		if cmd, reason := browserCommand(d.rep.Browser, d.browserRun, d.failed(), d.rep.NextAction, d.rep.Reason); cmd != "" {
-			d.rep.Command, d.rep.Reason = cmd, reason
+		if action, cmd, reason := browserCommand(d.rep.Browser, d.browserRun, d.browserURL, d.browserURLHidden, d.failed(), d.rep.NextAction, d.rep.Reason); cmd != "" {
+			d.rep.NextAction, d.rep.Command, d.rep.Reason = action, cmd, reason
 		}
 	}
 	return d.rep
@@ -48,8 +48,12 @@ type diagnosis struct {
 	active *belay.Run // the running (else queued) run the session is busy with
 	last   *belay.Run // the newest finished run
 	lastSt belay.RunStatus
-	// browserRun is the run the session's browser binding is of.
-	browserRun string
+	// browserRun is the run the session's browser binding is of;
+	// browserURL the start URL it was sent with (--site-url), when the
+	// report may show it, browserURLHidden when it may not.
+	browserRun       string
+	browserURL       string
+	browserURLHidden bool
 
 	down      bool   // no daemon answered
 	lockState string // "", free, held, stale

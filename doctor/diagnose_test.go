@@ -583,10 +583,11 @@ func TestWakeUpDiagnostics(t *testing.T) {
 }
 
 var (
-	idShape     = regexp.MustCompile(`\b(ses|run|dlv)_[0-9a-z]{26}\b`)
-	epochShape  = regexp.MustCompile(`--epoch [0-9]+`)
-	repairShape = regexp.MustCompile(`^belay repair [^-].*$`)
-	siteShape   = regexp.MustCompile(`^belay browser (login|check) \S+$`)
+	idShape      = regexp.MustCompile(`\b(ses|run|dlv)_[0-9a-z]{26}\b`)
+	epochShape   = regexp.MustCompile(`--epoch [0-9]+`)
+	repairShape  = regexp.MustCompile(`^belay repair [^-].*$`)
+	siteShape    = regexp.MustCompile(`^belay browser (login|check) \S+$`)
+	siteURLShape = regexp.MustCompile(`^belay browser (login|check) \S+ --url \S+$`)
 )
 
 // commandShape replaces the identifiers of a report's command by the
@@ -595,5 +596,6 @@ func commandShape(cmd string) string {
 	cmd = idShape.ReplaceAllStringFunc(cmd, func(id string) string { return strings.ToUpper(id[:3]) })
 	cmd = epochShape.ReplaceAllString(cmd, "--epoch 7")
 	cmd = siteShape.ReplaceAllString(cmd, "belay browser $1 SITE")
+	cmd = siteURLShape.ReplaceAllString(cmd, "belay browser $1 SITE --url "+shellQuote(ExampleSiteURL))
 	return repairShape.ReplaceAllString(cmd, "belay repair FILE")
 }
