@@ -308,6 +308,9 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 	var out []store.Claimed
 	var sessions []string
 	nchanges := 0
+	var live string
+	var scanned bool
+	var now time.Time
 	err = func() error {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
@@ -315,18 +318,20 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 		if err := q.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		var now time.Time
 		// The clock is read once the lock is held: a claim that waited
 		// for it judges expiry and grants leases as of now, not as of
-		// when it began.
-		if err := q.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), coalesce($2::timestamptz, clock_timestamp())`, claimLock, s.nowArg()).Scan(nil, &now); err != nil {
+		// when it began; the live owners are read as of that moment.
+		if err := q.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), n.n,
+				array_to_string(ARRAY(SELECT id FROM belay_owners WHERE expires_at > n.n ORDER BY id), chr(10))
+			FROM (SELECT coalesce($2::timestamptz, clock_timestamp()) AS n) n`, claimLock, s.nowArg()).Scan(nil, &now, &live); err != nil {
 			return err
 		}
 		now = now.UTC()
 		if err := s.repairReady(ctx, q); err != nil {
 			return err
 		}
-		grants, err := s.rescuable(ctx, q, c.Owner, now, max)
+		var grants []grant
+		grants, scanned, err = s.rescuable(ctx, q, c.Owner, now, max, live)
 		if err != nil {
 			return err
 		}
@@ -354,19 +359,56 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 		}
 		return nil, s.wrap(err)
 	}
+	if scanned {
+		// Committed: the runs of owners not in live that the look found
+		// are rescued.
+		s.liveScanned, s.liveScannedAt = live, now
+	}
 	if len(sessions) > 0 {
 		s.committed(nchanges, sessions...)
 	}
 	return out, nil
 }
 
+// deadScanEvery bounds how long (by the database clock) a node's claims
+// go without looking through every running run for runs of dead owners
+// while the set of live owners stays the same (see rescuable): what a run leased to an owner
+// that never had a record waits at most, when its lease is longer.
+const deadScanEvery = 2 * time.Second
+
+// expiredWalk reads the running runs without a lease or with an expired
+// one not the claimer's ($1), by the index of running runs by lease
+// expiry (see rescuable).
+// Each arm is ordered by lease expiry: that order is the index's, which
+// makes it the cheaper plan even on a new database, where the index of a
+// session's running run would cost the same.
+const expiredWalk = `(SELECT id, session, ord FROM belay_runs WHERE status = 'running' AND lease_expires_at IS NULL
+				ORDER BY lease_expires_at)
+			UNION ALL
+			(SELECT id, session, ord FROM belay_runs WHERE status = 'running' AND lease_expires_at <= $2 AND lease_owner <> $1
+				ORDER BY lease_expires_at)`
+
 // rescuable locks the sessions of up to max running runs to rescue, and
 // returns those runs as they are under the locks: runs whose lease
 // expired, whose owner has no live record, or that have no lease — never
 // the claimer's own, never a live owner's under an unexpired lease.
-func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now time.Time, max int) ([]grant, error) {
+//
+// live is the live owners' ids (sorted, joined by newlines) as of now.
+// Runs without a lease or with an expired one are found by the index of
+// running runs by lease expiry, on every claim. Runs of a dead owner under
+// an unexpired lease take a look through every running run (1,000 runs
+// read for none to rescue, in a bench of 1,000 busy sessions: more than
+// the rest of the claim), so that look is taken only when it can find
+// something new: when the live owners are not those of the last look that
+// found them all (an owner died or retired, whose runs may then be
+// rescued at once, as before), and at least every deadScanEvery (an owner
+// that never had a record, a session skipped while locked). scanned says
+// this claim took that look and it found every such run (fewer than max);
+// the caller records live once the claim has committed.
+func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now time.Time, max int, live string) (grants []grant, scanned bool, err error) {
 	const cond = `r.status = 'running' AND (r.lease_owner IS NULL OR (r.lease_owner <> $1 AND (r.lease_expires_at <= $2
 		OR NOT EXISTS (SELECT 1 FROM belay_owners o WHERE o.id = r.lease_owner AND o.expires_at > $2))))`
+	full := live != s.liveScanned || s.liveScannedAt.IsZero() || now.Sub(s.liveScannedAt) >= deadScanEvery
 	// Lock first (the session lock comes first, as in every write), then
 	// read the runs again under the locks: the statement that locked saw
 	// them as of before the wait.
@@ -374,34 +416,45 @@ func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now ti
 	// order, which a generic plan may pick for the LIMIT; see planRobust).
 	// The condition is tested in the walk, against the live owners read
 	// once, so that only the runs to rescue are joined to their sessions:
-	// a claim with nothing to rescue (the usual one) reads the running
-	// runs and no session.
-	rows, err := q.Query(ctx, `SELECT r.id FROM (SELECT id, session, ord FROM belay_runs
+	// a claim with nothing to rescue (the usual one) reads no session.
+	// Two arms, each an index condition of belay_runs_leases: as one
+	// condition with OR, the planner walks every running run instead.
+	walk := expiredWalk
+	if full {
+		s.fullScans.Add(1)
+		walk = `SELECT id, session, ord FROM belay_runs
 			WHERE status = 'running' AND (lease_owner IS NULL OR (lease_owner <> $1 AND (lease_expires_at <= $2
-				OR lease_owner <> ALL (ARRAY(SELECT id FROM belay_owners WHERE expires_at > $2)))))
+				OR lease_owner <> ALL (ARRAY(SELECT id FROM belay_owners WHERE expires_at > $2)))))`
+	}
+	rows, err := q.Query(ctx, `SELECT r.id FROM (`+walk+`
 			OFFSET 0) r
 		JOIN belay_sessions s ON s.id = r.session
 		ORDER BY r.ord LIMIT $3 FOR UPDATE OF s SKIP LOCKED`, owner, now, max)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(locked) == 0 {
-		return nil, err
+	if err != nil {
+		return nil, false, err
+	}
+	scanned = full && len(locked) < max
+	if len(locked) == 0 {
+		return nil, scanned, nil
 	}
 	rows, err = q.Query(ctx, `SELECT r.id, r.session, r.epoch FROM unnest($3::text[]) AS k(id)
 		CROSS JOIN LATERAL (SELECT id, session, epoch, status, lease_owner, lease_expires_at, ord FROM belay_runs WHERE id = k.id OFFSET 0) r
 		WHERE `+cond+` ORDER BY r.ord`, owner, now, locked)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (grant, error) {
+	grants, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (grant, error) {
 		var g grant
 		var epoch int64
 		err := row.Scan(&g.id, &g.session, &epoch)
 		g.takeover, g.epoch, g.rescued = uint64(epoch), uint64(epoch)+1, true
 		return g, err
 	})
+	return grants, scanned, err
 }
 
 // readyRepairEvery is how often a node's claim looks for a run that

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -335,6 +336,127 @@ func TestRescue(t *testing.T) {
 // TestRescueByDatabaseClock: without an injected clock, owner expiry is
 // judged by the database's clock: a rescuer on another node takes the run
 // once the owner's short record has expired.
+// TestRescueLooksForDeadOwnersWhenOwnersChange: a claim finds expired
+// leases by their index every time, but looks through every running run
+// for runs of dead owners only when the live owners changed since its
+// node's last look, or deadScanEvery after it: a retired owner's run is
+// rescued by the next claim, a run of an owner that never had a record
+// within deadScanEvery, and claims in between read no running run of a
+// live owner.
+func TestRescueLooksForDeadOwnersWhenOwnersChange(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	clk := clock.NewFake(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	a := open(t, url, clk)
+	defer a.Close()
+	b := open(t, url, clk)
+	defer b.Close()
+	run := func() string {
+		sess, err := a.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+		require.NoError(t, err)
+		r, _, err := a.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+		require.NoError(t, err)
+		return r.ID
+	}
+	claim := func(s *pgstore.Store, owner string) []store.Claimed {
+		got, err := s.ClaimRuns(ctx, store.Claim{Owner: owner, Max: 1, TTL: time.Hour})
+		require.NoError(t, err)
+		return got
+	}
+	require.NoError(t, a.HeartbeatOwner(ctx, "A", time.Hour))
+	require.NoError(t, b.HeartbeatOwner(ctx, "B", time.Hour))
+	ofA := run()
+	require.Equal(t, []string{ofA}, claimIDs(claim(a, "A")))
+
+	require.Empty(t, claim(b, "B"))
+	require.Equal(t, int64(1), pgstore.FullScans(b), "a node's first claim looks")
+	require.Empty(t, claim(b, "B"))
+	require.Equal(t, int64(1), pgstore.FullScans(b), "the same live owners: no second look")
+
+	// An owner that never had a record (it never heartbeat).
+	ofGhost := run()
+	require.Equal(t, []string{ofGhost}, claimIDs(claim(a, "ghost")))
+	clk.Advance(pgstore.DeadScanEvery)
+	got := claim(b, "B")
+	require.Equal(t, []string{ofGhost}, claimIDs(got), "rescued by the look deadScanEvery later")
+	require.True(t, got[0].Rescued)
+	require.Equal(t, int64(2), pgstore.FullScans(b))
+
+	// A retired owner's run is rescued by the next claim: the live owners
+	// changed.
+	require.NoError(t, a.RetireOwner(ctx, "A"))
+	got = claim(b, "B")
+	require.Equal(t, []string{ofA}, claimIDs(got))
+	require.True(t, got[0].Rescued)
+	require.Equal(t, int64(3), pgstore.FullScans(b))
+
+	// An expired lease needs no look: a live owner that could not renew.
+	require.NoError(t, a.HeartbeatOwner(ctx, "A2", 24*time.Hour))
+	ofA2 := run()
+	got, err := a.ClaimRuns(ctx, store.Claim{Owner: "A2", Max: 1, TTL: pgstore.DeadScanEvery / 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{ofA2}, claimIDs(got))
+	require.Empty(t, claim(b, "B"))
+	scans := pgstore.FullScans(b)
+	clk.Advance(pgstore.DeadScanEvery / 2)
+	got = claim(b, "B")
+	require.Equal(t, []string{ofA2}, claimIDs(got))
+	require.Equal(t, scans, pgstore.FullScans(b))
+}
+
+// TestExpiredWalkByLeaseIndex: the claim's read of expired leases, on
+// every claim, reaches them by the index of running runs by lease expiry
+// under the settings of claims, whatever the statistics: never a walk of
+// every running run (what one condition with OR planned, 0.35 ms a claim
+// with 1,000 running runs where this takes 0.03).
+func TestExpiredWalkByLeaseIndex(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	s := open(t, url, nil)
+	defer s.Close()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	settings, _ := pgstore.SetStatements()
+	check := func(when string) {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() {
+			require.NoError(t, tx.Rollback(ctx))
+			_, err := conn.Exec(ctx, "DEALLOCATE w")
+			require.NoError(t, err)
+		}()
+		_, err = tx.Exec(ctx, settings)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "PREPARE w(text, timestamptz) AS "+pgstore.ExpiredWalk)
+		require.NoError(t, err)
+		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE w('x', now())")
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		plan := strings.Join(lines, "\n")
+		require.Contains(t, plan, "Index Cond: (lease_expires_at IS NULL)", "%s\n%s", when, plan)
+		require.Contains(t, plan, "Index Cond: (lease_expires_at <= $2)", "%s\n%s", when, plan)
+	}
+	check("a new database")
+	_, err = conn.Exec(ctx, "ANALYZE")
+	require.NoError(t, err)
+	check("empty tables analyzed")
+	require.NoError(t, s.HeartbeatOwner(ctx, "w", time.Hour))
+	for range 20 {
+		x, err := s.CreateSession(ctx, belay.SessionInput{Provider: "fake"})
+		require.NoError(t, err)
+		_, _, err = s.CreateRun(ctx, belay.RunInput{Session: x.ID})
+		require.NoError(t, err)
+	}
+	got, err := s.ClaimRuns(ctx, store.Claim{Owner: "w", Max: 20, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, got, 20)
+	_, err = conn.Exec(ctx, "ANALYZE")
+	require.NoError(t, err)
+	check("running runs analyzed")
+}
+
 func TestRescueByDatabaseClock(t *testing.T) {
 	ctx := context.Background()
 	a, b := twoNodes(t)

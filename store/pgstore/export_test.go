@@ -145,3 +145,13 @@ func SetStatements() (settings string, sqls []string) {
 	return genericPlans, []string{insertRun, insertRun + returningRun, updateRunPhase, updateRunPhase + returningRun,
 		setPhase, insertDelivery, leaseRuns, unreadyRuns, leaseCounters, setCounters, markReady, refreshReady}
 }
+
+// FullScans counts the claims that looked through every running run for
+// runs of dead owners (rescuable).
+func FullScans(s *Store) int64 { return s.fullScans.Load() }
+
+// DeadScanEvery is deadScanEvery.
+const DeadScanEvery = deadScanEvery
+
+// ExpiredWalk is expiredWalk, the claim's read of expired leases.
+const ExpiredWalk = expiredWalk

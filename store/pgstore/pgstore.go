@@ -133,6 +133,13 @@ type Store struct {
 	// counts the marks they set (repairReady).
 	readyRepairedAt time.Time
 	readyRepaired   atomic.Int64
+	// liveScanned is the set of live owners (their ids, joined) when this
+	// node's claims last looked through every running run for runs of
+	// dead owners and found them all, and liveScannedAt when by the
+	// database clock (guarded by claimMu; see rescuable). fullScans counts those looks.
+	liveScanned   string
+	liveScannedAt time.Time
+	fullScans     atomic.Int64
 
 	// writeAlone turns shared transactions off (Options.WriteAlone).
 	writeAlone bool
