@@ -3,6 +3,7 @@ package doctor
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/apitype"
@@ -40,7 +41,8 @@ func (d *diagnosis) browserReport() *apitype.BrowserReport {
 	// The start URL the run was sent with goes into the commands when
 	// the report would show it as it is (redaction keeps it).
 	d.browserURL, d.browserURLHidden = c.SiteURL, false
-	if c.SiteURL != "" && redactURL(c.SiteURL) != c.SiteURL {
+	// (A trailing slash is all redaction drops from a plain start URL.)
+	if c.SiteURL != "" && redactURL(c.SiteURL) != strings.TrimSuffix(c.SiteURL, "/") {
 		d.browserURL, d.browserURLHidden = "", true
 	}
 	r := d.last
@@ -89,6 +91,10 @@ func browserCommand(b *apitype.BrowserReport, bound, siteURL string, urlHidden b
 		return action, cmdBrowserLogin(b.Site, siteURL), reason + fmt.Sprintf(" Log in to %s once in the window it opens; the next run copies that profile.", b.Site) + hidden
 	case action == apitype.ActionSolveChallenge:
 		return action, cmdBrowserLogin(b.Site, siteURL), reason + fmt.Sprintf(" Solve the %s challenge in the window it opens.", b.Site) + hidden
+	case action == apitype.ActionRetryLater && failed != nil && b.PageState == "rate_limited":
+		return action, cmdRetry(token(failed.ID)), reason + fmt.Sprintf(" The %s page showed its usage cap, which lifts on the site's own schedule (the page may say when; %s shows it).", b.Site, cmdBrowserCheck(b.Site, siteURL)) + hidden
+	case action == apitype.ActionRetryLater && failed != nil && b.PageState == "transient_outage":
+		return action, cmdRetry(token(failed.ID)), reason + fmt.Sprintf(" The %s page showed an outage (an error page, a network error or a 5xx) on every attempt; %s shows whether it still does.", b.Site, cmdBrowserCheck(b.Site, siteURL)) + hidden
 	case b.PageState == "unknown" && (action == apitype.ActionResend || action == apitype.ActionResolveManually):
 		return action, cmdBrowserCheck(b.Site, siteURL), reason + fmt.Sprintf(" The page did not match the %s site profile: check it, fix the profile, then resend.", b.Site) + hidden
 	}

@@ -3,6 +3,7 @@ package doctor
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -91,6 +92,9 @@ func TestBrowserReport(t *testing.T) {
 	for _, tc := range []struct{ url, command, reason string }{
 		{"http://127.0.0.1:8080/app", "belay browser login chatgpt --url http://127.0.0.1:8080/app", "the next run copies that profile."},
 		{"https://chat.example/?token=s3cret", "belay browser login chatgpt", "add --url with it."},
+		// The shape belay send --site-url usually gets: redaction drops
+		// only the trailing slash, so the URL is shown.
+		{"http://127.0.0.1:36595/", "belay browser login chatgpt --url http://127.0.0.1:36595/", "the next run copies that profile."},
 	} {
 		in := setup()
 		browserSession(&in)
@@ -101,6 +105,30 @@ func TestBrowserReport(t *testing.T) {
 		require.Equal(t, tc.command, rep.Command)
 		require.True(t, strings.HasSuffix(rep.Reason, tc.reason), rep.Reason)
 		require.NotContains(t, rep.Reason+rep.Command, "s3cret")
+	}
+	// A usage cap or an outage on every attempt: wait, and the reason
+	// names the site, what its page showed and the check that shows it
+	// now; the provider named no time, so neither does the reason claim
+	// the provider's.
+	for _, tc := range []struct {
+		class belay.ErrorClass
+		says  string
+	}{
+		{belay.ClassRateLimited, "The chatgpt page showed its usage cap"},
+		{belay.ClassTransient, "The chatgpt page showed an outage"},
+	} {
+		in := setup()
+		browserSession(&in)
+		in.Session.Ref.Cursor = strings.Replace(in.Session.Ref.Cursor, `"run":"run_1"`, `"run":"`+runA+`"`, 1)
+		finished(&in, runA, belay.RunFailed, tc.class, time.Second)
+		rep := Diagnose(in)
+		checkReport(t, rep)
+		require.Equal(t, apitype.ActionRetryLater, rep.NextAction, tc.class)
+		require.Equal(t, "belay runs retry "+runA, rep.Command)
+		require.Contains(t, rep.Reason, tc.says)
+		require.Contains(t, rep.Reason, "belay browser check chatgpt shows")
+		require.Contains(t, rep.Reason, "the provider named no time to wait")
+		require.NotContains(t, rep.Reason, "the provider needs")
 	}
 	// Not a browser provider's ref: no browser report.
 	in := setup()

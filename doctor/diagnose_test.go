@@ -263,11 +263,11 @@ var diagnoseCases = []diagnoseCase{
 	}, action: apitype.ActionResolveManually, rule: "failed_after_side_effect", command: "belay read " + runA, reason: []string{`"deploy"`}},
 	{name: "rate limited just now", mod: func(in *Input) {
 		finished(in, runA, belay.RunFailed, belay.ClassRateLimited, 10*time.Second)
-	}, action: apitype.ActionRetryLater, rule: "failed_backoff", command: resendCmd, reason: []string{"50s"}},
+	}, action: apitype.ActionRetryLater, rule: "failed_backoff", command: resendCmd, reason: []string{"50s", "the provider named no time to wait"}},
 	{name: "overloaded, Retry-After ahead", mod: func(in *Input) {
 		finished(in, runA, belay.RunFailed, belay.ClassOverloaded, 5*time.Minute)
 		setFacts(in, runA, RunFacts{RetryAt: now.Add(10 * time.Minute)})
-	}, action: apitype.ActionRetryLater, rule: "failed_backoff", reason: []string{"10m"}},
+	}, action: apitype.ActionRetryLater, rule: "failed_backoff", reason: []string{"10m", "the provider asked to wait"}},
 	{name: "rate limited, backoff over", mod: func(in *Input) {
 		finished(in, runA, belay.RunFailed, belay.ClassRateLimited, 5*time.Minute)
 	}, action: apitype.ActionResend, rule: "failed_resendable", command: resendCmd},

@@ -317,7 +317,15 @@ func ruleFailedBackoff(d *diagnosis) (decision, bool) {
 	if !d.now.Before(at) {
 		return decision{}, false
 	}
-	dec, _ := decide(apitype.ActionRetryLater, cmdRetry(token(r.ID)), "Run %s failed with %s; the provider needs %s more before a resend can succeed.", token(r.ID), errorClass(r), age(at.Sub(d.now)))
+	var dec decision
+	if !d.in.Facts[r.ID].RetryAt.IsZero() {
+		dec, _ = decide(apitype.ActionRetryLater, cmdRetry(token(r.ID)), "Run %s failed with %s; the provider asked to wait %s more before a resend.", token(r.ID), errorClass(r), age(at.Sub(d.now)))
+	} else {
+		// The provider named no time: the wait is the doctor's default
+		// backoff, and saying the provider needs it would claim more than
+		// anyone knows.
+		dec, _ = decide(apitype.ActionRetryLater, cmdRetry(token(r.ID)), "Run %s failed with %s, which may clear by itself; the provider named no time to wait, so wait about %s more (the doctor's default backoff) before a resend, or resend now if the cause has cleared.", token(r.ID), errorClass(r), age(at.Sub(d.now)))
+	}
 	dec.retryAt = at
 	return dec, true
 }

@@ -272,6 +272,41 @@ type Validator interface {
 	Validate(req Request) error
 }
 
+// SiteReader is a Provider that reads the browser options of a request
+// (SiteOption): the browser provider. The runtime refuses those options
+// for any other provider, which would ignore them (belay send --provider
+// fake --site chatgpt sent nothing to chatgpt).
+type SiteReader interface {
+	ReadsSiteOptions()
+}
+
+// siteOptions are the option keys only a SiteReader reads: belay send
+// --site, --site-url and --attach.
+var siteOptions = []string{"site", "site_url", "attachments"}
+
+// SiteOption returns the first browser option (a SiteReader's) that req
+// sets, in the session's options or the run's, and "" if none.
+func SiteOption(req Request) string {
+	var run struct {
+		Options json.RawMessage `json:"options"`
+	}
+	_ = json.Unmarshal(req.Input, &run) // an input that is not an object sets no options
+	for _, raw := range []json.RawMessage{req.Options, run.Options} {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) != nil {
+			continue
+		}
+		for _, k := range siteOptions {
+			switch v := strings.TrimSpace(string(m[k])); v {
+			case "", "null", `""`, "[]":
+			default:
+				return k
+			}
+		}
+	}
+	return ""
+}
+
 // FieldError is a request field a Validator refused: "model", "script"
 // or "options".
 type FieldError struct {

@@ -123,6 +123,9 @@ func TestSubmitValidatesAtTheDoor(t *testing.T) {
 	cases := map[string]SubmitRequest{
 		"model":  {Provider: "fake", Model: "gpt-nope"},
 		"script": {Provider: "fake", Script: json.RawMessage(`{"steps":[{"kind":"stall"}]}`)},
+		// A browser option (belay send --provider fake --site chatgpt) for
+		// a provider that would ignore it.
+		"options": {Provider: "fake", Options: json.RawMessage(`{"site":"chatgpt","site_url":""}`)},
 	}
 	for field, req := range cases {
 		_, err := b.rt.Submit(ctx, req)

@@ -607,6 +607,12 @@ func (r *Runtime) validate(prov string, req provider.Request) error {
 			return fmt.Errorf("%w: %w", belay.ErrInvalid, err)
 		}
 	}
+	if _, ok := p.(provider.SiteReader); !ok {
+		if key := provider.SiteOption(req); key != "" {
+			return fmt.Errorf("%w: %w", belay.ErrInvalid, &provider.FieldError{Field: "options", Err: fmt.Errorf(
+				"provider %s is not a browser provider and would ignore option %s (belay send --site, --site-url, --attach): send with --provider browser (or another provider of type browser), or leave it out", prov, key)})
+		}
+	}
 	return nil
 }
 

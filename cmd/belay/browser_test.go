@@ -521,7 +521,7 @@ func TestBrowserHeadedLogin(t *testing.T) {
 	var rep struct{ NextAction, Command string }
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 	require.Equal(t, "reauth", rep.NextAction)
-	require.Equal(t, "belay browser login loopback", rep.Command)
+	require.Equal(t, "belay browser login loopback --url "+site.URL()+"/", rep.Command, "the start URL the run was sent with (--site-url)")
 	t.Logf("auth failure after %s", time.Since(begin).Round(time.Millisecond))
 
 	// belay browser login, headed, in a virtual display.

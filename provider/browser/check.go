@@ -90,7 +90,7 @@ func (p *Provider) Check(ctx context.Context, siteName, url string) (*CheckRepor
 	}
 	defer t.close()
 	if err := t.navigate(ctx, site.StartURL); err != nil {
-		return nil, fmt.Errorf("browser: open %s: %w", site.StartURL, err)
+		return nil, loadError(site, url, "check", err)
 	}
 	rep := &CheckReport{Site: site.Name, Source: site.Source, StartURL: site.StartURL, Seed: seedInfo(p.cfg.Dir, site.Name)}
 	// A page that is not ready may still be loading: wait until the
@@ -145,6 +145,18 @@ func (p *Provider) Check(ctx context.Context, siteName, url string) (*CheckRepor
 	return rep, nil
 }
 
+// ErrPageLoad is a site's start page that did not load at all (no
+// server, a DNS name that does not resolve, a refused connection): a
+// page that loads, whatever it shows, is judged by its verdict instead.
+var ErrPageLoad = errors.New("browser: the page did not load")
+
+// loadError is a start page that did not load in belay browser verb
+// (check, login), with what to do; siteURL is the --url it was given.
+func loadError(site *Site, siteURL, verb string, err error) error {
+	return fmt.Errorf("%w: %s: %v; check that the URL is right and that the site answers from this machine (its network, a proxy), then run again: %s",
+		ErrPageLoad, site.StartURL, err, siteCommand(verb, site.Name, siteURL))
+}
+
 // LoginOptions configure Login.
 type LoginOptions struct {
 	// Import copies this Chromium profile directory into the seed instead
@@ -178,7 +190,7 @@ func (p *Provider) Login(ctx context.Context, siteName string, o LoginOptions) (
 	if o.Import != "" {
 		err = importSeed(o.Import, seed)
 	} else {
-		err = p.headedLogin(ctx, site, seed, o.Opened)
+		err = p.headedLogin(ctx, site, o.URL, seed, o.Opened)
 	}
 	if err == nil {
 		err = writeMarker(seed, site.Name)
@@ -198,7 +210,7 @@ func (p *Provider) Login(ctx context.Context, siteName string, o LoginOptions) (
 	return rep, err
 }
 
-func (p *Provider) headedLogin(ctx context.Context, site *Site, seed string, opened func(string)) error {
+func (p *Provider) headedLogin(ctx context.Context, site *Site, siteURL, seed string, opened func(string)) error {
 	chromium, err := findChromium(p.cfg.Chromium)
 	if err != nil {
 		return err
@@ -218,7 +230,7 @@ func (p *Provider) headedLogin(ctx context.Context, site *Site, seed string, ope
 	err = t.navigate(ctx, site.StartURL)
 	t.close()
 	if err != nil {
-		return err
+		return loadError(site, siteURL, "login", err)
 	}
 	if opened != nil {
 		opened(site.StartURL)

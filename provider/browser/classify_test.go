@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -442,6 +443,29 @@ func TestLoginImportAndCheck(t *testing.T) {
 	}
 	if rep.Verdict.State != StateUnknown || strings.Join(rep.Verdict.Missing, ",") != "composer,send,model_picker" {
 		t.Fatalf("drift: %+v", rep.Verdict)
+	}
+}
+
+// TestCheckOfAPageThatDoesNotLoad: belay browser check on a start URL
+// where nothing answers fails with ErrPageLoad, naming the URL, the
+// browser's reason and the command to run once the site answers.
+func TestCheckOfAPageThatDoesNotLoad(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String() + "/"
+	_ = ln.Close() // nothing answers there now
+	_, err = b.p.Check(context.Background(), "loopback", dead)
+	if !errors.Is(err, ErrPageLoad) {
+		t.Fatalf("check of %s: %v, want ErrPageLoad", dead, err)
+	}
+	for _, want := range []string{dead, "ERR_CONNECTION_REFUSED", "then run again: " + CheckCommand("loopback", dead)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not say %q", err, want)
+		}
 	}
 }
 

@@ -163,6 +163,12 @@ func (p *Provider) Config() Config { return p.cfg }
 // Sites returns the provider's site profiles.
 func (p *Provider) Sites() *Sites { return p.sites }
 
+var _ provider.SiteReader = (*Provider)(nil)
+
+// ReadsSiteOptions marks the browser provider as the one that reads
+// --site, --site-url and --attach (provider.SiteReader).
+func (p *Provider) ReadsSiteOptions() {}
+
 // Options are a run's or session's provider options (JSON).
 type Options struct {
 	Site    string `json:"site,omitempty"`
