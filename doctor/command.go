@@ -2,7 +2,8 @@ package doctor
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/belayhq/belay/internal/cmdline"
 )
 
 // The commands a report names. They are the CLI of DESIGN section 8; every
@@ -15,13 +16,7 @@ const (
 	cmdPrune        = "belay sessions prune"
 )
 
-func command(args ...string) string {
-	q := make([]string, len(args))
-	for i, a := range args {
-		q[i] = shellQuote(a)
-	}
-	return strings.Join(q, " ")
-}
+func command(args ...string) string { return cmdline.Join(args...) }
 
 func cmdWatch(run string) string { return command("belay", "watch", run) }
 func cmdWait(run string) string  { return command("belay", "wait", run) }
@@ -44,16 +39,9 @@ func cmdSessionsDelete(session string) string {
 
 // cmdBrowserLogin and cmdBrowserCheck open site at siteURL, the start URL
 // a run was sent with ("" for the profile's).
-func cmdBrowserLogin(site, siteURL string) string { return browserSiteCmd("login", site, siteURL) }
+func cmdBrowserLogin(site, siteURL string) string { return cmdline.BrowserSite("login", site, siteURL) }
 
-func cmdBrowserCheck(site, siteURL string) string { return browserSiteCmd("check", site, siteURL) }
-
-func browserSiteCmd(verb, site, siteURL string) string {
-	if siteURL == "" {
-		return command("belay", "browser", verb, site)
-	}
-	return command("belay", "browser", verb, site, "--url", siteURL)
-}
+func cmdBrowserCheck(site, siteURL string) string { return cmdline.BrowserSite("check", site, siteURL) }
 
 func cmdInboxPoll(session string) string {
 	return command("belay", "inbox", "poll", "--session", session)

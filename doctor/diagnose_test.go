@@ -10,6 +10,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/apitype"
+	"github.com/belayhq/belay/internal/cmdline"
 	"github.com/belayhq/belay/lock"
 	"github.com/stretchr/testify/require"
 )
@@ -596,6 +597,6 @@ func commandShape(cmd string) string {
 	cmd = idShape.ReplaceAllStringFunc(cmd, func(id string) string { return strings.ToUpper(id[:3]) })
 	cmd = epochShape.ReplaceAllString(cmd, "--epoch 7")
 	cmd = siteShape.ReplaceAllString(cmd, "belay browser $1 SITE")
-	cmd = siteURLShape.ReplaceAllString(cmd, "belay browser $1 SITE --url "+shellQuote(ExampleSiteURL))
+	cmd = siteURLShape.ReplaceAllString(cmd, "belay browser $1 SITE --url "+cmdline.Quote(ExampleSiteURL))
 	return repairShape.ReplaceAllString(cmd, "belay repair FILE")
 }

@@ -127,11 +127,3 @@ func toolsInReason(reason string) []string {
 	}
 	return out
 }
-
-// shellQuote quotes s for a POSIX shell when it needs it.
-func shellQuote(s string) string {
-	if s != "" && isToken(s) {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}

@@ -128,10 +128,3 @@ func TestToolsInReason(t *testing.T) {
 	require.Empty(t, toolsInReason(`tool "has space" and tool send_email`))
 	require.Empty(t, toolsInReason(secretText))
 }
-
-func TestShellQuote(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, "run_1", shellQuote("run_1"))
-	require.Equal(t, "''", shellQuote(""))
-	require.Equal(t, `'/a b/it'\''s'`, shellQuote("/a b/it's"))
-}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/belayhq/belay"
+	"github.com/belayhq/belay/internal/cmdline"
 	"github.com/belayhq/belay/provider"
 )
 
@@ -247,22 +248,7 @@ func CheckCommand(site, siteURL string) string { return siteCommand("check", sit
 // start URL siteURL ("" for the profile's) opens it.
 func LoginCommand(site, siteURL string) string { return siteCommand("login", site, siteURL) }
 
-func siteCommand(verb, site, siteURL string) string {
-	cmd := "belay browser " + verb + " " + shellWord(site)
-	if siteURL != "" {
-		cmd += " --url " + shellWord(siteURL)
-	}
-	return cmd
-}
-
-// shellWord is s as one POSIX shell word: as it is when it needs no
-// quoting, else single-quoted.
-func shellWord(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/@%+=") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+func siteCommand(verb, site, siteURL string) string { return cmdline.BrowserSite(verb, site, siteURL) }
 
 // PromptHash is the hash of a prompt the cursor records.
 func PromptHash(prompt string) string {

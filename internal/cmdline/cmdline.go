@@ -1,0 +1,33 @@
+// Package cmdline builds the belay command lines that errors, the CLI and
+// the doctor tell a person to run, quoted for a POSIX shell, so that every
+// place that names one spells it the same way.
+package cmdline
+
+import "strings"
+
+// Quote is s as one POSIX shell word: as it is when it needs no quoting,
+// else single-quoted.
+func Quote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/@%+=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// Join quotes each argument and joins them into one command line.
+func Join(args ...string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = Quote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+// BrowserSite is belay browser verb (check, login) for site, at siteURL,
+// the start URL a run was sent with (--site-url; "" for the profile's).
+func BrowserSite(verb, site, siteURL string) string {
+	if siteURL == "" {
+		return Join("belay", "browser", verb, site)
+	}
+	return Join("belay", "browser", verb, site, "--url", siteURL)
+}
