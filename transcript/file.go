@@ -223,10 +223,13 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 	return rep, nil
 }
 
-// badLine is a line streaming repair drops.
+// badLine is a line streaming repair drops, or the part of a line it
+// drops: the torn fragment before the entries glued onto it, or nothing
+// but a line end put between two of them (ins).
 type badLine struct {
 	line     int
-	off, end int64 // byte span, terminator included
+	off, end int64  // byte span, terminator included
+	ins      string // written in place of the span
 }
 
 // lineScanner reads lines with a bounded buffer.
@@ -405,11 +408,55 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 		// rewrite keeps them: a line judged here would be judged
 		// against a seq the rewrite may drop.
 		if why := c.checkLine(line); why != "" {
+			if glued := gluedSpans(c, f, line, off, end); glued != nil {
+				bad = append(bad, glued...)
+				fn(gluedChange(s.line, glued))
+				continue
+			}
 			drop(why)
 			continue
 		}
 	}
 	return bad, s.line, nil
+}
+
+// gluedSpans returns what file-level repair changes in a line at
+// [off, end) that holds whole entries glued onto a torn one or onto each
+// other (glued.go): the torn fragment dropped, a line end put between
+// entries. It returns nil when the line holds none: it is dropped whole.
+func gluedSpans(c codec, f Format, line []byte, off, end int64) []badLine {
+	if f == FormatBelay {
+		return nil
+	}
+	frag, spans := splitGlued(line, func(b []byte) bool { return c.checkLine(b) == "" }, gluedEntry(f, c))
+	if len(spans) == 0 {
+		return nil
+	}
+	term := "\n"
+	if end-off-int64(len(line)) == 2 {
+		term = "\r\n"
+	}
+	var out []badLine
+	if frag > 0 {
+		out = append(out, badLine{off: off, end: off + int64(frag)})
+	}
+	for _, sp := range spans[1:] {
+		at := off + int64(sp[0])
+		out = append(out, badLine{off: at, end: at, ins: term})
+	}
+	return out
+}
+
+// gluedChange reports what gluedSpans changes in line n.
+func gluedChange(n int, glued []badLine) Change {
+	for i := range glued {
+		glued[i].line = n
+	}
+	entries := len(glued)
+	if glued[0].ins == "" {
+		return Change{Kind: ChangeDropFragment, Line: n, Reason: fragmentReason(int(glued[0].end-glued[0].off), entries)}
+	}
+	return Change{Kind: ChangeSplitLine, Line: n, Reason: splitReason(entries + 1)}
 }
 
 // repairLines is streaming file-level repair: a validating pass, then (if
@@ -454,7 +501,7 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 	rep.Changes = append(rep.Changes, keep...)
 	var dropped int64
 	for _, b := range bad {
-		dropped += b.end - b.off
+		dropped += b.end - b.off - int64(len(b.ins))
 	}
 	rep.BytesAfter = fi.Size() - dropped
 	if opts.DryRun {
@@ -521,6 +568,9 @@ func copyExcept(w io.Writer, r *os.File, size int64, bad []badLine) error {
 			if _, err := io.CopyN(w, r, b.off-at); err != nil {
 				return err
 			}
+		}
+		if _, err := io.WriteString(w, b.ins); err != nil {
+			return err
 		}
 		at = b.end
 	}

@@ -21,6 +21,12 @@ func seedFixtures(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"session","version":3,"id":"s"}` + "\n" + `{"type":"message","id":"a","parentId":"a","message":{"role":"assistant","content":[{"type":"toolCall","id":"x","name":"n","arguments":{}}]}}`))
 	f.Add([]byte(`[{"role":"tool","tool_call_id":"x","content":"r"},{"role":"assistant","tool_calls":[{"id":"x","function":{"name":"f","arguments":"{"}}]}]`))
+	// Entries glued onto a torn line, or onto each other.
+	f.Add([]byte(jsonl(piHead, piU1, piA2, torn(piU3, `"role":"user","cont`)+piU4, piA5)))
+	f.Add([]byte(jsonl(piHead, piU1, torn(piA2, `"stopRe`)+strings.Replace(piU3, `"b2c3d4e5"`, `"a1b2c3d4"`, 1)+piU4, piA5)))
+	f.Add([]byte(jsonl(ccU1, ccA2, torn(ccU3, `"and the te`)+ccU4, ccA5)))
+	f.Add([]byte(jsonl(ccU1, ccA2+ccU4, ccA5)))
+	f.Add([]byte(`{"role":"user","content":"hi"}` + "\r\n" + `{"role":"assistant","content":"hel{"role":"user","content":"b"}{"role":"user","content":"c"}`))
 }
 
 // FuzzDocument parses any input in every format: it never panics, the

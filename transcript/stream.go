@@ -306,6 +306,10 @@ func (s *streamRepair) scan() error {
 			}
 			first = false
 			if r.why != "" {
+				c, _ := codecFor(s.format)
+				if gluedSpans(c, s.format, line, rec.off, rec.fend) != nil {
+					return errNoStream // entries glued onto a torn one: in memory
+				}
 				s.drop(idx, r.why, line)
 				continue
 			}

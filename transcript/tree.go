@@ -65,8 +65,18 @@ func (d *Document) dropDuplicates(body []*entry) []*entry {
 
 // salvaged is what could be read from the start of a dropped (torn) line.
 type salvaged struct {
-	parent string
-	line   int
+	parent   string
+	line     int
+	fragment bool // the torn start of a line whose glued entries were kept
+}
+
+// goneWith is why an entry's parent, salvaged from a dropped line (or a
+// torn fragment), is missing.
+func goneWith(parent string, line int, fragment bool) string {
+	if fragment {
+		return fmt.Sprintf("parent %q is gone with the torn fragment dropped from line %d", parent, line)
+	}
+	return fmt.Sprintf("parent %q is gone with the dropped line %d", parent, line)
 }
 
 // salvage reads the id and parent of the dropped lines that still hold
@@ -95,7 +105,7 @@ func (d *Document) salvage(spec treeSpec) map[string]salvaged {
 		})
 		if okID && okParent && id != "" {
 			if _, taken := out[id]; !taken {
-				out[id] = salvaged{parent: parent, line: dl.line}
+				out[id] = salvaged{parent: parent, line: dl.line, fragment: dl.fragment}
 			}
 		}
 	}
@@ -158,6 +168,9 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 			if !ok {
 				break
 			}
+			if len(e.via) == 0 {
+				e.viaFragment = s.fragment
+			}
 			e.via = append(e.via, s.line)
 			p, seen = s.parent, seen+1
 			if p == "" || byID[p] != nil {
@@ -208,7 +221,7 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 		var why string
 		switch {
 		case len(e.via) > 0:
-			why = fmt.Sprintf("parent %q is gone with the dropped line %d", e.parent, e.via[0])
+			why = goneWith(e.parent, e.via[0], e.viaFragment)
 		default:
 			why = fmt.Sprintf("parent %q is not in the file (a lost or torn line)", e.parent)
 		}
