@@ -65,6 +65,7 @@ type salvage struct {
 	parentNull bool
 	parentIdx  int32
 	line       int
+	fragment   bool // the torn start of a line whose glued entry is kept
 }
 
 type farRef struct {
@@ -104,7 +105,7 @@ type streamRepair struct {
 
 	// broken links: line -> parent named; its rank on the path (-1 off it)
 	broken    map[int]string
-	brokenVia map[int]int
+	brokenVia map[int]*salvage // the dropped line the link was followed through
 	rank      map[int]int
 	targets   map[int]string // lines whose id a relink reason names
 
@@ -118,6 +119,11 @@ type streamRepair struct {
 	reread   bool         // the check pass read the path again
 	opens    []*openCall
 	openBy   map[string][]*openCall
+
+	// cut holds, for the lines that have one, how many of their first
+	// bytes repair drops: the torn fragment before an entry glued onto it
+	// (glued.go). Every pass reads such a line from there.
+	cut map[int]int
 
 	term          string            // terminator for new lines (the first line's)
 	droppedParent map[string]string // dropped path entries: id -> parent
@@ -152,10 +158,10 @@ type openCall struct {
 
 func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 	s := &streamRepair{f: f, size: size, format: format, seed: maphash.MakeSeed(),
-		openBy: map[string][]*openCall{},
-		term:   "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
+		openBy: map[string][]*openCall{}, cut: map[int]int{},
+		term: "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
 		lost: map[uint64]*salvage{}, lt: newLineTable(),
-		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
+		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]*salvage{}, rank: map[int]int{}, targets: map[int]string{}}
 	for i := range s.win {
 		s.win[i].line = -1
 	}
@@ -199,6 +205,11 @@ type scanLine struct {
 	hasPar bool
 	parAt  [2]int // its parent's value (raw) in the line
 	sum    uint64 // hash of the whole line
+	// cut is the length of a torn fragment with an entry glued onto it:
+	// the rest of the scanLine is that entry's (glued.go); many says the
+	// line holds more than one entry, which the in-memory repair splits.
+	cut  int
+	many bool
 }
 
 // extract validates a line and reads its id, parent and flags; k is left
@@ -264,8 +275,11 @@ func (s *streamRepair) scan() error {
 			if r := &c.scan[i]; !c.recs[i].tooLong {
 				line := c.line(i)
 				s.extract(line, r, &k)
+				if r.why != "" {
+					s.glued(line, r, &k)
+				}
 				if r.fl&fEntry != 0 {
-					c.light.readChecked(s.format, line, &k)
+					c.light.readChecked(s.format, line[r.cut:], &k)
 					c.parts = c.light.parts(s.format, s.seed, c.parts)
 				}
 			}
@@ -305,16 +319,20 @@ func (s *streamRepair) scan() error {
 				continue
 			}
 			first = false
+			if r.many {
+				return errNoStream // entries glued onto each other: in memory
+			}
 			if r.why != "" {
-				c, _ := codecFor(s.format)
-				if gluedSpans(c, s.format, line, rec.off, rec.fend) != nil {
-					return errNoStream // entries glued onto a torn one: in memory
-				}
 				s.drop(idx, r.why, line)
 				continue
 			}
+			off := rec.off
+			if r.cut > 0 {
+				s.dropFragment(idx, line[:r.cut])
+				line, off = line[r.cut:], off+int64(r.cut)
+			}
 			s.entry(idx, line, r)
-			s.specLine(idx, rec.off, rec.fend, c.parts[c.partAt[i][0]:c.partAt[i][1]])
+			s.specLine(idx, off, rec.fend, c.parts[c.partAt[i][0]:c.partAt[i][1]])
 		}
 		return nil
 	})
@@ -332,12 +350,43 @@ func (s *streamRepair) scan() error {
 	return s.lt.err
 }
 
+// glued looks, in a line that is not valid, for an entry glued onto a
+// torn fragment (glued.go); r and k then describe that entry and r.cut
+// is the fragment's length. A line of more than one entry is left to the
+// in-memory repair (r.many).
+func (s *streamRepair) glued(line []byte, r *scanLine, k *keyCheck) {
+	c, _ := codecFor(s.format)
+	frag, spans := splitGlued(line, func(b []byte) bool { return c.checkLine(b) == "" }, gluedEntry(s.format, c))
+	switch {
+	case len(spans) == 0:
+		return
+	case len(spans) > 1 || frag == 0:
+		r.many = true
+		return
+	}
+	s.extract(line[frag:], r, k)
+	r.cut = frag
+}
+
+// dropFragment drops the torn fragment at the start of line idx, whose
+// glued entry is kept, and salvages its id and parent.
+func (s *streamRepair) dropFragment(idx int, frag []byte) {
+	s.cut[idx] = len(frag)
+	s.dropped = append(s.dropped, Change{Kind: ChangeDropFragment, Line: idx + 1, Reason: fragmentReason(len(frag), 1)})
+	s.salvage(idx, frag, true)
+}
+
 func (s *streamRepair) drop(idx int, why string, line []byte) {
 	s.lt.setFlags(idx, s.lt.flags(idx)|fBad)
 	s.dropped = append(s.dropped, Change{Kind: ChangeDropLine, Line: idx + 1, Reason: why})
-	if line == nil {
-		return
+	if line != nil {
+		s.salvage(idx, line, false)
 	}
+}
+
+// salvage keeps the id and parent a dropped line (or torn fragment) still
+// holds whole, through which the children of its lost entry are relinked.
+func (s *streamRepair) salvage(idx int, line []byte, fragment bool) {
 	var id, par []byte
 	okID, okPar := false, false
 	topFields(line, func(f field) bool {
@@ -364,12 +413,16 @@ func (s *streamRepair) drop(idx int, why string, line []byte) {
 	if _, taken := s.lost[h]; taken {
 		return
 	}
-	sv := &salvage{line: idx + 1, parentIdx: noParent}
+	sv := &salvage{line: idx + 1, parentIdx: noParent, fragment: fragment}
 	if string(par) == "null" {
 		sv.parentNull = true
 	} else {
 		sv.parent = s.idHash(par)
-		sv.parentIdx = s.lookup(sv.parent, idx, par)
+		at := idx
+		if fragment {
+			at = -1 // not the parent of the line's entry, which is kept
+		}
+		sv.parentIdx = s.lookup(sv.parent, at, par)
 	}
 	s.lost[h] = sv
 }
@@ -529,7 +582,7 @@ func (s *streamRepair) searchIDs(want map[uint64]int32) error {
 		if tooLong || s.lt.flags(idx)&(fID|fBad) != fID {
 			continue
 		}
-		v, ok := getField(line, s.idKey)
+		v, ok := getField(line[s.cut[idx]:], s.idKey)
 		if !ok {
 			continue
 		}
@@ -570,14 +623,14 @@ func (s *streamRepair) link() error {
 		p := s.broken[i]
 		target := int32(missingParent)
 		h := maphash.String(s.seed, p)
-		via := 0
+		var via *salvage
 		for hops := 0; hops <= len(s.lost); hops++ {
 			sv, ok := s.lost[h]
 			if !ok {
 				break
 			}
-			if via == 0 {
-				via = sv.line
+			if via == nil {
+				via = sv
 			}
 			if sv.parentNull {
 				target = noParent
@@ -590,7 +643,7 @@ func (s *streamRepair) link() error {
 			h = sv.parent
 		}
 		if target == missingParent {
-			via = 0
+			via = nil
 			target = noParent
 			side := t.flags(i) & fSide
 			for j := i - 1; j >= 0; j-- {
@@ -611,7 +664,7 @@ func (s *streamRepair) link() error {
 			}
 		}
 		t.setParent(i, target)
-		if via > 0 {
+		if via != nil {
 			s.brokenVia[i] = via
 		}
 		if target >= 0 {
@@ -681,7 +734,7 @@ func (s *streamRepair) relinkChanges() []Change {
 		p := s.broken[l]
 		why := fmt.Sprintf("parent %q is not in the file (a lost or torn line)", p)
 		if v, ok := s.brokenVia[l]; ok {
-			why = fmt.Sprintf("parent %q is gone with the dropped line %d", p, v)
+			why = goneWith(p, v.line, v.fragment)
 		}
 		target := "made a root: no earlier entry can be its ancestor"
 		if t := s.lt.parent(l); t >= 0 {
