@@ -122,7 +122,8 @@ func codecFor(f Format) (codec, error) {
 }
 
 // Parse reads a transcript. An empty format means detect it. Lines that
-// are not valid are dropped and listed in Dropped; a missing or invalid
+// are not valid are dropped and listed in Dropped, as is a UTF-8
+// byte-order mark at the start, which is removed; a missing or invalid
 // header fails with ErrInvalidHeader, a JSON document that does not parse
 // with ErrInvalidDocument.
 func Parse(data []byte, format Format) (*Document, error) {
@@ -138,7 +139,11 @@ func Parse(data []byte, format Format) (*Document, error) {
 		return nil, err
 	}
 	d := &Document{Format: format, codec: c, data: data, term: "\n"}
-	t := bytes.TrimLeft(data, " \t\r\n\xef\xbb\xbf")
+	if bytes.HasPrefix(data, utf8BOM) {
+		d.data = data[len(utf8BOM):]
+		d.Dropped = append(d.Dropped, bomChange())
+	}
+	t := bytes.TrimLeft(d.data, " \t\r\n")
 	if format != FormatBelay && format != FormatPi && format != FormatClaude && len(t) > 0 && (t[0] == '[' || t[0] == '{' && isRequestObject(t)) {
 		if err := d.splitArray(); err != nil {
 			return nil, err
@@ -259,7 +264,7 @@ func (d *Document) splitArray() error {
 	d.array = true
 	base := 0
 	arr := d.data
-	t := bytes.TrimLeft(d.data, " \t\r\n\xef\xbb\xbf")
+	t := bytes.TrimLeft(d.data, " \t\r\n")
 	if t[0] == '{' {
 		topFields(d.data, func(f field) bool {
 			if string(f.key) == "messages" {

@@ -115,7 +115,7 @@ func RepairFile(path string, opts FileOptions) (*FileReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	if len(bytes.TrimSpace(head)) == 0 && fi.Size() < detectLimit {
+	if len(bytes.TrimSpace(bytes.TrimPrefix(head, utf8BOM))) == 0 && fi.Size() < detectLimit {
 		rep.Status, rep.Reason = StatusEmpty, "the file is empty; nothing to repair"
 		return rep, nil
 	}
@@ -385,6 +385,11 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 		drop := func(reason string) {
 			bad = append(bad, badLine{line: s.line, off: off, end: end})
 			fn(Change{Kind: ChangeDropLine, Line: s.line, Reason: reason})
+		}
+		if first && off == 0 && bytes.HasPrefix(line, utf8BOM) {
+			bad = append(bad, badLine{line: s.line, off: 0, end: int64(len(utf8BOM))})
+			fn(bomChange())
+			line, off = line[len(utf8BOM):], off+int64(len(utf8BOM))
 		}
 		if tooLong {
 			if first && c.hasHeader() {
@@ -749,6 +754,9 @@ func walkJournal(path string, note func(Change), emit func([]journal.Event) erro
 		}
 		if err != nil {
 			return placed, dropped, fmt.Errorf("transcript: %w", err)
+		}
+		if off == 0 {
+			line = bytes.TrimPrefix(line, utf8BOM) // dropped by the validating pass
 		}
 		if tooLong || c.checkLine(line) != "" {
 			k.dropped++ // reported by the validating pass

@@ -62,6 +62,18 @@ func ParseFormat(s string) (Format, error) {
 	return "", fmt.Errorf("%w %q: supported formats are %s", ErrUnknownFormat, s, supported())
 }
 
+// utf8BOM is the UTF-8 byte-order mark. No agent writes one, and their
+// readers do not accept one: JSON.parse fails on it, so a pi or Claude
+// Code file that starts with one loses its first line, and pi does not
+// find the session to continue (it parses the first line alone). Detection
+// and parsing accept it; repair removes it (ChangeDropBOM).
+var utf8BOM = []byte("\xef\xbb\xbf")
+
+// bomChange reports the byte-order mark removed.
+func bomChange() Change {
+	return Change{Kind: ChangeDropBOM, Reason: "the file begins with a UTF-8 byte-order mark (EF BB BF), which the agents' JSON readers do not accept: removed"}
+}
+
 // detectLimit bounds how much of a file detection reads.
 const detectLimit = 256 << 10
 
@@ -71,7 +83,7 @@ func Detect(head []byte) (Format, error) {
 	if len(head) > detectLimit {
 		head = head[:detectLimit]
 	}
-	head = bytes.TrimPrefix(head, []byte("\xef\xbb\xbf"))
+	head = bytes.TrimPrefix(head, utf8BOM)
 	t := bytes.TrimLeft(head, " \t\r\n")
 	if len(t) == 0 {
 		return "", fmt.Errorf("%w: the file is empty; supported formats are %s", ErrUnknownFormat, supported())

@@ -26,6 +26,8 @@ func seedFixtures(f *testing.F) {
 	f.Add([]byte(jsonl(piHead, piU1, torn(piA2, `"stopRe`)+strings.Replace(piU3, `"b2c3d4e5"`, `"a1b2c3d4"`, 1)+piU4, piA5)))
 	f.Add([]byte(jsonl(ccU1, ccA2, torn(ccU3, `"and the te`)+ccU4, ccA5)))
 	f.Add([]byte(jsonl(ccU1, ccA2+ccU4, ccA5)))
+	f.Add([]byte("\xef\xbb\xbf" + jsonl(torn(ccU1, `"fix the pa`)+ccU1, ccA2)))
+	f.Add([]byte("\xef\xbb\xbf" + jsonl(piHead, piU1)))
 	f.Add([]byte(`{"role":"user","content":"hi"}` + "\r\n" + `{"role":"assistant","content":"hel{"role":"user","content":"b"}{"role":"user","content":"c"}`))
 }
 

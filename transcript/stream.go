@@ -210,6 +210,7 @@ type scanLine struct {
 	// line holds more than one entry, which the in-memory repair splits.
 	cut  int
 	many bool
+	bom  bool // the line (the file's first) begins with a byte-order mark, in cut
 }
 
 // extract validates a line and reads its id, parent and flags; k is left
@@ -274,9 +275,17 @@ func (s *streamRepair) scan() error {
 			from := len(c.parts)
 			if r := &c.scan[i]; !c.recs[i].tooLong {
 				line := c.line(i)
+				bom := c.recs[i].off == 0 && bytes.HasPrefix(line, utf8BOM)
+				if bom {
+					line = line[len(utf8BOM):]
+				}
 				s.extract(line, r, &k)
 				if r.why != "" {
 					s.glued(line, r, &k)
+				}
+				if bom {
+					r.bom, r.cut = true, r.cut+len(utf8BOM)
+					line = c.line(i)
 				}
 				if r.fl&fEntry != 0 {
 					c.light.readChecked(s.format, line[r.cut:], &k)
@@ -302,6 +311,13 @@ func (s *streamRepair) scan() error {
 				continue
 			}
 			r := &c.scan[i]
+			bom := 0
+			if r.bom {
+				bom = len(utf8BOM)
+				s.cut[idx] = bom
+				s.dropped = append(s.dropped, bomChange())
+				line = line[bom:]
+			}
 			if r.fl == fBlank {
 				s.lt.setFlags(idx, fBlank)
 				continue
@@ -326,11 +342,11 @@ func (s *streamRepair) scan() error {
 				s.drop(idx, r.why, line)
 				continue
 			}
-			off := rec.off
-			if r.cut > 0 {
-				s.dropFragment(idx, line[:r.cut])
-				line, off = line[r.cut:], off+int64(r.cut)
+			if r.cut > bom {
+				s.dropFragment(idx, line[:r.cut-bom])
+				line = line[r.cut-bom:]
 			}
+			off := rec.off + int64(r.cut)
 			s.entry(idx, line, r)
 			s.specLine(idx, off, rec.fend, c.parts[c.partAt[i][0]:c.partAt[i][1]])
 		}
@@ -371,7 +387,7 @@ func (s *streamRepair) glued(line []byte, r *scanLine, k *keyCheck) {
 // dropFragment drops the torn fragment at the start of line idx, whose
 // glued entry is kept, and salvages its id and parent.
 func (s *streamRepair) dropFragment(idx int, frag []byte) {
-	s.cut[idx] = len(frag)
+	s.cut[idx] += len(frag)
 	s.dropped = append(s.dropped, Change{Kind: ChangeDropFragment, Line: idx + 1, Reason: fragmentReason(len(frag), 1)})
 	s.salvage(idx, frag, true)
 }
