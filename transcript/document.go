@@ -128,7 +128,7 @@ func codecFor(f Format) (codec, error) {
 // with ErrInvalidDocument.
 func Parse(data []byte, format Format) (*Document, error) {
 	if format == "" {
-		f, err := Detect(data)
+		f, _, err := detect(data)
 		if err != nil {
 			return nil, err
 		}

@@ -120,9 +120,13 @@ func RepairFile(path string, opts FileOptions) (*FileReport, error) {
 		return rep, nil
 	}
 	f := opts.Format
+	var data []byte // the whole file, when detection read it
 	if f == "" {
-		if f, err = Detect(head); err != nil {
-			return refuse(rep, err.Error())
+		if f, data, err = detectFile(path, head, fi.Size(), opts.MessageLimit); err != nil {
+			if errors.Is(err, ErrUnknownFormat) {
+				return refuse(rep, err.Error())
+			}
+			return rep, err
 		}
 	}
 	rep.Format = f
@@ -141,7 +145,7 @@ func RepairFile(path string, opts FileOptions) (*FileReport, error) {
 			return refuse(rep, "a JSON document this large is not repaired; convert it to JSONL first")
 		}
 	}
-	return repairDocument(path, fi, f, rep, opts)
+	return repairDocument(path, fi, f, rep, opts, data)
 }
 
 func refuse(rep *FileReport, reason string) (*FileReport, error) {
@@ -169,18 +173,17 @@ func isJSONL(head []byte, f Format) bool {
 	case FormatBelay, FormatPi, FormatClaude:
 		return true
 	}
-	t := bytes.TrimLeft(head, " \t\r\n\xef\xbb\xbf")
-	if len(t) > 0 && t[0] == '[' {
-		return false
-	}
-	return !(len(t) > 0 && t[0] == '{' && isRequestObject(t))
+	return !isDocument(bytes.TrimLeft(bytes.TrimPrefix(head, utf8BOM), " \t\r\n"))
 }
 
-// repairDocument repairs a file in memory: lines and messages.
-func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts FileOptions) (*FileReport, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return rep, fmt.Errorf("transcript: %w", err)
+// repairDocument repairs a file in memory: lines and messages. data is
+// the file's bytes when they were read already (nil: read them).
+func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts FileOptions, data []byte) (*FileReport, error) {
+	if data == nil {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return rep, fmt.Errorf("transcript: %w", err)
+		}
 	}
 	d, err := Parse(data, f)
 	if err != nil {

@@ -33,10 +33,13 @@ func seedFixtures(f *testing.F) {
 
 // FuzzDocument parses any input in every format: it never panics, the
 // written output parses again in the same format with no dropped lines,
-// and repairing it again changes nothing.
+// and repairing it again changes nothing; detection never panics.
 func FuzzDocument(f *testing.F) {
 	seedFixtures(f)
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 300<<10) + `"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"n","input":{}}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _ = Detect(data)
+		_, _, _ = detect(data)
 		for _, format := range Formats {
 			if format == FormatBelay && len(data) > 1<<16 {
 				continue
