@@ -80,6 +80,13 @@ type FileReport struct {
 	BytesAfter  int64    `json:"bytes_after"`
 	Messages    bool     `json:"message_level"`
 	Changes     []Change `json:"changes"`
+	// DanglingChildren counts, after a file-level repair of a pi or Claude
+	// Code file (--lines-only, or a file too large for the message-level
+	// one), the entries left naming as parent an entry on a line it
+	// dropped: it changes no parent link. Note says so, and what relinks
+	// them.
+	DanglingChildren int    `json:"dangling_children,omitempty"`
+	Note             string `json:"note,omitempty"`
 }
 
 // RepairFile repairs a transcript file in place: it drops lines that are
@@ -512,6 +519,13 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 		dropped += b.end - b.off - int64(len(b.ins))
 	}
 	rep.BytesAfter = fi.Size() - dropped
+	if f == FormatPi || f == FormatClaude {
+		d, err := danglingChildren(in, fi.Size(), f, bad)
+		if err != nil {
+			return rep, err
+		}
+		rep.DanglingChildren, rep.Note = d.children, danglingNote(d, opts.LinesOnly)
+	}
 	if opts.DryRun {
 		rep.Status = StatusWould
 		return rep, nil

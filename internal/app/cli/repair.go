@@ -190,4 +190,7 @@ func printRepair(stdio Stdio, rep *transcript.FileReport) {
 		}
 		fmt.Fprintf(w, "  %s%s%s: %s\n", where, c.Kind, call, c.Reason)
 	}
+	if rep.Note != "" {
+		fmt.Fprintf(w, "  note: %s\n", rep.Note)
+	}
 }
