@@ -20,6 +20,7 @@ type entry struct {
 	broken      bool   // tree formats: parent is not in the file
 	via         []int  // dropped lines the link was followed through
 	viaFragment bool   // the first of them is a torn fragment (glued.go)
+	viaTorn     int    // the torn line (its id lost) whose parent the link is
 	path        bool   // on the conversation path
 	branch      bool   // Claude Code: a result line hanging off the path on its call's line
 	parts       int    // messages made from it

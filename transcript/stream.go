@@ -97,6 +97,7 @@ type streamRepair struct {
 	dropped []Change // drop_line, in line order
 	dups    []Change // drop_duplicate, in line order
 	lost    map[uint64]*salvage
+	torn    []*salvage // dropped lines that name their parent, not their id, in line order
 	far     []farRef
 	win     []winSlot
 	winIdx  *idTable
@@ -106,8 +107,10 @@ type streamRepair struct {
 	// broken links: line -> parent named; its rank on the path (-1 off it)
 	broken    map[int]string
 	brokenVia map[int]*salvage // the dropped line the link was followed through
-	rank      map[int]int
-	targets   map[int]string // lines whose id a relink reason names
+	// brokenTorn: line -> the torn line (its id lost) whose parent it takes
+	brokenTorn map[int]int
+	rank       map[int]int
+	targets    map[int]string // lines whose id a relink reason names
 
 	regions  []*region
 	items    int          // items read so far (message index of reports)
@@ -161,7 +164,7 @@ func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 		openBy: map[string][]*openCall{}, cut: map[int]int{},
 		term: "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
 		lost: map[uint64]*salvage{}, lt: newLineTable(),
-		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]*salvage{}, rank: map[int]int{}, targets: map[int]string{}}
+		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]*salvage{}, brokenTorn: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
 	for i := range s.win {
 		s.win[i].line = -1
 	}
@@ -422,12 +425,22 @@ func (s *streamRepair) salvage(idx int, line []byte, fragment bool) {
 		}
 		return true
 	})
-	if !okID || !okPar || string(id) == `""` {
+	// As the in-memory repair reads them: decoded.
+	if okID {
+		str, ok := jsonString(id)
+		okID = ok && str != ""
+	}
+	if okPar && string(par) != "null" {
+		_, okPar = jsonString(par)
+	}
+	if !okPar {
 		return
 	}
-	h := s.idHash(id)
-	if _, taken := s.lost[h]; taken {
-		return
+	var h uint64
+	if okID {
+		if h = s.idHash(id); s.lost[h] != nil {
+			return
+		}
 	}
 	sv := &salvage{line: idx + 1, parentIdx: noParent, fragment: fragment}
 	if string(par) == "null" {
@@ -440,7 +453,23 @@ func (s *streamRepair) salvage(idx int, line []byte, fragment bool) {
 		}
 		sv.parentIdx = s.lookup(sv.parent, at, par)
 	}
+	if !okID {
+		s.torn = append(s.torn, sv) // its id torn away: see tornBefore
+		return
+	}
 	s.lost[h] = sv
+}
+
+// tornBefore returns the dropped line nearest before line n (1-based)
+// that names its parent but lost its own id, and whether it comes after
+// line after, as the in-memory tornBefore does.
+func (s *streamRepair) tornBefore(after, n int) (*salvage, bool) {
+	k := sort.Search(len(s.torn), func(k int) bool { return s.torn[k].line >= n })
+	if k == 0 {
+		return nil, false
+	}
+	t := s.torn[k-1]
+	return t, t.line > after
 }
 
 // lookup finds the line of an id among the recent ones, or records a far
@@ -580,6 +609,11 @@ func (s *streamRepair) resolveFar() error {
 			sv.parentIdx = want[sv.parent]
 		}
 	}
+	for _, sv := range s.torn {
+		if sv.parentIdx == farParent {
+			sv.parentIdx = want[sv.parent]
+		}
+	}
 	return s.lt.err
 }
 
@@ -662,21 +696,35 @@ func (s *streamRepair) link() error {
 			via = nil
 			target = noParent
 			side := t.flags(i) & fSide
-			for j := i - 1; j >= 0; j-- {
+			fits := func(j int) bool {
 				fl := t.flags(j)
 				if fl&(fID|fBad) != fID {
-					continue
+					return false
 				}
 				if s.format == FormatClaude && fl&(fConv|fSide) != fConv|side {
-					continue
+					return false
 				}
 				if s.format == FormatClaude && fl&fResult != 0 {
 					if pj := t.parent(j); pj >= 0 && s.broken[j] == "" && t.marks(int(pj))&mKid2 != 0 {
-						continue
+						return false
 					}
 				}
-				target = int32(j)
-				break
+				return true
+			}
+			after := 0 // the line (1-based) of the nearest line before that fits
+			for j := i - 1; j >= 0; j-- {
+				if fits(j) {
+					target, after = int32(j), j+1
+					break
+				}
+			}
+			if tn, ok := s.tornBefore(after, i+1); ok {
+				switch p := tn.parentIdx; {
+				case tn.parentNull:
+					target, s.brokenTorn[i] = noParent, tn.line
+				case p >= 0 && int(p)+1 < tn.line && fits(int(p)):
+					target, s.brokenTorn[i] = p, tn.line
+				}
 			}
 		}
 		t.setParent(i, target)
@@ -749,10 +797,12 @@ func (s *streamRepair) relinkChanges() []Change {
 	for _, l := range lines {
 		p := s.broken[l]
 		why := fmt.Sprintf("parent %q is not in the file (a lost or torn line)", p)
+		target := "made a root: no earlier entry can be its ancestor"
 		if v, ok := s.brokenVia[l]; ok {
 			why = goneWith(p, v.line, v.fragment)
+		} else if tl, ok := s.brokenTorn[l]; ok {
+			why, target = tornWhy(p, tl)
 		}
-		target := "made a root: no earlier entry can be its ancestor"
 		if t := s.lt.parent(l); t >= 0 {
 			target = fmt.Sprintf("relinked to %q, its nearest surviving ancestor", s.targets[int(t)])
 		}
