@@ -6,11 +6,13 @@
 // Completions and Anthropic Messages), and repair at two levels:
 //
 //   - file level ([RepairFile]): drop lines that are not valid JSON or not
-//     valid entries of the format and lines written twice, relink entries
-//     of pi and Claude Code trees whose parent is missing, refuse an
-//     invalid header, keep a backup and replace the file atomically; pi and
-//     Claude Code sessions are repaired streaming (stream.go), line and
-//     message level, in memory that does not grow with the file;
+//     valid entries of the format and lines written twice, keep the whole
+//     entries written onto a torn line (glued.go) and drop its fragment,
+//     remove a byte-order mark, relink entries of pi and Claude Code trees
+//     whose parent is missing, refuse an invalid header, keep a backup and
+//     replace the file atomically; pi and Claude Code sessions are
+//     repaired streaming (stream.go), line and message level, in memory
+//     that does not grow with the file;
 //   - message level ([RepairMessages]): pair tool calls with results per
 //     turn frame, make up marked synthetic results for missing ones, drop
 //     malformed calls, duplicates and orphans, never delete a delivered

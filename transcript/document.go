@@ -15,20 +15,25 @@ type entry struct {
 	term  string // "\n", "\r\n", or "" for a last line without one
 	blank bool   // a blank line: kept as it is, not an entry
 
-	id, parent string // tree formats: own id and parent id ("" for null)
-	link       string // tree formats: the parent as repaired (== parent unless broken)
-	broken     bool   // tree formats: parent is not in the file
-	via        []int  // dropped lines the link was followed through
-	path       bool   // on the conversation path
-	branch     bool   // Claude Code: a result line hanging off the path on its call's line
-	parts      int    // messages made from it
-	sep        []byte // JSON array: the bytes between the element before and this one
+	id, parent  string // tree formats: own id and parent id ("" for null)
+	link        string // tree formats: the parent as repaired (== parent unless broken)
+	broken      bool   // tree formats: parent is not in the file
+	via         []int  // dropped lines the link was followed through
+	viaFragment bool   // the first of them is a torn fragment (glued.go)
+	viaTorn     int    // the torn line (its id lost) whose parent the link is
+	path        bool   // on the conversation path
+	branch      bool   // Claude Code: a result line hanging off the path on its call's line
+	parts       int    // messages made from it
+	sep         []byte // JSON array: the bytes between the element before and this one
 }
 
-// droppedLine is a line Parse dropped, kept to salvage its first fields.
+// droppedLine is a line Parse dropped (or the torn fragment at the start
+// of a line whose glued entries it kept), kept to salvage its first
+// fields.
 type droppedLine struct {
-	line int
-	raw  []byte
+	line     int
+	raw      []byte
+	fragment bool
 }
 
 // outEntry is one entry a writer produces: an entry as read (src) with
@@ -64,8 +69,9 @@ type codec interface {
 type Document struct {
 	Format Format
 	// Dropped lists the lines Parse dropped (not valid JSON, or not valid
-	// entries of the format, or an entry written twice), with line numbers
-	// and reasons.
+	// entries of the format, or an entry written twice), and the torn
+	// fragments it dropped from lines whose glued entries it kept, with
+	// line numbers and reasons.
 	Dropped []Change
 	// Relinked lists the entries of a tree format whose parent is not in
 	// the file, and the surviving ancestor each is relinked to.
@@ -117,12 +123,13 @@ func codecFor(f Format) (codec, error) {
 }
 
 // Parse reads a transcript. An empty format means detect it. Lines that
-// are not valid are dropped and listed in Dropped; a missing or invalid
+// are not valid are dropped and listed in Dropped, as is a UTF-8
+// byte-order mark at the start, which is removed; a missing or invalid
 // header fails with ErrInvalidHeader, a JSON document that does not parse
 // with ErrInvalidDocument.
 func Parse(data []byte, format Format) (*Document, error) {
 	if format == "" {
-		f, err := Detect(data)
+		f, _, err := detect(data)
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +140,11 @@ func Parse(data []byte, format Format) (*Document, error) {
 		return nil, err
 	}
 	d := &Document{Format: format, codec: c, data: data, term: "\n"}
-	t := bytes.TrimLeft(data, " \t\r\n\xef\xbb\xbf")
+	if bytes.HasPrefix(data, utf8BOM) {
+		d.data = data[len(utf8BOM):]
+		d.Dropped = append(d.Dropped, bomChange())
+	}
+	t := bytes.TrimLeft(d.data, " \t\r\n")
 	if format != FormatBelay && format != FormatPi && format != FormatClaude && len(t) > 0 && (t[0] == '[' || t[0] == '{' && isRequestObject(t)) {
 		if err := d.splitArray(); err != nil {
 			return nil, err
@@ -195,6 +206,9 @@ func (d *Document) splitLines() error {
 			continue // dropped by the scan, which reported it
 		}
 		if why := d.codec.checkLine(line); why != "" {
+			if d.splitGlued(e) {
+				continue
+			}
 			d.Dropped = append(d.Dropped, Change{Kind: ChangeDropLine, Line: lineNo, Reason: why})
 			d.droppedRaw = append(d.droppedRaw, droppedLine{line: lineNo, raw: line})
 			continue
@@ -206,6 +220,35 @@ func (d *Document) splitLines() error {
 		return fmt.Errorf("%w: no header line; the file was not changed", ErrInvalidHeader)
 	}
 	return nil
+}
+
+// splitGlued keeps the whole entries at the end of a line that is not
+// valid, written onto a torn entry or onto each other (glued.go), as
+// entries of their own, and drops the torn fragment before them, keeping
+// its bytes to salvage its id and parent. It reports false when the line
+// holds no such entries: it is then dropped whole.
+func (d *Document) splitGlued(e *entry) bool {
+	if d.Format == FormatBelay {
+		return false
+	}
+	frag, spans := splitGlued(e.raw, func(b []byte) bool { return d.codec.checkLine(b) == "" }, gluedEntry(d.Format, d.codec))
+	if len(spans) == 0 {
+		return false
+	}
+	if frag > 0 {
+		d.Dropped = append(d.Dropped, Change{Kind: ChangeDropFragment, Line: e.line, Reason: fragmentReason(frag, len(spans))})
+		d.droppedRaw = append(d.droppedRaw, droppedLine{line: e.line, raw: e.raw[:frag], fragment: true})
+	} else {
+		d.Dropped = append(d.Dropped, Change{Kind: ChangeSplitLine, Line: e.line, Reason: splitReason(len(spans))})
+	}
+	for i, sp := range spans {
+		term := e.term
+		if i < len(spans)-1 && term == "" {
+			term = d.term
+		}
+		d.entries = append(d.entries, &entry{line: e.line, off: e.off + int64(sp[0]), raw: e.raw[sp[0]:sp[1]], term: term})
+	}
+	return true
 }
 
 // splitArray splits a JSON array (or the "messages" array of a request
@@ -222,7 +265,7 @@ func (d *Document) splitArray() error {
 	d.array = true
 	base := 0
 	arr := d.data
-	t := bytes.TrimLeft(d.data, " \t\r\n\xef\xbb\xbf")
+	t := bytes.TrimLeft(d.data, " \t\r\n")
 	if t[0] == '{' {
 		topFields(d.data, func(f field) bool {
 			if string(f.key) == "messages" {

@@ -108,6 +108,65 @@ func TestTornLineRelinksThroughItsParent(t *testing.T) {
 	require.Equal(t, []string{"one", "two", "four"}, texts)
 }
 
+// TestTornEditBranchRelinksToItsParent: in Claude Code a torn line keeps
+// its "parentUuid" (its first key) and loses its "uuid" (near its end).
+// When that line started a branch (the user edited an earlier message),
+// its child is relinked to the torn line's parent, where the branch
+// starts, not to the line before it in the file, the abandoned branch's
+// last entry. A torn line with an entry that can be the ancestor between
+// it and the child changes nothing.
+func TestTornEditBranchRelinksToItsParent(t *testing.T) {
+	t.Parallel()
+	line := func(parent, uuid, typ, text string) string {
+		l := strings.Replace(ccU1, `"content":"fix the parser"`, `"content":"`+text+`"`, 1)
+		if typ == "assistant" {
+			l = strings.Replace(ccA2, `"text":"Let me look."`, `"text":"`+text+`"`, 1)
+		}
+		p := `null`
+		if parent != "" {
+			p = `"` + parent + `"`
+		}
+		l = strings.Replace(l, `"parentUuid":null`, `"parentUuid":`+p, 1)
+		l = strings.Replace(l, `"parentUuid":"u1"`, `"parentUuid":`+p, 1)
+		l = strings.Replace(l, `"uuid":"u1"`, `"uuid":"`+uuid+`"`, 1)
+		return strings.Replace(l, `"uuid":"a2"`, `"uuid":"`+uuid+`"`, 1)
+	}
+	u1, a2 := line("", "u1", "user", "fix the parser"), line("u1", "a2", "assistant", "Let me look.")
+	u3, a4 := line("a2", "u3", "user", "use regexps"), line("u3", "a4", "assistant", "Done with regexps.")
+	edit := line("a2", "u5", "user", "no regexps, please") // the edited message, which branches at a2
+	for _, tc := range []struct {
+		name   string
+		in     string
+		target string
+		texts  []string
+		why    string
+	}{{
+		name:   "the torn line started the branch",
+		in:     jsonl(u1, a2, u3, a4, torn(edit, `"content":"no rege`), line("u5", "a6", "assistant", "Done by hand."), line("a6", "u7", "user", "thanks")),
+		target: "a2",
+		texts:  []string{"fix the parser", "Let me look.", "Done by hand.", "thanks"},
+		why:    "most likely it was the dropped line 5 before it, whose own id was torn away; it takes that line's parent",
+	}, {
+		name:   "an entry that can be the ancestor comes after the torn line",
+		in:     jsonl(u1, a2, torn(edit, `"content":"no rege`), u3, line("zz", "a4", "assistant", "Done with regexps.")),
+		target: "u3",
+		texts:  []string{"fix the parser", "Let me look.", "use regexps", "Done with regexps."},
+		why:    "is not in the file (a lost or torn line)",
+	}} {
+		d, err := Parse([]byte(tc.in), FormatClaude)
+		require.NoError(t, err)
+		require.Len(t, d.Relinked, 1, tc.name)
+		require.Contains(t, d.Relinked[0].Reason, `relinked to "`+tc.target+`"`, tc.name)
+		require.Contains(t, d.Relinked[0].Reason, tc.why, tc.name)
+		var texts []string
+		for _, m := range d.Messages() {
+			texts = append(texts, m.Text())
+		}
+		require.Equal(t, tc.texts, texts, tc.name)
+		require.True(t, sameRepair(t, []byte(tc.in), FormatClaude), tc.name)
+	}
+}
+
 // TestCleanDocumentsUntouched: a file that needs no change is not written,
 // whatever its layout.
 func TestCleanDocumentsUntouched(t *testing.T) {

@@ -80,6 +80,13 @@ type FileReport struct {
 	BytesAfter  int64    `json:"bytes_after"`
 	Messages    bool     `json:"message_level"`
 	Changes     []Change `json:"changes"`
+	// DanglingChildren counts, after a file-level repair of a pi or Claude
+	// Code file (--lines-only, or a file too large for the message-level
+	// one), the entries left naming as parent an entry on a line it
+	// dropped: it changes no parent link. Note says so, and what relinks
+	// them.
+	DanglingChildren int    `json:"dangling_children,omitempty"`
+	Note             string `json:"note,omitempty"`
 }
 
 // RepairFile repairs a transcript file in place: it drops lines that are
@@ -115,14 +122,18 @@ func RepairFile(path string, opts FileOptions) (*FileReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	if len(bytes.TrimSpace(head)) == 0 && fi.Size() < detectLimit {
+	if len(bytes.TrimSpace(bytes.TrimPrefix(head, utf8BOM))) == 0 && fi.Size() < detectLimit {
 		rep.Status, rep.Reason = StatusEmpty, "the file is empty; nothing to repair"
 		return rep, nil
 	}
 	f := opts.Format
+	var data []byte // the whole file, when detection read it
 	if f == "" {
-		if f, err = Detect(head); err != nil {
-			return refuse(rep, err.Error())
+		if f, data, err = detectFile(path, head, fi.Size(), opts.MessageLimit); err != nil {
+			if errors.Is(err, ErrUnknownFormat) {
+				return refuse(rep, err.Error())
+			}
+			return rep, err
 		}
 	}
 	rep.Format = f
@@ -141,7 +152,7 @@ func RepairFile(path string, opts FileOptions) (*FileReport, error) {
 			return refuse(rep, "a JSON document this large is not repaired; convert it to JSONL first")
 		}
 	}
-	return repairDocument(path, fi, f, rep, opts)
+	return repairDocument(path, fi, f, rep, opts, data)
 }
 
 func refuse(rep *FileReport, reason string) (*FileReport, error) {
@@ -169,18 +180,17 @@ func isJSONL(head []byte, f Format) bool {
 	case FormatBelay, FormatPi, FormatClaude:
 		return true
 	}
-	t := bytes.TrimLeft(head, " \t\r\n\xef\xbb\xbf")
-	if len(t) > 0 && t[0] == '[' {
-		return false
-	}
-	return !(len(t) > 0 && t[0] == '{' && isRequestObject(t))
+	return !isDocument(bytes.TrimLeft(bytes.TrimPrefix(head, utf8BOM), " \t\r\n"))
 }
 
-// repairDocument repairs a file in memory: lines and messages.
-func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts FileOptions) (*FileReport, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return rep, fmt.Errorf("transcript: %w", err)
+// repairDocument repairs a file in memory: lines and messages. data is
+// the file's bytes when they were read already (nil: read them).
+func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts FileOptions, data []byte) (*FileReport, error) {
+	if data == nil {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return rep, fmt.Errorf("transcript: %w", err)
+		}
 	}
 	d, err := Parse(data, f)
 	if err != nil {
@@ -223,10 +233,13 @@ func repairDocument(path string, fi fs.FileInfo, f Format, rep *FileReport, opts
 	return rep, nil
 }
 
-// badLine is a line streaming repair drops.
+// badLine is a line streaming repair drops, or the part of a line it
+// drops: the torn fragment before the entries glued onto it, or nothing
+// but a line end put between two of them (ins).
 type badLine struct {
 	line     int
-	off, end int64 // byte span, terminator included
+	off, end int64  // byte span, terminator included
+	ins      string // written in place of the span
 }
 
 // lineScanner reads lines with a bounded buffer.
@@ -383,6 +396,11 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 			bad = append(bad, badLine{line: s.line, off: off, end: end})
 			fn(Change{Kind: ChangeDropLine, Line: s.line, Reason: reason})
 		}
+		if first && off == 0 && bytes.HasPrefix(line, utf8BOM) {
+			bad = append(bad, badLine{line: s.line, off: 0, end: int64(len(utf8BOM))})
+			fn(bomChange())
+			line, off = line[len(utf8BOM):], off+int64(len(utf8BOM))
+		}
 		if tooLong {
 			if first && c.hasHeader() {
 				return nil, 0, fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, s.line, maxLineSize)
@@ -405,11 +423,55 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 		// rewrite keeps them: a line judged here would be judged
 		// against a seq the rewrite may drop.
 		if why := c.checkLine(line); why != "" {
+			if glued := gluedSpans(c, f, line, off, end); glued != nil {
+				bad = append(bad, glued...)
+				fn(gluedChange(s.line, glued))
+				continue
+			}
 			drop(why)
 			continue
 		}
 	}
 	return bad, s.line, nil
+}
+
+// gluedSpans returns what file-level repair changes in a line at
+// [off, end) that holds whole entries glued onto a torn one or onto each
+// other (glued.go): the torn fragment dropped, a line end put between
+// entries. It returns nil when the line holds none: it is dropped whole.
+func gluedSpans(c codec, f Format, line []byte, off, end int64) []badLine {
+	if f == FormatBelay {
+		return nil
+	}
+	frag, spans := splitGlued(line, func(b []byte) bool { return c.checkLine(b) == "" }, gluedEntry(f, c))
+	if len(spans) == 0 {
+		return nil
+	}
+	term := "\n"
+	if end-off-int64(len(line)) == 2 {
+		term = "\r\n"
+	}
+	var out []badLine
+	if frag > 0 {
+		out = append(out, badLine{off: off, end: off + int64(frag)})
+	}
+	for _, sp := range spans[1:] {
+		at := off + int64(sp[0])
+		out = append(out, badLine{off: at, end: at, ins: term})
+	}
+	return out
+}
+
+// gluedChange reports what gluedSpans changes in line n.
+func gluedChange(n int, glued []badLine) Change {
+	for i := range glued {
+		glued[i].line = n
+	}
+	entries := len(glued)
+	if glued[0].ins == "" {
+		return Change{Kind: ChangeDropFragment, Line: n, Reason: fragmentReason(int(glued[0].end-glued[0].off), entries)}
+	}
+	return Change{Kind: ChangeSplitLine, Line: n, Reason: splitReason(entries + 1)}
 }
 
 // repairLines is streaming file-level repair: a validating pass, then (if
@@ -454,9 +516,16 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 	rep.Changes = append(rep.Changes, keep...)
 	var dropped int64
 	for _, b := range bad {
-		dropped += b.end - b.off
+		dropped += b.end - b.off - int64(len(b.ins))
 	}
 	rep.BytesAfter = fi.Size() - dropped
+	if f == FormatPi || f == FormatClaude {
+		d, err := danglingChildren(in, fi.Size(), f, bad)
+		if err != nil {
+			return rep, err
+		}
+		rep.DanglingChildren, rep.Note = d.children, danglingNote(d, opts.LinesOnly)
+	}
 	if opts.DryRun {
 		rep.Status = StatusWould
 		return rep, nil
@@ -521,6 +590,9 @@ func copyExcept(w io.Writer, r *os.File, size int64, bad []badLine) error {
 			if _, err := io.CopyN(w, r, b.off-at); err != nil {
 				return err
 			}
+		}
+		if _, err := io.WriteString(w, b.ins); err != nil {
+			return err
 		}
 		at = b.end
 	}
@@ -699,6 +771,9 @@ func walkJournal(path string, note func(Change), emit func([]journal.Event) erro
 		}
 		if err != nil {
 			return placed, dropped, fmt.Errorf("transcript: %w", err)
+		}
+		if off == 0 {
+			line = bytes.TrimPrefix(line, utf8BOM) // dropped by the validating pass
 		}
 		if tooLong || c.checkLine(line) != "" {
 			k.dropped++ // reported by the validating pass

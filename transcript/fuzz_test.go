@@ -21,14 +21,25 @@ func seedFixtures(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"session","version":3,"id":"s"}` + "\n" + `{"type":"message","id":"a","parentId":"a","message":{"role":"assistant","content":[{"type":"toolCall","id":"x","name":"n","arguments":{}}]}}`))
 	f.Add([]byte(`[{"role":"tool","tool_call_id":"x","content":"r"},{"role":"assistant","tool_calls":[{"id":"x","function":{"name":"f","arguments":"{"}}]}]`))
+	// Entries glued onto a torn line, or onto each other.
+	f.Add([]byte(jsonl(piHead, piU1, piA2, torn(piU3, `"role":"user","cont`)+piU4, piA5)))
+	f.Add([]byte(jsonl(piHead, piU1, torn(piA2, `"stopRe`)+strings.Replace(piU3, `"b2c3d4e5"`, `"a1b2c3d4"`, 1)+piU4, piA5)))
+	f.Add([]byte(jsonl(ccU1, ccA2, torn(ccU3, `"and the te`)+ccU4, ccA5)))
+	f.Add([]byte(jsonl(ccU1, ccA2+ccU4, ccA5)))
+	f.Add([]byte("\xef\xbb\xbf" + jsonl(torn(ccU1, `"fix the pa`)+ccU1, ccA2)))
+	f.Add([]byte("\xef\xbb\xbf" + jsonl(piHead, piU1)))
+	f.Add([]byte(`{"role":"user","content":"hi"}` + "\r\n" + `{"role":"assistant","content":"hel{"role":"user","content":"b"}{"role":"user","content":"c"}`))
 }
 
 // FuzzDocument parses any input in every format: it never panics, the
 // written output parses again in the same format with no dropped lines,
-// and repairing it again changes nothing.
+// and repairing it again changes nothing; detection never panics.
 func FuzzDocument(f *testing.F) {
 	seedFixtures(f)
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 300<<10) + `"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"n","input":{}}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _ = Detect(data)
+		_, _, _ = detect(data)
 		for _, format := range Formats {
 			if format == FormatBelay && len(data) > 1<<16 {
 				continue

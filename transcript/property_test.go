@@ -45,7 +45,7 @@ func cleanTree(r *rand.Rand, f Format) (lines []string, asst []string) {
 		if f == FormatPi {
 			add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"message":{"role":"user","content":"do `+me+`"}}`, "")
 		} else {
-			add(`{"parentUuid":`+pv(leaf)+`,"isSidechain":false,"type":"user","message":{"role":"user","content":"do `+me+`"},"uuid":"`+me+`"}`, "")
+			add(`{"parentUuid":`+pv(leaf)+`,"isSidechain":false,"sessionId":"s","type":"user","message":{"role":"user","content":"do `+me+`"},"uuid":"`+me+`"}`, "")
 		}
 		leaf = me
 		for loop := r.IntN(3); loop >= 0; loop-- {
@@ -74,12 +74,12 @@ func cleanTree(r *rand.Rand, f Format) (lines []string, asst []string) {
 			}
 			asstLine := func(parent, block string) string {
 				me := id()
-				add(`{"parentUuid":`+pv(parent)+`,"isSidechain":false,"type":"assistant","message":{"id":"`+resp+`","role":"assistant","content":[`+block+`],"stop_reason":null},"uuid":"`+me+`"}`, me)
+				add(`{"parentUuid":`+pv(parent)+`,"isSidechain":false,"sessionId":"s","type":"assistant","message":{"id":"`+resp+`","role":"assistant","content":[`+block+`],"stop_reason":null},"uuid":"`+me+`"}`, me)
 				return me
 			}
 			result := func(parent, c string) string {
 				me := id()
-				add(`{"parentUuid":`+pv(parent)+`,"isSidechain":false,"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"`+c+`","content":"r"}]},"uuid":"`+me+`"}`, "")
+				add(`{"parentUuid":`+pv(parent)+`,"isSidechain":false,"sessionId":"s","type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"`+c+`","content":"r"}]},"uuid":"`+me+`"}`, "")
 				return me
 			}
 			leaf = asstLine(leaf, `{"type":"text","text":"thinking about it"}`)
@@ -99,7 +99,7 @@ func cleanTree(r *rand.Rand, f Format) (lines []string, asst []string) {
 		if f == FormatPi {
 			add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"message":{"role":"assistant","content":[{"type":"text","text":"done"}],"stopReason":"stop"}}`, me)
 		} else {
-			add(`{"parentUuid":`+pv(leaf)+`,"isSidechain":false,"type":"assistant","message":{"id":"msg_`+me+`","role":"assistant","content":[{"type":"text","text":"done"}],"stop_reason":"end_turn"},"uuid":"`+me+`"}`, me)
+			add(`{"parentUuid":`+pv(leaf)+`,"isSidechain":false,"sessionId":"s","type":"assistant","message":{"id":"msg_`+me+`","role":"assistant","content":[{"type":"text","text":"done"}],"stop_reason":"end_turn"},"uuid":"`+me+`"}`, me)
 		}
 		leaf = me
 	}
@@ -108,7 +108,8 @@ func cleanTree(r *rand.Rand, f Format) (lines []string, asst []string) {
 
 // TestSingleDamageProperty: a random valid session checks clean and is
 // left untouched; any single deletion (but of the last line),
-// duplication or truncation of a line is detected, and repair keeps every
+// duplication or truncation of a line (with the next line written onto
+// it or not) is detected, and repair keeps every
 // assistant reply that survived it and gives a file that checks clean.
 func TestSingleDamageProperty(t *testing.T) {
 	t.Parallel()
@@ -136,7 +137,7 @@ func TestSingleDamageProperty(t *testing.T) {
 				survivors[a] = true
 			}
 		}
-		kind := r.IntN(3)
+		kind := r.IntN(4)
 		switch kind {
 		case 0: // deletion
 			if at == len(lines)-1 {
@@ -157,9 +158,25 @@ func TestSingleDamageProperty(t *testing.T) {
 			if a := asst[at]; a != "" {
 				survivors[a] = true
 			}
-		default: // truncation
+		case 2: // truncation
 			l := mutated[at]
 			mutated[at] = l[:1+r.IntN(len(l)-2)]
+		default: // truncation, and the next line written onto it
+			if at == len(lines)-1 {
+				at--
+			}
+			if at < first {
+				continue
+			}
+			l := mutated[at]
+			mutated[at] = l[:1+r.IntN(len(l)-2)] + mutated[at+1]
+			mutated = append(mutated[:at+1], mutated[at+2:]...)
+			survivors = map[string]bool{}
+			for k, a := range asst {
+				if a != "" && k != at {
+					survivors[a] = true
+				}
+			}
 		}
 		require.NoError(t, os.WriteFile(path, join(mutated), 0o600))
 		rep, err = RepairFile(path, FileOptions{Format: f, DryRun: true})

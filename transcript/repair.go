@@ -18,6 +18,9 @@ const BlankUserText = "(continue)"
 // Change kinds, the stable "kind" values of a repair report.
 const (
 	ChangeDropLine        = "drop_line"         // file level: a line that is not valid JSON or not a valid entry
+	ChangeDropFragment    = "drop_fragment"     // file level: the torn start of a line with a whole entry written onto it, which is kept
+	ChangeSplitLine       = "split_line"        // file level: whole entries on one line (a line end lost), each made a line
+	ChangeDropBOM         = "drop_bom"          // file level: a UTF-8 byte-order mark at the start of the file, removed
 	ChangeDropToolCall    = "drop_tool_call"    // a tool call without input/arguments or without an id
 	ChangeDropMessage     = "drop_message"      // an assistant message emptied by dropping its tool calls
 	ChangeInsertResult    = "insert_result"     // a synthetic error result for a call that had none

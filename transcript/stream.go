@@ -65,6 +65,7 @@ type salvage struct {
 	parentNull bool
 	parentIdx  int32
 	line       int
+	fragment   bool // the torn start of a line whose glued entry is kept
 }
 
 type farRef struct {
@@ -96,6 +97,7 @@ type streamRepair struct {
 	dropped []Change // drop_line, in line order
 	dups    []Change // drop_duplicate, in line order
 	lost    map[uint64]*salvage
+	torn    []*salvage // dropped lines that name their parent, not their id, in line order
 	far     []farRef
 	win     []winSlot
 	winIdx  *idTable
@@ -104,9 +106,11 @@ type streamRepair struct {
 
 	// broken links: line -> parent named; its rank on the path (-1 off it)
 	broken    map[int]string
-	brokenVia map[int]int
-	rank      map[int]int
-	targets   map[int]string // lines whose id a relink reason names
+	brokenVia map[int]*salvage // the dropped line the link was followed through
+	// brokenTorn: line -> the torn line (its id lost) whose parent it takes
+	brokenTorn map[int]int
+	rank       map[int]int
+	targets    map[int]string // lines whose id a relink reason names
 
 	regions  []*region
 	items    int          // items read so far (message index of reports)
@@ -118,6 +122,11 @@ type streamRepair struct {
 	reread   bool         // the check pass read the path again
 	opens    []*openCall
 	openBy   map[string][]*openCall
+
+	// cut holds, for the lines that have one, how many of their first
+	// bytes repair drops: the torn fragment before an entry glued onto it
+	// (glued.go). Every pass reads such a line from there.
+	cut map[int]int
 
 	term          string            // terminator for new lines (the first line's)
 	droppedParent map[string]string // dropped path entries: id -> parent
@@ -152,10 +161,10 @@ type openCall struct {
 
 func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 	s := &streamRepair{f: f, size: size, format: format, seed: maphash.MakeSeed(),
-		openBy: map[string][]*openCall{},
-		term:   "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
+		openBy: map[string][]*openCall{}, cut: map[int]int{},
+		term: "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
 		lost: map[uint64]*salvage{}, lt: newLineTable(),
-		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
+		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]*salvage{}, brokenTorn: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
 	for i := range s.win {
 		s.win[i].line = -1
 	}
@@ -199,6 +208,12 @@ type scanLine struct {
 	hasPar bool
 	parAt  [2]int // its parent's value (raw) in the line
 	sum    uint64 // hash of the whole line
+	// cut is the length of a torn fragment with an entry glued onto it:
+	// the rest of the scanLine is that entry's (glued.go); many says the
+	// line holds more than one entry, which the in-memory repair splits.
+	cut  int
+	many bool
+	bom  bool // the line (the file's first) begins with a byte-order mark, in cut
 }
 
 // extract validates a line and reads its id, parent and flags; k is left
@@ -263,9 +278,20 @@ func (s *streamRepair) scan() error {
 			from := len(c.parts)
 			if r := &c.scan[i]; !c.recs[i].tooLong {
 				line := c.line(i)
+				bom := c.recs[i].off == 0 && bytes.HasPrefix(line, utf8BOM)
+				if bom {
+					line = line[len(utf8BOM):]
+				}
 				s.extract(line, r, &k)
+				if r.why != "" {
+					s.glued(line, r, &k)
+				}
+				if bom {
+					r.bom, r.cut = true, r.cut+len(utf8BOM)
+					line = c.line(i)
+				}
 				if r.fl&fEntry != 0 {
-					c.light.readChecked(s.format, line, &k)
+					c.light.readChecked(s.format, line[r.cut:], &k)
 					c.parts = c.light.parts(s.format, s.seed, c.parts)
 				}
 			}
@@ -288,6 +314,13 @@ func (s *streamRepair) scan() error {
 				continue
 			}
 			r := &c.scan[i]
+			bom := 0
+			if r.bom {
+				bom = len(utf8BOM)
+				s.cut[idx] = bom
+				s.dropped = append(s.dropped, bomChange())
+				line = line[bom:]
+			}
 			if r.fl == fBlank {
 				s.lt.setFlags(idx, fBlank)
 				continue
@@ -305,12 +338,20 @@ func (s *streamRepair) scan() error {
 				continue
 			}
 			first = false
+			if r.many {
+				return errNoStream // entries glued onto each other: in memory
+			}
 			if r.why != "" {
 				s.drop(idx, r.why, line)
 				continue
 			}
+			if r.cut > bom {
+				s.dropFragment(idx, line[:r.cut-bom])
+				line = line[r.cut-bom:]
+			}
+			off := rec.off + int64(r.cut)
 			s.entry(idx, line, r)
-			s.specLine(idx, rec.off, rec.fend, c.parts[c.partAt[i][0]:c.partAt[i][1]])
+			s.specLine(idx, off, rec.fend, c.parts[c.partAt[i][0]:c.partAt[i][1]])
 		}
 		return nil
 	})
@@ -328,12 +369,43 @@ func (s *streamRepair) scan() error {
 	return s.lt.err
 }
 
+// glued looks, in a line that is not valid, for an entry glued onto a
+// torn fragment (glued.go); r and k then describe that entry and r.cut
+// is the fragment's length. A line of more than one entry is left to the
+// in-memory repair (r.many).
+func (s *streamRepair) glued(line []byte, r *scanLine, k *keyCheck) {
+	c, _ := codecFor(s.format)
+	frag, spans := splitGlued(line, func(b []byte) bool { return c.checkLine(b) == "" }, gluedEntry(s.format, c))
+	switch {
+	case len(spans) == 0:
+		return
+	case len(spans) > 1 || frag == 0:
+		r.many = true
+		return
+	}
+	s.extract(line[frag:], r, k)
+	r.cut = frag
+}
+
+// dropFragment drops the torn fragment at the start of line idx, whose
+// glued entry is kept, and salvages its id and parent.
+func (s *streamRepair) dropFragment(idx int, frag []byte) {
+	s.cut[idx] += len(frag)
+	s.dropped = append(s.dropped, Change{Kind: ChangeDropFragment, Line: idx + 1, Reason: fragmentReason(len(frag), 1)})
+	s.salvage(idx, frag, true)
+}
+
 func (s *streamRepair) drop(idx int, why string, line []byte) {
 	s.lt.setFlags(idx, s.lt.flags(idx)|fBad)
 	s.dropped = append(s.dropped, Change{Kind: ChangeDropLine, Line: idx + 1, Reason: why})
-	if line == nil {
-		return
+	if line != nil {
+		s.salvage(idx, line, false)
 	}
+}
+
+// salvage keeps the id and parent a dropped line (or torn fragment) still
+// holds whole, through which the children of its lost entry are relinked.
+func (s *streamRepair) salvage(idx int, line []byte, fragment bool) {
 	var id, par []byte
 	okID, okPar := false, false
 	topFields(line, func(f field) bool {
@@ -353,21 +425,51 @@ func (s *streamRepair) drop(idx int, why string, line []byte) {
 		}
 		return true
 	})
-	if !okID || !okPar || string(id) == `""` {
+	// As the in-memory repair reads them: decoded.
+	if okID {
+		str, ok := jsonString(id)
+		okID = ok && str != ""
+	}
+	if okPar && string(par) != "null" {
+		_, okPar = jsonString(par)
+	}
+	if !okPar {
 		return
 	}
-	h := s.idHash(id)
-	if _, taken := s.lost[h]; taken {
-		return
+	var h uint64
+	if okID {
+		if h = s.idHash(id); s.lost[h] != nil {
+			return
+		}
 	}
-	sv := &salvage{line: idx + 1, parentIdx: noParent}
+	sv := &salvage{line: idx + 1, parentIdx: noParent, fragment: fragment}
 	if string(par) == "null" {
 		sv.parentNull = true
 	} else {
 		sv.parent = s.idHash(par)
-		sv.parentIdx = s.lookup(sv.parent, idx, par)
+		at := idx
+		if fragment {
+			at = -1 // not the parent of the line's entry, which is kept
+		}
+		sv.parentIdx = s.lookup(sv.parent, at, par)
+	}
+	if !okID {
+		s.torn = append(s.torn, sv) // its id torn away: see tornBefore
+		return
 	}
 	s.lost[h] = sv
+}
+
+// tornBefore returns the dropped line nearest before line n (1-based)
+// that names its parent but lost its own id, and whether it comes after
+// line after, as the in-memory tornBefore does.
+func (s *streamRepair) tornBefore(after, n int) (*salvage, bool) {
+	k := sort.Search(len(s.torn), func(k int) bool { return s.torn[k].line >= n })
+	if k == 0 {
+		return nil, false
+	}
+	t := s.torn[k-1]
+	return t, t.line > after
 }
 
 // lookup finds the line of an id among the recent ones, or records a far
@@ -507,6 +609,11 @@ func (s *streamRepair) resolveFar() error {
 			sv.parentIdx = want[sv.parent]
 		}
 	}
+	for _, sv := range s.torn {
+		if sv.parentIdx == farParent {
+			sv.parentIdx = want[sv.parent]
+		}
+	}
 	return s.lt.err
 }
 
@@ -525,7 +632,7 @@ func (s *streamRepair) searchIDs(want map[uint64]int32) error {
 		if tooLong || s.lt.flags(idx)&(fID|fBad) != fID {
 			continue
 		}
-		v, ok := getField(line, s.idKey)
+		v, ok := getField(line[s.cut[idx]:], s.idKey)
 		if !ok {
 			continue
 		}
@@ -566,14 +673,14 @@ func (s *streamRepair) link() error {
 		p := s.broken[i]
 		target := int32(missingParent)
 		h := maphash.String(s.seed, p)
-		via := 0
+		var via *salvage
 		for hops := 0; hops <= len(s.lost); hops++ {
 			sv, ok := s.lost[h]
 			if !ok {
 				break
 			}
-			if via == 0 {
-				via = sv.line
+			if via == nil {
+				via = sv
 			}
 			if sv.parentNull {
 				target = noParent
@@ -586,28 +693,42 @@ func (s *streamRepair) link() error {
 			h = sv.parent
 		}
 		if target == missingParent {
-			via = 0
+			via = nil
 			target = noParent
 			side := t.flags(i) & fSide
-			for j := i - 1; j >= 0; j-- {
+			fits := func(j int) bool {
 				fl := t.flags(j)
 				if fl&(fID|fBad) != fID {
-					continue
+					return false
 				}
 				if s.format == FormatClaude && fl&(fConv|fSide) != fConv|side {
-					continue
+					return false
 				}
 				if s.format == FormatClaude && fl&fResult != 0 {
 					if pj := t.parent(j); pj >= 0 && s.broken[j] == "" && t.marks(int(pj))&mKid2 != 0 {
-						continue
+						return false
 					}
 				}
-				target = int32(j)
-				break
+				return true
+			}
+			after := 0 // the line (1-based) of the nearest line before that fits
+			for j := i - 1; j >= 0; j-- {
+				if fits(j) {
+					target, after = int32(j), j+1
+					break
+				}
+			}
+			if tn, ok := s.tornBefore(after, i+1); ok {
+				switch p := tn.parentIdx; {
+				case tn.parentNull:
+					target, s.brokenTorn[i] = noParent, tn.line
+				case p >= 0 && int(p)+1 < tn.line && fits(int(p)):
+					target, s.brokenTorn[i] = p, tn.line
+				}
 			}
 		}
 		t.setParent(i, target)
-		if via > 0 {
+		if via != nil {
 			s.brokenVia[i] = via
 		}
 		if target >= 0 {
@@ -676,10 +797,12 @@ func (s *streamRepair) relinkChanges() []Change {
 	for _, l := range lines {
 		p := s.broken[l]
 		why := fmt.Sprintf("parent %q is not in the file (a lost or torn line)", p)
-		if v, ok := s.brokenVia[l]; ok {
-			why = fmt.Sprintf("parent %q is gone with the dropped line %d", p, v)
-		}
 		target := "made a root: no earlier entry can be its ancestor"
+		if v, ok := s.brokenVia[l]; ok {
+			why = goneWith(p, v.line, v.fragment)
+		} else if tl, ok := s.brokenTorn[l]; ok {
+			why, target = tornWhy(p, tl)
+		}
 		if t := s.lt.parent(l); t >= 0 {
 			target = fmt.Sprintf("relinked to %q, its nearest surviving ancestor", s.targets[int(t)])
 		}

@@ -49,21 +49,23 @@ func (s *streamRepair) check() error {
 			if rec.tooLong || s.lt.flags(idx)&fBad != 0 {
 				continue
 			}
+			cut := s.cut[idx]
+			line, off := c.line(i)[cut:], rec.off+int64(cut)
 			if _, ok := s.targets[idx]; ok {
-				v, _ := getString(c.line(i), s.idKey)
+				v, _ := getString(line, s.idKey)
 				s.targets[idx] = v
 			}
 			onPath := s.lt.onPath(idx)
 			if !onPath && !branch(idx) {
 				continue
 			}
-			c.light.read(s.format, c.line(i))
+			c.light.read(s.format, line)
 			parts := c.light.parts(s.format, s.seed, c.parts[:0])
 			c.parts = parts
 			if onPath {
-				fr.add(idx, rec.off, rec.fend, parts)
+				fr.add(idx, off, rec.fend, parts)
 			} else {
-				if err := fr.attach(idx, int(s.lt.parent(idx)), rec.off, rec.fend, parts); err != nil {
+				if err := fr.attach(idx, int(s.lt.parent(idx)), off, rec.fend, parts); err != nil {
 					return err
 				}
 			}

@@ -228,8 +228,9 @@ func (s *streamRepair) specDone() (bool, error) {
 		if idx+1 < s.n {
 			end = t.offset(idx + 1)
 		}
-		b := make([]byte, end-t.offset(idx))
-		if _, err := s.f.ReadAt(b, t.offset(idx)); err != nil && !(errors.Is(err, io.EOF) && end == s.size) {
+		off := t.offset(idx) + int64(s.cut[idx])
+		b := make([]byte, end-off)
+		if _, err := s.f.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && end == s.size) {
 			return false, fmt.Errorf("transcript: %w", err)
 		}
 		b = bytes.TrimSuffix(b, []byte("\n"))

@@ -98,7 +98,7 @@ func TestStreamMatchesMemory(t *testing.T) {
 }
 
 // randomTree writes a random pi or Claude Code session with damage: torn
-// and repeated lines, missing and duplicated results, orphans, results out
+// and repeated lines, torn lines with the next written onto them, missing and duplicated results, orphans, results out
 // of place, calls without input, errored turns, blank user turns, broken
 // parent links, branches, parallel calls whose results hang on their own
 // call's line.
@@ -132,6 +132,9 @@ func randomTree(r *rand.Rand, f Format) []byte {
 			b.WriteString(line + "\n" + line + "\n") // written twice
 		case k == 2:
 			// never written: children break
+		case k == 3:
+			// torn, and the next line written onto it
+			b.WriteString(line[:r.IntN(len(line)+1)])
 		default:
 			b.WriteString(line + "\n")
 		}
@@ -146,7 +149,7 @@ func randomTree(r *rand.Rand, f Format) []byte {
 			if f == FormatPi {
 				return `{"type":"message","id":"` + me + `","parentId":` + pv(p) + `,"message":{"role":"user","content":"` + text + `"}}`
 			}
-			return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"type":"user","message":{"role":"user","content":"` + text + `"},"uuid":"` + me + `"}`
+			return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"sessionId":"s","type":"user","message":{"role":"user","content":"` + text + `"},"uuid":"` + me + `"}`
 		}
 	}
 	call := func(ids []string, stop, resp string) func(string, string) string {
@@ -180,7 +183,7 @@ func randomTree(r *rand.Rand, f Format) []byte {
 			if stop != "" {
 				sr = `"` + stop + `"`
 			}
-			return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"type":"assistant","message":{"id":"` + resp + `","role":"assistant","content":` + content + `,"stop_reason":` + sr + `},"uuid":"` + me + `"}`
+			return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"sessionId":"s","type":"assistant","message":{"id":"` + resp + `","role":"assistant","content":` + content + `,"stop_reason":` + sr + `},"uuid":"` + me + `"}`
 		}
 	}
 	result := func(c string) func(string, string) string {
@@ -188,14 +191,14 @@ func randomTree(r *rand.Rand, f Format) []byte {
 			if f == FormatPi {
 				return `{"type":"message","id":"` + me + `","parentId":` + pv(p) + `,"message":{"role":"toolResult","toolCallId":"` + c + `","toolName":"t","content":[{"type":"text","text":"r"}],"isError":false}}`
 			}
-			return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + c + `","content":"r"}]},"uuid":"` + me + `"}`
+			return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"sessionId":"s","type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + c + `","content":"r"}]},"uuid":"` + me + `"}`
 		}
 	}
 	other := func(me, p string) string {
 		if f == FormatPi {
 			return `{"type":"label","id":"` + me + `","parentId":` + pv(p) + `,"targetId":"x","label":"l"}`
 		}
-		return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"type":"system","subtype":"turn_duration","uuid":"` + me + `"}`
+		return `{"parentUuid":` + pv(p) + `,"isSidechain":false,"sessionId":"s","type":"system","subtype":"turn_duration","uuid":"` + me + `"}`
 	}
 	for i, n := 0, 3+r.IntN(25); i < n; i++ {
 		switch r.IntN(9) {

@@ -283,6 +283,9 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 		if tooLong || s.lt.flags(idx)&fBad != 0 {
 			continue
 		}
+		if cut := s.cut[idx]; cut > 0 {
+			line, off = line[cut:], off+int64(cut)
+		}
 		term := "\n"
 		switch end - off - int64(len(line)) {
 		case 0:

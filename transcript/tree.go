@@ -65,14 +65,42 @@ func (d *Document) dropDuplicates(body []*entry) []*entry {
 
 // salvaged is what could be read from the start of a dropped (torn) line.
 type salvaged struct {
-	parent string
+	parent   string
+	line     int
+	fragment bool // the torn start of a line whose glued entries were kept
+}
+
+// goneWith is why an entry's parent, salvaged from a dropped line (or a
+// torn fragment), is missing.
+func goneWith(parent string, line int, fragment bool) string {
+	if fragment {
+		return fmt.Sprintf("parent %q is gone with the torn fragment dropped from line %d", parent, line)
+	}
+	return fmt.Sprintf("parent %q is gone with the dropped line %d", parent, line)
+}
+
+// tornLine is a dropped line that still names its parent whole but not
+// its own id: a Claude Code line keeps its "parentUuid" first and its
+// "uuid" near its end, so a tear takes the id and leaves the parent.
+type tornLine struct {
 	line   int
+	parent string // "" for null
+}
+
+// tornWhy is why an entry whose parent is most likely the torn line
+// before it is relinked to that line's parent, and what it is made when
+// that line was a root.
+func tornWhy(parent string, line int) (why, root string) {
+	return fmt.Sprintf("parent %q is not in the file: most likely it was the dropped line %d before it, whose own id was torn away; it takes that line's parent", parent, line),
+		"made a root, as the torn line was"
 }
 
 // salvage reads the id and parent of the dropped lines that still hold
-// them complete (a torn line usually keeps its first fields).
-func (d *Document) salvage(spec treeSpec) map[string]salvaged {
+// them complete (a torn line usually keeps its first fields), and lists
+// the dropped lines that hold their parent but not their id, in order.
+func (d *Document) salvage(spec treeSpec) (map[string]salvaged, []tornLine) {
 	out := map[string]salvaged{}
+	var torn []tornLine
 	for _, dl := range d.droppedRaw {
 		var id, parent string
 		okID, okParent := false, false
@@ -93,13 +121,32 @@ func (d *Document) salvage(spec treeSpec) map[string]salvaged {
 			}
 			return true
 		})
-		if okID && okParent && id != "" {
+		switch {
+		case okID && okParent && id != "":
 			if _, taken := out[id]; !taken {
-				out[id] = salvaged{parent: parent, line: dl.line}
+				out[id] = salvaged{parent: parent, line: dl.line, fragment: dl.fragment}
 			}
+		case okParent:
+			torn = append(torn, tornLine{line: dl.line, parent: parent})
 		}
 	}
-	return out
+	return out, torn
+}
+
+// tornBefore returns the torn line (its id lost) nearest before line n,
+// and whether it comes after line after, the nearest entry before n that
+// can be the ancestor of the entry at n, whose parent is missing. That
+// parent is then most likely the torn line, and the entry takes the torn
+// line's parent (when the torn line was an edit that branched the
+// conversation, the entry before it in the file is on the abandoned
+// branch; the torn line's parent is where the new branch starts).
+func tornBefore(torn []tornLine, after, n int) (tornLine, bool) {
+	for k := len(torn) - 1; k >= 0; k-- {
+		if t := torn[k]; t.line < n {
+			return t, t.line > after
+		}
+	}
+	return tornLine{}, false
 }
 
 // linkTree finds every entry whose parent is not in the file, decides the
@@ -131,6 +178,7 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 		}
 	}
 	var lost map[string]salvaged
+	var torn []tornLine
 	var broken []*entry
 	var kids map[string]int
 	for i, e := range body {
@@ -139,7 +187,7 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 			continue
 		}
 		if lost == nil {
-			lost = d.salvage(spec)
+			lost, torn = d.salvage(spec)
 			kids = map[string]int{}
 			for _, c := range body {
 				if c.parent != "" && c.parent != c.id && byID[c.parent] != nil {
@@ -158,6 +206,9 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 			if !ok {
 				break
 			}
+			if len(e.via) == 0 {
+				e.viaFragment = s.fragment
+			}
 			e.via = append(e.via, s.line)
 			p, seen = s.parent, seen+1
 			if p == "" || byID[p] != nil {
@@ -170,11 +221,19 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 		default:
 			e.via = nil
 			e.link = ""
+			fits := func(c *entry) bool {
+				return c.id != "" && c.id != e.id && (spec.near == nil || spec.near(e, c, kids))
+			}
+			after := 0 // the line of the nearest entry before that fits
 			for j := i - 1; j >= 0; j-- {
-				c := body[j]
-				if c.id != "" && c.id != e.id && (spec.near == nil || spec.near(e, c, kids)) {
-					e.link = c.id
+				if c := body[j]; fits(c) {
+					e.link, after = c.id, c.line
 					break
+				}
+			}
+			if t, ok := tornBefore(torn, after, e.line); ok {
+				if p := byID[t.parent]; t.parent == "" || p != nil && p.line < t.line && fits(p) {
+					e.link, e.viaTorn = t.parent, t.line
 				}
 			}
 		}
@@ -206,13 +265,15 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 	}
 	for _, e := range broken {
 		var why string
+		target := "made a root: no earlier entry can be its ancestor"
 		switch {
 		case len(e.via) > 0:
-			why = fmt.Sprintf("parent %q is gone with the dropped line %d", e.parent, e.via[0])
+			why = goneWith(e.parent, e.via[0], e.viaFragment)
+		case e.viaTorn > 0:
+			why, target = tornWhy(e.parent, e.viaTorn)
 		default:
 			why = fmt.Sprintf("parent %q is not in the file (a lost or torn line)", e.parent)
 		}
-		target := "made a root: no earlier entry can be its ancestor"
 		if e.link != "" {
 			target = fmt.Sprintf("relinked to %q, its nearest surviving ancestor", e.link)
 		}

@@ -44,8 +44,11 @@ format is detected unless --format names it.
 
 File level: lines that are not valid JSON, or not valid entries of the
 format, and lines written twice are dropped and reported with their line
-numbers. In pi and Claude Code sessions an entry whose parent is missing is
-relinked to its nearest surviving ancestor, and reported. A file whose
+numbers; an entry written onto a torn line is kept as a line of its own,
+and a leading byte-order mark is removed. In pi and Claude Code sessions
+an entry whose parent is missing is relinked to its nearest surviving
+ancestor, and reported (not with --lines-only, which says how many it
+leaves). A file whose
 header is invalid is refused and never changed.
 Message level: tool calls are paired with their results per turn (Claude
 Code: across the tree, each result on its own call's line), missing
@@ -189,5 +192,8 @@ func printRepair(stdio Stdio, rep *transcript.FileReport) {
 			call = " [" + c.CallID + "]"
 		}
 		fmt.Fprintf(w, "  %s%s%s: %s\n", where, c.Kind, call, c.Reason)
+	}
+	if rep.Note != "" {
+		fmt.Fprintf(w, "  note: %s\n", rep.Note)
 	}
 }
