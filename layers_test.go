@@ -25,7 +25,7 @@ type layer struct {
 // package is placed here on purpose, not by accident.
 var layers = []layer{
 	{"vocabulary", 0, []string{"", "apitype"}},
-	{"utilities", 1, []string{"internal/atomicfile", "internal/chatsite", "internal/clock", "internal/crashtest", "internal/datadir", "internal/delta",
+	{"utilities", 1, []string{"internal/atomicfile", "internal/chatsite", "internal/clock", "internal/cmdline", "internal/crashtest", "internal/datadir", "internal/delta",
 		"internal/gotune", "internal/ids", "internal/jsonx", "internal/proc", "internal/testpg", "internal/vfs/..."}},
 	{"formats", 2, []string{"journal", "journal/commitlog", "lock", "transcript"}},
 	{"store", 3, []string{"store/..."}},

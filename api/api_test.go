@@ -201,6 +201,9 @@ func TestErrorsAndHardening(t *testing.T) {
 		{"POST", "/v1/runs", `{"provider":"fake","policy":"often"}`, 400, apitype.CodeInvalid},
 		{"POST", "/v1/runs", `{"provider":"fake"} {}`, 400, apitype.CodeInvalid},
 		{"POST", "/v1/sessions", `{"provider":"fake","prompt":"` + strings.Repeat("x", MaxBody) + `"}`, 413, apitype.CodeTooLarge},
+		// A browser option for a provider that would ignore it.
+		{"POST", "/v1/sessions", `{"provider":"fake","options":{"site":"chatgpt"}}`, 400, apitype.CodeInvalid},
+		{"POST", "/v1/runs", `{"provider":"fake","prompt":"x","options":{"site_url":"https://chatgpt.com/"}}`, 400, apitype.CodeInvalid},
 		{"POST", "/v1/inbox/dlv_01jfz0000000000000000000aa/settle", `{"kind":"done","epoch":1}`, 404, apitype.CodeNotFound},
 		{"POST", "/v1/inbox/lease", `{"owner":""}`, 400, apitype.CodeInvalid},
 		{"GET", "/v1/sessions?limit=-1", "", 400, apitype.CodeInvalid},

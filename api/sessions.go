@@ -18,8 +18,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, MaxBody, &req) {
 		return
 	}
-	if _, err := s.rt.Provider(req.Provider); err != nil {
-		writeError(w, err) // every run of the session would fail
+	if err := s.rt.CheckSession(req.Provider, req.Options); err != nil {
+		writeError(w, err) // every run of the session would fail, or ignore its options
 		return
 	}
 	sess, err := s.st.CreateSession(r.Context(), belay.SessionInput{

@@ -37,7 +37,12 @@ func (d *diagnosis) browserReport() *apitype.BrowserReport {
 		Site: token(c.Site), SendPhase: token(c.Phase), ConversationURL: redactURL(ref.URL),
 		Target: shorten(ref.Target), BrowserPID: c.Chrome.PID, Rebinds: c.Rebinds,
 	}
-	d.browserRun = c.Run
+	d.browserRun, d.browserProvider = c.Run, token(d.in.Session.Provider)
+	for _, r := range d.runs {
+		if r.ID == c.Run && r.Provider != "" {
+			d.browserProvider = token(r.Provider)
+		}
+	}
 	// The start URL the run was sent with goes into the commands when
 	// the report would show it as it is (redaction keeps it).
 	d.browserURL, d.browserURLHidden = c.SiteURL, false
@@ -49,7 +54,9 @@ func (d *diagnosis) browserReport() *apitype.BrowserReport {
 	if d.active != nil {
 		r = d.active
 	}
-	if r != nil && r.Error != nil {
+	// The page state is the bound run's: a later run of another provider
+	// in the session (an API's 429) says nothing of the site's page.
+	if r != nil && r.Error != nil && r.ID == c.Run {
 		b.PageState = map[belay.ErrorClass]string{
 			belay.ClassAuth: "login_required", belay.ClassChallenge: "challenge_blocking",
 			belay.ClassRateLimited: "rate_limited", belay.ClassTransient: "transient_outage",
@@ -67,12 +74,13 @@ func (d *diagnosis) browserReport() *apitype.BrowserReport {
 // conversation belay never saw is not asked again (the provider refuses
 // to). urlHidden says the run had a start URL the report does not show.
 // An empty command keeps the generic ones.
-func browserCommand(b *apitype.BrowserReport, bound, siteURL string, urlHidden bool, failed *belay.Run, action apitype.DoctorAction, reason string) (apitype.DoctorAction, string, string) {
+func (d *diagnosis) browserCommand(b *apitype.BrowserReport, failed *belay.Run, rule string, action apitype.DoctorAction, reason string) (apitype.DoctorAction, string, string) {
 	if b == nil || b.Site == "" {
 		return action, "", reason
 	}
+	bound, prov, siteURL := d.browserRun, d.browserProvider, d.browserURL
 	hidden := ""
-	if urlHidden {
+	if d.browserURLHidden {
 		hidden = " The run was sent with its own start URL (--site-url), which this report does not show: add --url with it."
 	}
 	sentHere := failed != nil && bound == failed.ID
@@ -88,15 +96,15 @@ func browserCommand(b *apitype.BrowserReport, bound, siteURL string, urlHidden b
 		return action, cmdRetry(id), fmt.Sprintf("Run %s failed with %s after its prompt was sent to %s, which may have finished the answer since; retrying it reads that answer from the conversation without sending the prompt again.",
 			id, errorClass(failed), b.Site)
 	case action == apitype.ActionReauth:
-		return action, cmdBrowserLogin(b.Site, siteURL), reason + fmt.Sprintf(" Log in to %s once in the window it opens; the next run copies that profile.", b.Site) + hidden
+		return action, cmdBrowserLogin(prov, b.Site, siteURL), reason + fmt.Sprintf(" Log in to %s once in the window it opens; the next run copies that profile.", b.Site) + hidden
 	case action == apitype.ActionSolveChallenge:
-		return action, cmdBrowserLogin(b.Site, siteURL), reason + fmt.Sprintf(" Solve the %s challenge in the window it opens.", b.Site) + hidden
-	case action == apitype.ActionRetryLater && failed != nil && b.PageState == "rate_limited":
-		return action, cmdRetry(token(failed.ID)), reason + fmt.Sprintf(" The %s page showed its usage cap, which lifts on the site's own schedule (the page may say when; %s shows it).", b.Site, cmdBrowserCheck(b.Site, siteURL)) + hidden
-	case action == apitype.ActionRetryLater && failed != nil && b.PageState == "transient_outage":
-		return action, cmdRetry(token(failed.ID)), reason + fmt.Sprintf(" The %s page showed an outage (an error page, a network error or a 5xx) on every attempt; %s shows whether it still does.", b.Site, cmdBrowserCheck(b.Site, siteURL)) + hidden
+		return action, cmdBrowserLogin(prov, b.Site, siteURL), reason + fmt.Sprintf(" Solve the %s challenge in the window it opens.", b.Site) + hidden
+	case rule == "failed_backoff" && sentHere && b.PageState == "rate_limited":
+		return action, cmdRetry(token(failed.ID)), reason + fmt.Sprintf(" The %s page showed its usage cap, which lifts on the site's own schedule (the page may say when; %s shows it).", b.Site, cmdBrowserCheck(prov, b.Site, siteURL)) + hidden
+	case rule == "failed_backoff" && sentHere && b.PageState == "transient_outage":
+		return action, cmdRetry(token(failed.ID)), reason + fmt.Sprintf(" The %s page showed an outage (an error page, a network error or a 5xx) on every attempt; %s shows whether it still does.", b.Site, cmdBrowserCheck(prov, b.Site, siteURL)) + hidden
 	case b.PageState == "unknown" && (action == apitype.ActionResend || action == apitype.ActionResolveManually):
-		return action, cmdBrowserCheck(b.Site, siteURL), reason + fmt.Sprintf(" The page did not match the %s site profile: check it, fix the profile, then resend.", b.Site) + hidden
+		return action, cmdBrowserCheck(prov, b.Site, siteURL), reason + fmt.Sprintf(" The page did not match the %s site profile: check it, fix the profile, then resend.", b.Site) + hidden
 	}
 	return action, "", reason
 }

@@ -130,6 +130,44 @@ func TestBrowserReport(t *testing.T) {
 		require.Contains(t, rep.Reason, "the provider named no time to wait")
 		require.NotContains(t, rep.Reason, "the provider needs")
 	}
+	// Another rule's retry_later (a full disk) keeps its own command and
+	// reason: the cap is not what to wait for.
+	{
+		in := setup()
+		browserSession(&in)
+		in.Session.Ref.Cursor = strings.Replace(in.Session.Ref.Cursor, `"run":"run_1"`, `"run":"`+runA+`"`, 1)
+		finished(&in, runA, belay.RunFailed, belay.ClassRateLimited, time.Second)
+		in.Journal = Journal{Path: "/data/sessions/x/journal.jsonl", DiskFull: true, FreeBytes: 4096, WriteError: "belay: disk full"}
+		rep := Diagnose(in)
+		checkReport(t, rep)
+		require.Equal(t, "journal_write_failing", rep.Rule)
+		require.Equal(t, "belay sessions doctor "+sesID, rep.Command)
+		require.NotContains(t, rep.Reason, "usage cap")
+	}
+	// A browser provider of another name: its commands name it.
+	{
+		in := setup()
+		browserSession(&in)
+		in.Session.Provider = ExampleBrowserProvider
+		finished(&in, "run_1", belay.RunFailed, belay.ClassAuth, 0)
+		rep := Diagnose(in)
+		checkReport(t, rep)
+		require.Equal(t, "belay browser login chatgpt --provider "+ExampleBrowserProvider, rep.Command)
+	}
+	// A later run of another provider in the browser session (an API's
+	// 429): the site's page showed nothing, and no page state is made up.
+	{
+		in := setup()
+		browserSession(&in)
+		finished(&in, "run_1", belay.RunComplete, "", time.Hour)
+		r := finished(&in, runA, belay.RunFailed, belay.ClassRateLimited, time.Second)
+		r.Provider = "openai"
+		rep := Diagnose(in)
+		checkReport(t, rep)
+		require.Empty(t, rep.Browser.PageState)
+		require.Equal(t, apitype.ActionRetryLater, rep.NextAction)
+		require.NotContains(t, rep.Reason, "usage cap")
+	}
 	// Not a browser provider's ref: no browser report.
 	in := setup()
 	in.Session.Ref = belay.ConversationRef{Kind: "browser", URL: "https://chatgpt.com/c/x"}

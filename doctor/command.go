@@ -39,9 +39,13 @@ func cmdSessionsDelete(session string) string {
 
 // cmdBrowserLogin and cmdBrowserCheck open site at siteURL, the start URL
 // a run was sent with ("" for the profile's).
-func cmdBrowserLogin(site, siteURL string) string { return cmdline.BrowserSite("login", site, siteURL) }
+func cmdBrowserLogin(prov, site, siteURL string) string {
+	return cmdline.BrowserSite("login", prov, site, siteURL)
+}
 
-func cmdBrowserCheck(site, siteURL string) string { return cmdline.BrowserSite("check", site, siteURL) }
+func cmdBrowserCheck(prov, site, siteURL string) string {
+	return cmdline.BrowserSite("check", prov, site, siteURL)
+}
 
 func cmdInboxPoll(session string) string {
 	return command("belay", "inbox", "poll", "--session", session)
@@ -67,6 +71,10 @@ func cmdRepair(path, session string) string {
 // server's subscriber) in Commands.
 const ExampleAddressee = "mcp:tag:mcp"
 
+// ExampleBrowserProvider stands in Commands for the name of a browser
+// provider other than the default one ([providers.NAME] type = "browser").
+const ExampleBrowserProvider = "work"
+
 // ExampleSiteURL stands in Commands for the start URL a browser run was
 // sent with.
 const ExampleSiteURL = "http://127.0.0.1:8080/app?x=1&y=2"
@@ -81,7 +89,9 @@ func Commands(session, run, delivery, journal, site string, epoch uint64) []stri
 		cmdSessionsDoctor(session), cmdSessionsDelete(session),
 		cmdWatch(run), cmdWait(run), cmdRead(run), cmdRetry(run),
 		cmdInboxPoll(session), cmdInboxAck(delivery, epoch), cmdInboxPollTo(ExampleAddressee),
-		cmdRepair(journal, session), cmdRepair("", session), cmdBrowserLogin(site, ""), cmdBrowserCheck(site, ""),
-		cmdBrowserLogin(site, ExampleSiteURL), cmdBrowserCheck(site, ExampleSiteURL),
+		cmdRepair(journal, session), cmdRepair("", session), cmdBrowserLogin("", site, ""), cmdBrowserCheck("", site, ""),
+		cmdBrowserLogin("", site, ExampleSiteURL), cmdBrowserCheck("", site, ExampleSiteURL),
+		cmdBrowserLogin(ExampleBrowserProvider, site, ""), cmdBrowserCheck(ExampleBrowserProvider, site, ""),
+		cmdBrowserLogin(ExampleBrowserProvider, site, ExampleSiteURL), cmdBrowserCheck(ExampleBrowserProvider, site, ExampleSiteURL),
 	}
 }

@@ -29,7 +29,7 @@ func Diagnose(in Input) apitype.DoctorReport {
 		}
 	}
 	if d.rep.Browser = d.browserReport(); d.rep.Browser != nil {
-		if action, cmd, reason := browserCommand(d.rep.Browser, d.browserRun, d.browserURL, d.browserURLHidden, d.failed(), d.rep.NextAction, d.rep.Reason); cmd != "" {
+		if action, cmd, reason := d.browserCommand(d.rep.Browser, d.failed(), d.rep.Rule, d.rep.NextAction, d.rep.Reason); cmd != "" {
 			d.rep.NextAction, d.rep.Command, d.rep.Reason = action, cmd, reason
 		}
 	}
@@ -48,10 +48,12 @@ type diagnosis struct {
 	active *belay.Run // the running (else queued) run the session is busy with
 	last   *belay.Run // the newest finished run
 	lastSt belay.RunStatus
-	// browserRun is the run the session's browser binding is of;
+	// browserRun is the run the session's browser binding is of, and
+	// browserProvider its provider (the name the browser commands take);
 	// browserURL the start URL it was sent with (--site-url), when the
 	// report may show it, browserURLHidden when it may not.
 	browserRun       string
+	browserProvider  string
 	browserURL       string
 	browserURLHidden bool
 

@@ -587,8 +587,9 @@ var (
 	idShape      = regexp.MustCompile(`\b(ses|run|dlv)_[0-9a-z]{26}\b`)
 	epochShape   = regexp.MustCompile(`--epoch [0-9]+`)
 	repairShape  = regexp.MustCompile(`^belay repair [^-].*$`)
-	siteShape    = regexp.MustCompile(`^belay browser (login|check) \S+$`)
-	siteURLShape = regexp.MustCompile(`^belay browser (login|check) \S+ --url \S+$`)
+	siteShape    = regexp.MustCompile(`^belay browser (login|check) \S+( --provider \S+)?$`)
+	siteURLShape = regexp.MustCompile(`^belay browser (login|check) \S+( --provider \S+)? --url \S+$`)
+	providerArg  = regexp.MustCompile(`^ --provider \S+$`)
 )
 
 // commandShape replaces the identifiers of a report's command by the
@@ -596,7 +597,15 @@ var (
 func commandShape(cmd string) string {
 	cmd = idShape.ReplaceAllStringFunc(cmd, func(id string) string { return strings.ToUpper(id[:3]) })
 	cmd = epochShape.ReplaceAllString(cmd, "--epoch 7")
-	cmd = siteShape.ReplaceAllString(cmd, "belay browser $1 SITE")
-	cmd = siteURLShape.ReplaceAllString(cmd, "belay browser $1 SITE --url "+cmdline.Quote(ExampleSiteURL))
+	// Any provider name stands as ExampleBrowserProvider.
+	prov := func(arg string) string {
+		return providerArg.ReplaceAllString(arg, " --provider "+ExampleBrowserProvider)
+	}
+	if m := siteShape.FindStringSubmatch(cmd); m != nil {
+		cmd = "belay browser " + m[1] + " SITE" + prov(m[2])
+	}
+	if m := siteURLShape.FindStringSubmatch(cmd); m != nil {
+		cmd = "belay browser " + m[1] + " SITE" + prov(m[2]) + " --url " + cmdline.Quote(ExampleSiteURL)
+	}
 	return repairShape.ReplaceAllString(cmd, "belay repair FILE")
 }

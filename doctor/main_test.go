@@ -82,7 +82,7 @@ func queued(in *Input, id string) *belay.Run {
 // finished returns a run that ended endedAgo ago in status s.
 func finished(in *Input, id string, s belay.RunStatus, class belay.ErrorClass, endedAgo time.Duration) *belay.Run {
 	r := belay.Run{
-		ID: id, Session: sesID, Status: s, Phase: belay.RunPhase(s), Provider: "openai", Epoch: 1, Attempt: 1,
+		ID: id, Session: sesID, Status: s, Phase: belay.RunPhase(s), Provider: in.Session.Provider, Epoch: 1, Attempt: 1,
 		CreatedAt: ago(endedAgo + 10*time.Minute), StartedAt: ago(endedAgo + 9*time.Minute), EndedAt: ago(endedAgo), UpdatedAt: ago(endedAgo),
 	}
 	if class != "" {

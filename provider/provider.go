@@ -284,27 +284,31 @@ type SiteReader interface {
 // --site, --site-url and --attach.
 var siteOptions = []string{"site", "site_url", "attachments"}
 
-// SiteOption returns the first browser option (a SiteReader's) that req
-// sets, in the session's options or the run's, and "" if none.
-func SiteOption(req Request) string {
-	var run struct {
-		Options json.RawMessage `json:"options"`
+// SiteOption returns the first browser option (a SiteReader's) that the
+// options object sets, and "" if none (or options is not an object).
+func SiteOption(options json.RawMessage) string {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(options, &m) != nil {
+		return ""
 	}
-	_ = json.Unmarshal(req.Input, &run) // an input that is not an object sets no options
-	for _, raw := range []json.RawMessage{req.Options, run.Options} {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(raw, &m) != nil {
-			continue
-		}
-		for _, k := range siteOptions {
-			switch v := strings.TrimSpace(string(m[k])); v {
-			case "", "null", `""`, "[]":
-			default:
-				return k
-			}
+	for _, k := range siteOptions {
+		switch v := strings.TrimSpace(string(m[k])); v {
+		case "", "null", `""`, "[]":
+		default:
+			return k
 		}
 	}
 	return ""
+}
+
+// RunOptions returns the options of a run's input (its "options" object),
+// nil if it has none.
+func RunOptions(input json.RawMessage) json.RawMessage {
+	var run struct {
+		Options json.RawMessage `json:"options"`
+	}
+	_ = json.Unmarshal(input, &run) // an input that is not an object has none
+	return run.Options
 }
 
 // FieldError is a request field a Validator refused: "model", "script"

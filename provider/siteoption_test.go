@@ -25,8 +25,11 @@ func TestSiteOption(t *testing.T) {
 		{"other options", `{"temperature":1,"cwd":"/w"}`, `{"options":{"max_tokens":5}}`, ""},
 		{"not objects", `[1]`, `"text"`, ""},
 	} {
-		req := provider.Request{Options: json.RawMessage(tc.options), Input: json.RawMessage(tc.input)}
-		if got := provider.SiteOption(req); got != tc.want {
+		got := provider.SiteOption(json.RawMessage(tc.options))
+		if got == "" {
+			got = provider.SiteOption(provider.RunOptions(json.RawMessage(tc.input)))
+		}
+		if got != tc.want {
 			t.Errorf("%s: SiteOption = %q, want %q", tc.name, got, tc.want)
 		}
 	}

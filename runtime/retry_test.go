@@ -143,6 +143,47 @@ func TestSubmitValidatesAtTheDoor(t *testing.T) {
 	require.Equal(t, []string{"fake"}, ue.Known)
 }
 
+// siteProvider stands in for the browser provider: it reads the browser
+// options.
+type siteProvider struct{ funcProvider }
+
+func (*siteProvider) ReadsSiteOptions() {}
+
+// TestSiteOptionsOnlyWhereRead: browser options are refused where they
+// would be ignored (a session to create for another provider, a run's
+// own options), and nowhere else: a session that already holds them (made
+// before the check) still takes runs, and a browser session takes a run
+// of another provider that sets none.
+func TestSiteOptionsOnlyWhereRead(t *testing.T) {
+	t.Parallel()
+	br := &siteProvider{funcProvider{name: "br", run: echo}}
+	b := setup(t, Options{}, &funcProvider{name: "fake", run: echo}, br)
+	ctx := context.Background()
+	site := json.RawMessage(`{"site":"chatgpt"}`)
+
+	require.ErrorIs(t, b.rt.CheckSession("fake", site), belay.ErrInvalid)
+	require.NoError(t, b.rt.CheckSession("br", site))
+	require.NoError(t, b.rt.CheckSession("fake", json.RawMessage(`{"cwd":"/w"}`)))
+	var ue *provider.UnknownError
+	require.ErrorAs(t, b.rt.CheckSession("nope", nil), &ue)
+
+	old, err := b.st.CreateSession(ctx, belay.SessionInput{Provider: "fake", Options: site})
+	require.NoError(t, err)
+	_, err = b.rt.Submit(ctx, SubmitRequest{Session: old.ID, Prompt: "hi"})
+	require.NoError(t, err, "a session holding them takes runs")
+	_, err = b.rt.Submit(ctx, SubmitRequest{Session: old.ID, Prompt: "hi", Options: json.RawMessage(`{"site":null}`)})
+	require.NoError(t, err)
+
+	brs, err := b.st.CreateSession(ctx, belay.SessionInput{Provider: "br", Options: site})
+	require.NoError(t, err)
+	_, err = b.rt.Submit(ctx, SubmitRequest{Session: brs.ID, Provider: "fake", Prompt: "hi"})
+	require.NoError(t, err, "a browser session's run on another provider that sets none")
+	_, err = b.rt.Submit(ctx, SubmitRequest{Session: brs.ID, Provider: "fake", Prompt: "hi", Options: site})
+	require.ErrorIs(t, err, belay.ErrInvalid, "a run's own site option for a provider that ignores it")
+	_, err = b.rt.Submit(ctx, SubmitRequest{Session: brs.ID, Prompt: "hi", Options: site})
+	require.NoError(t, err)
+}
+
 func TestFailureKeepsTheProviderErrorAndDoctorHonoursRetryAfter(t *testing.T) {
 	t.Parallel()
 	p := &funcProvider{name: "busy", run: func(ctx context.Context, req provider.Request, emit func(provider.Event) error) error {

@@ -607,13 +607,36 @@ func (r *Runtime) validate(prov string, req provider.Request) error {
 			return fmt.Errorf("%w: %w", belay.ErrInvalid, err)
 		}
 	}
-	if _, ok := p.(provider.SiteReader); !ok {
-		if key := provider.SiteOption(req); key != "" {
-			return fmt.Errorf("%w: %w", belay.ErrInvalid, &provider.FieldError{Field: "options", Err: fmt.Errorf(
-				"provider %s is not a browser provider and would ignore option %s (belay send --site, --site-url, --attach): send with --provider browser (or another provider of type browser), or leave it out", prov, key)})
-		}
+	// The run's own options only: a session's were checked when it was
+	// created (CheckSession), and a session made for one provider may
+	// take a run of another.
+	return siteOptionsFor(prov, p, provider.RunOptions(req.Input), "option")
+}
+
+// siteOptionsFor refuses browser options (belay send --site, --site-url,
+// --attach) for provider p (named prov) unless it reads them: any other
+// would ignore them, and the prompt would go where the user did not mean.
+func siteOptionsFor(prov string, p provider.Provider, options json.RawMessage, what string) error {
+	if _, ok := p.(provider.SiteReader); ok {
+		return nil
+	}
+	if key := provider.SiteOption(options); key != "" {
+		return fmt.Errorf("%w: %w", belay.ErrInvalid, &provider.FieldError{Field: "options", Err: fmt.Errorf(
+			"provider %s is not a browser provider and would ignore %s %s (belay send --site, --site-url, --attach): use --provider browser (or another provider of type browser), or leave it out", prov, what, key)})
 	}
 	return nil
+}
+
+// CheckSession checks a session to create (POST /v1/sessions) before it
+// is: its provider is configured, and its options are ones that provider
+// reads (an unknown provider is an *provider.UnknownError; options it
+// would ignore are belay.ErrInvalid).
+func (r *Runtime) CheckSession(prov string, options json.RawMessage) error {
+	p, err := r.opts.Providers.Get(prov)
+	if err != nil {
+		return err
+	}
+	return siteOptionsFor(prov, p, options, "session option")
 }
 
 // Provider returns the named provider; an unknown name is an

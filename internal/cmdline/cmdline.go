@@ -6,9 +6,10 @@ package cmdline
 import "strings"
 
 // Quote is s as one POSIX shell word: as it is when it needs no quoting,
-// else single-quoted.
+// else single-quoted. (A leading '=' is quoted too: zsh expands =word to
+// a path.)
 func Quote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/@%+=") == "" {
+	if s != "" && s[0] != '=' && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/@%+=") == "" {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
@@ -24,10 +25,16 @@ func Join(args ...string) string {
 }
 
 // BrowserSite is belay browser verb (check, login) for site, at siteURL,
-// the start URL a run was sent with (--site-url; "" for the profile's).
-func BrowserSite(verb, site, siteURL string) string {
-	if siteURL == "" {
-		return Join("belay", "browser", verb, site)
+// the start URL a run was sent with (--site-url; "" for the profile's),
+// with the seed profiles of provider (--provider, when it is not the
+// default, "browser").
+func BrowserSite(verb, provider, site, siteURL string) string {
+	args := []string{"belay", "browser", verb, site}
+	if provider != "" && provider != "browser" {
+		args = append(args, "--provider", provider)
 	}
-	return Join("belay", "browser", verb, site, "--url", siteURL)
+	if siteURL != "" {
+		args = append(args, "--url", siteURL)
+	}
+	return Join(args...)
 }

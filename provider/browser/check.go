@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/belayhq/belay/internal/cmdline"
 )
 
 // SelectorMatch is how many elements one selector of a site profile
@@ -90,7 +92,7 @@ func (p *Provider) Check(ctx context.Context, siteName, url string) (*CheckRepor
 	}
 	defer t.close()
 	if err := t.navigate(ctx, site.StartURL); err != nil {
-		return nil, loadError(site, url, "check", err)
+		return nil, loadError(ctx, p.name, site, url, "check", err)
 	}
 	rep := &CheckReport{Site: site.Name, Source: site.Source, StartURL: site.StartURL, Seed: seedInfo(p.cfg.Dir, site.Name)}
 	// A page that is not ready may still be loading: wait until the
@@ -151,10 +153,15 @@ func (p *Provider) Check(ctx context.Context, siteName, url string) (*CheckRepor
 var ErrPageLoad = errors.New("browser: the page did not load")
 
 // loadError is a start page that did not load in belay browser verb
-// (check, login), with what to do; siteURL is the --url it was given.
-func loadError(site *Site, siteURL, verb string, err error) error {
-	return fmt.Errorf("%w: %s: %v; check that the URL is right and that the site answers from this machine (its network, a proxy), then run again: %s",
-		ErrPageLoad, site.StartURL, err, siteCommand(verb, site.Name, siteURL))
+// (check, login) of provider prov, with what to do; siteURL is the --url it
+// was given. An interrupted load (ctx done) is that, not a page that did
+// not load.
+func loadError(ctx context.Context, prov string, site *Site, siteURL, verb string, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return fmt.Errorf("%w: %s: %w; check that the URL is right and that the site answers from this machine (its network, a proxy), then run again: %s",
+		ErrPageLoad, site.StartURL, err, cmdline.BrowserSite(verb, prov, site.Name, siteURL))
 }
 
 // LoginOptions configure Login.
@@ -230,7 +237,7 @@ func (p *Provider) headedLogin(ctx context.Context, site *Site, siteURL, seed st
 	err = t.navigate(ctx, site.StartURL)
 	t.close()
 	if err != nil {
-		return loadError(site, siteURL, "login", err)
+		return loadError(ctx, p.name, site, siteURL, "login", err)
 	}
 	if opened != nil {
 		opened(site.StartURL)

@@ -102,25 +102,25 @@ func jsonKey(k string) string {
 }
 
 // Error maps a page state that is not ready to a belay error with the
-// next action a person takes; siteURL is the start URL the page was
-// opened at when not the profile's ("" for it), which the commands it
-// names open too.
-func (v Verdict) Error(site, siteURL string) error {
+// next action a person takes; prov is the browser provider's name and
+// siteURL the start URL the page was opened at when not the profile's (""
+// for it), which the commands it names use too.
+func (v Verdict) Error(prov, site, siteURL string) error {
 	var class belay.ErrorClass
 	var next string
 	switch v.State {
 	case StateReady:
 		return nil
 	case StateLoginRequired:
-		class, next = belay.ClassAuth, "log in once: "+LoginCommand(site, siteURL)
+		class, next = belay.ClassAuth, "log in once: "+LoginCommand(prov, site, siteURL)
 	case StateChallenge:
-		class, next = belay.ClassChallenge, "solve the challenge in a headed window: "+LoginCommand(site, siteURL)
+		class, next = belay.ClassChallenge, "solve the challenge in a headed window: "+LoginCommand(prov, site, siteURL)
 	case StateOutage:
 		class, next = belay.ClassTransient, "the site has an outage; wait and retry"
 	case StateRateLimited:
 		class, next = belay.ClassRateLimited, "the site's usage limit was reached; wait and retry"
 	default:
-		class, next = belay.ClassUIDrift, "the page does not look like the site profile; diagnose with: "+CheckCommand(site, siteURL)
+		class, next = belay.ClassUIDrift, "the page does not look like the site profile; diagnose with: "+CheckCommand(prov, site, siteURL)
 	}
 	msg := fmt.Sprintf("browser: %s is %s: %s", site, v.State, v.Reason)
 	if len(v.Missing) > 0 {

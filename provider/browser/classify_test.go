@@ -62,12 +62,12 @@ func TestPageStates(t *testing.T) {
 		if v.State != tc.state {
 			t.Errorf("%s: state %s (%s), want %s", tc.mode, v.State, v.Reason, tc.state)
 		}
-		if got := provider.ClassOf(v.Error("loopback", "")); got != tc.class {
+		if got := provider.ClassOf(v.Error("browser", "loopback", "")); got != tc.class {
 			t.Errorf("%s: class %q, want %q", tc.mode, got, tc.class)
 		}
-		if err := v.Error("loopback", "http://127.0.0.1:9/x y"); err != nil && tc.class != belay.ClassTransient && tc.class != belay.ClassRateLimited &&
-			!strings.Contains(err.Error(), "loopback --url 'http://127.0.0.1:9/x y'") {
-			t.Errorf("%s: %v does not name the start URL", tc.mode, err)
+		if err := v.Error("work", "loopback", "http://127.0.0.1:9/x y"); err != nil && tc.class != belay.ClassTransient && tc.class != belay.ClassRateLimited &&
+			!strings.Contains(err.Error(), "loopback --provider work --url 'http://127.0.0.1:9/x y'") {
+			t.Errorf("%s: %v does not name the provider and the start URL", tc.mode, err)
 		}
 	}
 	// The second UI version matches its own profile.
@@ -462,7 +462,7 @@ func TestCheckOfAPageThatDoesNotLoad(t *testing.T) {
 	if !errors.Is(err, ErrPageLoad) {
 		t.Fatalf("check of %s: %v, want ErrPageLoad", dead, err)
 	}
-	for _, want := range []string{dead, "ERR_CONNECTION_REFUSED", "then run again: " + CheckCommand("loopback", dead)} {
+	for _, want := range []string{dead, "ERR_CONNECTION_REFUSED", "then run again: " + CheckCommand("browser", "loopback", dead)} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %q does not say %q", err, want)
 		}

@@ -240,15 +240,18 @@ type Cursor struct {
 	Answer   string `json:"answer,omitempty"`
 }
 
-// CheckCommand is the command that checks site as a run sent with start
-// URL siteURL ("" for the profile's) sees it.
-func CheckCommand(site, siteURL string) string { return siteCommand("check", site, siteURL) }
+// CheckCommand is the command that checks site as a run of provider
+// (the browser provider's configured name) sent with start URL siteURL
+// ("" for the profile's) sees it.
+func CheckCommand(provider, site, siteURL string) string {
+	return cmdline.BrowserSite("check", provider, site, siteURL)
+}
 
-// LoginCommand is the command that logs in to site as a run sent with
-// start URL siteURL ("" for the profile's) opens it.
-func LoginCommand(site, siteURL string) string { return siteCommand("login", site, siteURL) }
-
-func siteCommand(verb, site, siteURL string) string { return cmdline.BrowserSite(verb, site, siteURL) }
+// LoginCommand is the command that logs in to site as a run of provider
+// sent with start URL siteURL ("" for the profile's) opens it.
+func LoginCommand(provider, site, siteURL string) string {
+	return cmdline.BrowserSite("login", provider, site, siteURL)
+}
 
 // PromptHash is the hash of a prompt the cursor records.
 func PromptHash(prompt string) string {

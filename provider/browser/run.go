@@ -122,7 +122,7 @@ func (r *runState) execute(ctx context.Context, prev, follow *cursor, siteURL st
 			if errors.As(err, &missing) {
 				return &provider.Error{Class: belay.ClassInvalidRequest, Message: fmt.Sprintf("browser: %s offers no model %q (it offers: %s); send with one of those as --model", r.site.Name, missing.model, strings.Join(missing.offered, ", ")), Err: err}
 			}
-			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: choose model %q: %v; diagnose with: %s", r.req.Model, err, CheckCommand(r.site.Name, r.cur.SiteURL)), Err: err}
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: choose model %q: %v; diagnose with: %s", r.req.Model, err, CheckCommand(r.p.name, r.site.Name, r.cur.SiteURL)), Err: err}
 		}
 	}
 	if len(r.attachments) > 0 {
@@ -179,7 +179,7 @@ func (r *runState) upload(ctx context.Context) error {
 		return provider.Errorf(belay.ClassInvalidRequest, "browser: the %s profile has no upload_input: it cannot attach files", r.site.Name)
 	}
 	if err := r.t.setFiles(ctx, s.UploadInput, r.attachments); err != nil {
-		return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: attach files: %v; diagnose with: %s", err, CheckCommand(r.site.Name, r.cur.SiteURL)), Err: err}
+		return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: attach files: %v; diagnose with: %s", err, CheckCommand(r.p.name, r.site.Name, r.cur.SiteURL)), Err: err}
 	}
 	deadline := time.Now().Add(r.p.cfg.ArtifactTimeout)
 	n := len(r.attachments)
@@ -342,15 +342,15 @@ func (r *runState) ready(ctx context.Context) error {
 				continue
 			}
 			if same >= 1 {
-				return v.Error(r.site.Name, r.cur.SiteURL)
+				return v.Error(r.p.name, r.site.Name, r.cur.SiteURL)
 			}
 		case StateLoginRequired, StateChallenge, StateRateLimited:
 			if same >= 1 {
-				return v.Error(r.site.Name, r.cur.SiteURL)
+				return v.Error(r.p.name, r.site.Name, r.cur.SiteURL)
 			}
 		}
 		if time.Now().After(deadline) {
-			return v.Error(r.site.Name, r.cur.SiteURL)
+			return v.Error(r.p.name, r.site.Name, r.cur.SiteURL)
 		}
 		if err := sleep(ctx, r.p.cfg.PollInterval); err != nil {
 			return err
@@ -379,13 +379,13 @@ func (r *runState) sendPrompt(ctx context.Context) error {
 			if ctx.Err() != nil || r.gone(err) {
 				return r.lost(err, "type the prompt")
 			}
-			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: type the prompt: %v; diagnose with: %s", err, CheckCommand(r.site.Name, r.cur.SiteURL)), Err: err}
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: type the prompt: %v; diagnose with: %s", err, CheckCommand(r.p.name, r.site.Name, r.cur.SiteURL)), Err: err}
 		}
 		if err := r.t.submit(ctx, r.site, 10*time.Second); err != nil {
 			if ctx.Err() != nil || r.gone(err) {
 				return r.lost(err, "send")
 			}
-			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: send: %v; diagnose with: %s", err, CheckCommand(r.site.Name, r.cur.SiteURL)), Err: err}
+			return &provider.Error{Class: belay.ClassUIDrift, Message: fmt.Sprintf("browser: send: %v; diagnose with: %s", err, CheckCommand(r.p.name, r.site.Name, r.cur.SiteURL)), Err: err}
 		}
 		ok, changed, err := r.verifySend(ctx)
 		if err != nil {
@@ -468,7 +468,7 @@ func (r *runState) verifySend(ctx context.Context) (ok, changed bool, err error)
 					if err := r.ref(); err != nil {
 						return false, false, err
 					}
-					return false, false, v.Error(r.site.Name, r.cur.SiteURL)
+					return false, false, v.Error(r.p.name, r.site.Name, r.cur.SiteURL)
 				}
 				refused = v.State
 			default:
@@ -695,7 +695,7 @@ func (r *runState) follow(ctx context.Context) error {
 			// the mark of a complete answer never came: the profile's
 			// action bar and copy button no longer match the page.
 			return provider.Errorf(belay.ClassUIDrift, "browser: the answer has not changed for %s and the page shows no stop control, no thinking indicator and no action bar (selectors.action_bar %q, selectors.copy %q): the answer may be complete; diagnose with: %s",
-				time.Since(lastChange).Round(time.Second), r.site.Selectors.ActionBar, r.site.Selectors.Copy, CheckCommand(r.site.Name, r.cur.SiteURL))
+				time.Since(lastChange).Round(time.Second), r.site.Selectors.ActionBar, r.site.Selectors.Copy, CheckCommand(r.p.name, r.site.Name, r.cur.SiteURL))
 		}
 		if time.Since(lastBeat) >= r.p.cfg.ProgressEvery && (working || !ts.Exists) {
 			lastBeat = time.Now()

@@ -308,22 +308,25 @@ func (s *Store) ClaimRuns(ctx context.Context, c store.Claim) ([]store.Claimed, 
 	var out []store.Claimed
 	var sessions []string
 	nchanges := 0
-	var live string
+	var live []string
 	var scanned bool
 	var now time.Time
 	err = func() error {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
 		b.Queue(genericPlans)
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, claimLock)
 		if err := q.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		// The clock is read once the lock is held: a claim that waited
-		// for it judges expiry and grants leases as of now, not as of
-		// when it began; the live owners are read as of that moment.
-		if err := q.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), n.n,
-				array_to_string(ARRAY(SELECT id FROM belay_owners WHERE expires_at > n.n ORDER BY id), chr(10))
-			FROM (SELECT coalesce($2::timestamptz, clock_timestamp()) AS n) n`, claimLock, s.nowArg()).Scan(nil, &now, &live); err != nil {
+		// The clock is read once the lock is held, by a statement of its
+		// own after the one that waited for it (in one statement, the
+		// clock in its FROM would be read before the lock): a claim that
+		// waited judges expiry and grants leases as of now, not as of
+		// when it began, and reads the live owners in a snapshot taken
+		// after the wait.
+		if err := q.QueryRow(ctx, `SELECT n.n, ARRAY(SELECT id FROM belay_owners WHERE expires_at > n.n ORDER BY id)
+			FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS n) n`, s.nowArg()).Scan(&now, &live); err != nil {
 			return err
 		}
 		now = now.UTC()
@@ -393,7 +396,7 @@ const expiredWalk = `(SELECT id, session, ord FROM belay_runs WHERE status = 'ru
 // expired, whose owner has no live record, or that have no lease — never
 // the claimer's own, never a live owner's under an unexpired lease.
 //
-// live is the live owners' ids (sorted, joined by newlines) as of now.
+// live is the live owners' ids (sorted) as of now.
 // Runs without a lease or with an expired one are found by the index of
 // running runs by lease expiry, on every claim. Runs of a dead owner under
 // an unexpired lease take a look through every running run (1,000 runs
@@ -405,10 +408,13 @@ const expiredWalk = `(SELECT id, session, ord FROM belay_runs WHERE status = 'ru
 // that never had a record, a session skipped while locked). scanned says
 // this claim took that look and it found every such run (fewer than max);
 // the caller records live once the claim has committed.
-func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now time.Time, max int, live string) (grants []grant, scanned bool, err error) {
+func (s *Store) rescuable(ctx context.Context, q *pgx.Conn, owner string, now time.Time, max int, live []string) (grants []grant, scanned bool, err error) {
 	const cond = `r.status = 'running' AND (r.lease_owner IS NULL OR (r.lease_owner <> $1 AND (r.lease_expires_at <= $2
 		OR NOT EXISTS (SELECT 1 FROM belay_owners o WHERE o.id = r.lease_owner AND o.expires_at > $2))))`
-	full := live != s.liveScanned || s.liveScannedAt.IsZero() || now.Sub(s.liveScannedAt) >= deadScanEvery
+	// (A database clock that stepped back also looks: the mark is not
+	// waited for.)
+	full := !slices.Equal(live, s.liveScanned) || s.liveScannedAt.IsZero() ||
+		now.Sub(s.liveScannedAt) >= deadScanEvery || now.Before(s.liveScannedAt)
 	// Lock first (the session lock comes first, as in every write), then
 	// read the runs again under the locks: the statement that locked saw
 	// them as of before the wait.

@@ -333,9 +333,6 @@ func TestRescue(t *testing.T) {
 	require.True(t, got[0].Rescued)
 }
 
-// TestRescueByDatabaseClock: without an injected clock, owner expiry is
-// judged by the database's clock: a rescuer on another node takes the run
-// once the owner's short record has expired.
 // TestRescueLooksForDeadOwnersWhenOwnersChange: a claim finds expired
 // leases by their index every time, but looks through every running run
 // for runs of dead owners only when the live owners changed since its
@@ -404,6 +401,53 @@ func TestRescueLooksForDeadOwnersWhenOwnersChange(t *testing.T) {
 	require.Equal(t, scans, pgstore.FullScans(b))
 }
 
+// TestClaimReadsTheClockAfterTheLock: a claim that waited for the claim
+// lock grants leases as of when it got it, not as of when it began: its
+// lease runs a whole TTL from after the lock was let go. (The clock read
+// in the statement that took the lock was read before the wait.)
+func TestClaimReadsTheClockAfterTheLock(t *testing.T) {
+	ctx := context.Background()
+	url := database(t)
+	s := open(t, url, nil)
+	defer s.Close()
+	require.NoError(t, s.HeartbeatOwner(ctx, "A", time.Hour))
+	sess, err := s.CreateSession(ctx, belay.SessionInput{Provider: "p"})
+	require.NoError(t, err)
+	_, _, err = s.CreateRun(ctx, belay.RunInput{Session: sess.ID})
+	require.NoError(t, err)
+
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgstore.ClaimLock)
+	require.NoError(t, err)
+	type result struct {
+		got []store.Claimed
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := s.ClaimRuns(ctx, store.Claim{Owner: "A", Max: 1, TTL: time.Minute})
+		done <- result{got, err}
+	}()
+	// The claim waits for the lock.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting))
+		return waiting
+	}, 30*time.Second, 5*time.Millisecond)
+	var released time.Time
+	require.NoError(t, tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&released))
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Len(t, r.got, 1)
+	exp := r.got[0].Run.Lease.ExpiresAt
+	require.False(t, exp.Before(released.Add(time.Minute)), "lease until %s, the lock let go at %s: granted as of before the wait", exp, released)
+}
+
 // TestExpiredWalkByLeaseIndex: the claim's read of expired leases, on
 // every claim, reaches them by the index of running runs by lease expiry
 // under the settings of claims, whatever the statistics: never a walk of
@@ -457,6 +501,9 @@ func TestExpiredWalkByLeaseIndex(t *testing.T) {
 	check("running runs analyzed")
 }
 
+// TestRescueByDatabaseClock: without an injected clock, owner expiry is
+// judged by the database's clock: a rescuer on another node takes the run
+// once the owner's short record has expired.
 func TestRescueByDatabaseClock(t *testing.T) {
 	ctx := context.Background()
 	a, b := twoNodes(t)

@@ -155,3 +155,6 @@ const DeadScanEvery = deadScanEvery
 
 // ExpiredWalk is expiredWalk, the claim's read of expired leases.
 const ExpiredWalk = expiredWalk
+
+// ClaimLock is the advisory lock key claims take turns on.
+const ClaimLock = claimLock

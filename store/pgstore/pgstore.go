@@ -133,11 +133,11 @@ type Store struct {
 	// counts the marks they set (repairReady).
 	readyRepairedAt time.Time
 	readyRepaired   atomic.Int64
-	// liveScanned is the set of live owners (their ids, joined) when this
+	// liveScanned is the set of live owners (their ids, sorted) when this
 	// node's claims last looked through every running run for runs of
 	// dead owners and found them all, and liveScannedAt when by the
 	// database clock (guarded by claimMu; see rescuable). fullScans counts those looks.
-	liveScanned   string
+	liveScanned   []string
 	liveScannedAt time.Time
 	fullScans     atomic.Int64
 

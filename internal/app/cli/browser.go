@@ -121,7 +121,7 @@ func newBrowserCheckCmd(stdio Stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printCheck(stdio, o.JSON, rep, o.URL)
+			return printCheck(stdio, o.JSON, rep, o.Provider, o.URL)
 		},
 	}
 	o.flags(cmd)
@@ -156,7 +156,7 @@ copy in its run directory, deleted when the run ends.`,
 			if err != nil {
 				return err
 			}
-			return printCheck(stdio, o.JSON, rep, o.URL)
+			return printCheck(stdio, o.JSON, rep, o.Provider, o.URL)
 		},
 	}
 	o.flags(cmd)
@@ -228,7 +228,7 @@ func exactSite(hint string) cobra.PositionalArgs {
 
 // printCheck prints a check report, and fails (exit 1) when the page is
 // not ready, with the next action.
-func printCheck(stdio Stdio, asJSON bool, rep *browser.CheckReport, siteURL string) error {
+func printCheck(stdio Stdio, asJSON bool, rep *browser.CheckReport, prov, siteURL string) error {
 	if asJSON {
 		if err := writeJSON(stdio.Out, rep); err != nil {
 			return err
@@ -265,7 +265,7 @@ func printCheck(stdio Stdio, asJSON bool, rep *browser.CheckReport, siteURL stri
 		}
 	}
 	if rep.Verdict.State != browser.StateReady {
-		err := rep.Verdict.Error(rep.Site, siteURL)
+		err := rep.Verdict.Error(prov, rep.Site, siteURL)
 		if rep.Verdict.State == browser.StateUnknown {
 			err = fmt.Errorf("%w; fix the profile in %s", err, filepath.Join("<data>", "browser", "sites", rep.Site+".toml"))
 		}

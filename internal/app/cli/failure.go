@@ -86,11 +86,11 @@ func browserStep(run belay.Run, class belay.ErrorClass, retry string) string {
 	}
 	switch {
 	case class == belay.ClassAuth:
-		return fmt.Sprintf("The site is not logged in: log in once with %s, then: %s", browser.LoginCommand(c.Site, c.SiteURL), retry)
+		return fmt.Sprintf("The site is not logged in: log in once with %s, then: %s", browser.LoginCommand(run.Provider, c.Site, c.SiteURL), retry)
 	case class == belay.ClassChallenge:
-		return fmt.Sprintf("The site shows a challenge: solve it in the window of %s, then: %s", browser.LoginCommand(c.Site, c.SiteURL), retry)
+		return fmt.Sprintf("The site shows a challenge: solve it in the window of %s, then: %s", browser.LoginCommand(run.Provider, c.Site, c.SiteURL), retry)
 	case class == belay.ClassUIDrift:
-		return fmt.Sprintf("The page did not match the site profile: diagnose with %s, fix the profile, then: %s", browser.CheckCommand(c.Site, c.SiteURL), retry)
+		return fmt.Sprintf("The page did not match the site profile: diagnose with %s, fix the profile, then: %s", browser.CheckCommand(run.Provider, c.Site, c.SiteURL), retry)
 	case c.Run == run.ID && c.Phase == "intent" && run.Ref.ID == "":
 		// Its conversation was never seen: a retry would refuse to ask
 		// again (the prompt may be on the site already).
