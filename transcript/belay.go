@@ -136,8 +136,16 @@ func (k *seqKeeper) admit(seq uint64, id string, ts time.Time) (fill []journal.E
 }
 
 func (belayCodec) build(d *Document) error {
-	bd := &belayDoc{renumber: len(d.Dropped) > 0}
-	k := seqKeeper{dropped: len(d.Dropped)}
+	// Dropped lines, not a byte-order mark: removing the mark (d.data
+	// no longer holds it) changes no line and no seq.
+	dropped := 0
+	for _, c := range d.Dropped {
+		if c.Kind != ChangeDropBOM {
+			dropped++
+		}
+	}
+	bd := &belayDoc{renumber: dropped > 0}
+	k := seqKeeper{dropped: dropped}
 	kept := d.entries[:0]
 	for _, e := range d.entries {
 		seq, _ := lineSeq(e.raw)

@@ -3,6 +3,7 @@ package transcript
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,4 +65,28 @@ func TestByteOrderMark(t *testing.T) {
 	out, err := d.Bytes()
 	require.NoError(t, err)
 	require.Equal(t, jsonl(ccU1, ccA2), string(out))
+}
+
+// TestByteOrderMarkOnAJournal: a belay journal with the mark and a lost
+// line is repaired as without the mark (a lost-line placeholder keeps the
+// seqs), the mark removed besides: the mark is not a dropped line, which
+// would make every later seq look like a jump.
+func TestByteOrderMarkOnAJournal(t *testing.T) {
+	t.Parallel()
+	clean, err := os.ReadFile(filepath.Join("testdata", "belay_clean.jsonl"))
+	require.NoError(t, err)
+	lines := strings.SplitAfter(string(clean), "\n")
+	require.Greater(t, len(lines), 5)
+	lost := strings.Join(append(append([]string{}, lines[:3]...), lines[4:]...), "")
+	without, err := Parse([]byte(lost), FormatBelay)
+	require.NoError(t, err)
+	with, err := Parse(append([]byte("\xef\xbb\xbf"), lost...), FormatBelay)
+	require.NoError(t, err)
+	require.Equal(t, ChangeDropBOM, with.Dropped[0].Kind)
+	require.Equal(t, without.Dropped, with.Dropped[1:])
+	a, err := without.Bytes()
+	require.NoError(t, err)
+	b, err := with.Bytes()
+	require.NoError(t, err)
+	require.Equal(t, string(a), string(b))
 }

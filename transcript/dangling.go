@@ -64,7 +64,9 @@ func danglingChildren(in *os.File, size int64, f Format, bad []badLine) (danglin
 			}
 			continue
 		}
-		out.unread++
+		if namesParent(line, parentKey) {
+			out.unread++ // an entry, whose children cannot be told
+		}
 	}
 	if len(gone) == 0 {
 		return out, nil
@@ -160,6 +162,25 @@ func salvageID(line []byte, idKey string) (string, bool) {
 	return id, ok && id != ""
 }
 
+// namesParent reports whether a dropped line is what is left of an entry:
+// its parent key is whole (a string or null), as the writer puts it on
+// every entry. A run of zeros or other debris is not.
+func namesParent(line []byte, parentKey string) bool {
+	ok := false
+	topFields(line, func(f field) bool {
+		if string(f.key) != parentKey {
+			return true
+		}
+		if f.end < len(line) {
+			v := line[f.start:f.end]
+			_, isString := jsonString(v)
+			ok = isString || string(v) == "null"
+		}
+		return false
+	})
+	return ok
+}
+
 // isBOM reports whether the file begins with a byte-order mark.
 func isBOM(in *os.File) bool {
 	b := make([]byte, len(utf8BOM))
@@ -206,14 +227,26 @@ func danglingNote(d dangling, linesOnly bool) string {
 	if d.children == 0 && d.unread == 0 {
 		return ""
 	}
+	entries := func(n int) string {
+		if n == 1 {
+			return "1 entry still names"
+		}
+		return fmt.Sprintf("%d entries still name", n)
+	}
+	lines := func(n int) string {
+		if n == 1 {
+			return "1 dropped entry whose own id was torn away"
+		}
+		return fmt.Sprintf("%d dropped entries whose own id was torn away", n)
+	}
 	var what string
 	switch {
 	case d.children > 0 && d.unread > 0:
-		what = fmt.Sprintf("%d entries still name as parent an entry on a dropped line, and so may the children of %d more dropped lines whose own id was torn away", d.children, d.unread)
+		what = fmt.Sprintf("%s as parent an entry on a dropped line, and entries after %s may still name it", entries(d.children), lines(d.unread))
 	case d.children > 0:
-		what = fmt.Sprintf("%d entries still name as parent an entry on a dropped line", d.children)
+		what = entries(d.children) + " as parent an entry on a dropped line"
 	default:
-		what = fmt.Sprintf("the children of %d dropped lines (whose own id was torn away) still name them as parent", d.unread)
+		what = fmt.Sprintf("entries after %s may still name it as parent (which, belay cannot tell)", lines(d.unread))
 	}
 	what += ": a file-level repair changes no parent link, and a reader walking parents from the leaf stops at such a link and loses what is before it"
 	if linesOnly {

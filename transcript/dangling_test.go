@@ -40,7 +40,7 @@ func TestLinesOnlyNamesDanglingChildren(t *testing.T) {
 		format:   FormatPi,
 		in:       jsonl(piHead, piU1, piA2, torn(piU3, `"timest`)+strings.Replace(piU4, `"parentId":"b2c3d4e5"`, `"parentId":"c3d4e5f6"`, 1), piA5),
 		children: 1,
-		note:     "1 entries still name",
+		note:     "1 entry still names as parent",
 	}, {
 		name:   "pi: a dropped line nothing names",
 		format: FormatPi,
@@ -49,13 +49,19 @@ func TestLinesOnlyNamesDanglingChildren(t *testing.T) {
 		name:   "claude: a torn line whose uuid was torn away",
 		format: FormatClaude,
 		in:     jsonl(ccU1, ccA2, ccTorn, strings.Replace(ccA5, `"parentUuid":"u4"`, `"parentUuid":"u3"`, 1)),
-		note:   "the children of 1 dropped lines (whose own id was torn away) still name them as parent",
+		note:   "entries after 1 dropped entry whose own id was torn away may still name it as parent",
+	}, {
+		// A run of zeros (a block the crash left unwritten) is no entry:
+		// nothing can name it.
+		name:   "pi: zeros are not an entry",
+		format: FormatPi,
+		in:     jsonl(piHead, piU1, piA2, strings.Repeat("\x00", 40), piU4, piA5),
 	}, {
 		name:     "claude: a torn line that kept its uuid",
 		format:   FormatClaude,
 		in:       jsonl(ccU1, ccA2, torn(ccU3, `"timestamp":"2026-02-12T16:0`), strings.Replace(ccA5, `"parentUuid":"u4"`, `"parentUuid":"u3"`, 1)),
 		children: 1,
-		note:     "1 entries still name",
+		note:     "1 entry still names as parent",
 	}, {
 		name:   "claude: the byte-order mark only",
 		format: FormatClaude,
