@@ -52,13 +52,51 @@ func gluedAt(line []byte, entry func([]byte) bool) int {
 			if depth > 0 {
 				continue
 			}
-			if c != '{' || len(bytes.TrimSpace(line[:i])) == 0 || !entry(line[i:]) {
+			if c != '{' || len(bytes.TrimSpace(line[:i])) == 0 || !entry(line[i:end]) {
 				return 0 // the line's only object, or not an entry
+			}
+			if _, prefix := truncatedAt(line[:end]); prefix && depthAt(line[:i]) >= 2 {
+				// The line up to here is the start of one JSON value, with
+				// this object nested two deep in it: an entry torn right
+				// after a nested object that has the keys of an entry (a
+				// pi custom entry's data, an OpenAI message's metadata),
+				// not an entry glued onto a torn one, which almost never
+				// continues the torn one's JSON (the tear falls inside a
+				// string or a key, and the glued entry does not fit
+				// there).
+				return 0
 			}
 			return i
 		}
 	}
 	return 0
+}
+
+// depthAt returns how many objects and arrays are open at the end of b,
+// the start of a JSON value (strings skipped).
+func depthAt(b []byte) int {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		}
+	}
+	return depth
 }
 
 // evenBackslashes reports whether an even number of backslashes (none
@@ -107,7 +145,7 @@ func splitGlued(line []byte, whole, entry func([]byte) bool) (frag int, spans []
 // objects nested in an entry do not have (a content block, Claude Code's
 // message object, a subagent's progress message), so that a line torn
 // right after one of those is not taken for a torn line with an entry
-// glued on. pi: "id" and "parentId" (versions 2 and 3; a version 1 file
+// glued on. pi: "id", "parentId" and "timestamp" (versions 2 and 3; a version 1 file
 // has no ids, and its glued entries are not recovered); Claude Code:
 // "sessionId", or "leafUuid" (a summary) or "messageId" and a "snapshot"
 // (a file history snapshot); OpenAI and Anthropic: a string "role". A
@@ -124,7 +162,7 @@ func gluedEntry(f Format, c codec) func([]byte) bool {
 		switch f {
 		case FormatPi:
 			v, ok := getField(b, "parentId")
-			return has("id") && ok && (string(v) == "null" || len(v) > 0 && v[0] == '"')
+			return has("id") && has("timestamp") && ok && (string(v) == "null" || len(v) > 0 && v[0] == '"')
 		case FormatClaude:
 			if has("sessionId") || has("leafUuid") {
 				return true

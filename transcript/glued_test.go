@@ -185,6 +185,10 @@ func TestTornLineNotGlued(t *testing.T) {
 		{"claude subagent progress message", FormatClaude, `{"parentUuid":"a2","isSidechain":false,"sessionId":"4d56","type":"progress","data":{"type":"agent_progress","message":{"type":"assistant","uuid":"x9","timestamp":"2026-02-12T16:02:28.000Z","message":{"role":"assistant","content":[{"type":"text","text":"hi"}]}}`},
 		{"claude tool result", FormatClaude, `{"parentUuid":"a2","isSidechain":false,"sessionId":"4d56","type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok"}]},"toolUseResult":{"type":"text","file":{"filePath":"/w/a.go"}}`},
 		{"openai tool call", FormatOpenAI, `{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}`},
+		// Nested objects with the keys of an entry (helper-49's review):
+		// the line up to them is the start of one JSON value.
+		{"pi custom entry's data", FormatPi, `{"type":"custom","id":"f1e2d3c4","parentId":"e5f6a7b8","timestamp":"2026-03-01T10:06:00.000Z","customType":"issues","data":{"items":[{"type":"comment","id":"c1","parentId":null,"timestamp":"2026-03-01T10:06:00.000Z","body":"a"}`},
+		{"openai message metadata", FormatOpenAI, `{"role":"assistant","content":"x","metadata":{"handoff":{"role":"reviewer","content":"y"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -43,7 +43,7 @@ func cleanTree(r *rand.Rand, f Format) (lines []string, asst []string) {
 	for turn, turns := 0, 1+r.IntN(5); turn < turns; turn++ {
 		me := id()
 		if f == FormatPi {
-			add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"message":{"role":"user","content":"do `+me+`"}}`, "")
+			add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"do `+me+`"}}`, "")
 		} else {
 			add(`{"parentUuid":`+pv(leaf)+`,"isSidechain":false,"sessionId":"s","type":"user","message":{"role":"user","content":"do `+me+`"},"uuid":"`+me+`"}`, "")
 		}
@@ -63,11 +63,11 @@ func cleanTree(r *rand.Rand, f Format) (lines []string, asst []string) {
 					blocks = append(blocks, `{"type":"toolCall","id":"`+c+`","name":"t","arguments":{"a":1}}`)
 				}
 				blocks = append(blocks, `{"type":"text","text":"`+me+`"}`)
-				add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"message":{"role":"assistant","content":[`+strings.Join(blocks, ",")+`],"stopReason":"toolUse"}}`, me)
+				add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"assistant","content":[`+strings.Join(blocks, ",")+`],"stopReason":"toolUse"}}`, me)
 				leaf = me
 				for _, c := range calls {
 					me := id()
-					add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"message":{"role":"toolResult","toolCallId":"`+c+`","toolName":"t","content":[{"type":"text","text":"r"}],"isError":false}}`, "")
+					add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"toolResult","toolCallId":"`+c+`","toolName":"t","content":[{"type":"text","text":"r"}],"isError":false}}`, "")
 					leaf = me
 				}
 				continue
@@ -97,7 +97,7 @@ func cleanTree(r *rand.Rand, f Format) (lines []string, asst []string) {
 		}
 		me = id()
 		if f == FormatPi {
-			add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"message":{"role":"assistant","content":[{"type":"text","text":"done"}],"stopReason":"stop"}}`, me)
+			add(`{"type":"message","id":"`+me+`","parentId":`+pv(leaf)+`,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"assistant","content":[{"type":"text","text":"done"}],"stopReason":"stop"}}`, me)
 		} else {
 			add(`{"parentUuid":`+pv(leaf)+`,"isSidechain":false,"sessionId":"s","type":"assistant","message":{"id":"msg_`+me+`","role":"assistant","content":[{"type":"text","text":"done"}],"stop_reason":"end_turn"},"uuid":"`+me+`"}`, me)
 		}

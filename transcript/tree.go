@@ -3,6 +3,7 @@ package transcript
 import (
 	"bytes"
 	"fmt"
+	"sort"
 )
 
 // This file holds what the tree formats (pi v2+, Claude Code) share: the
@@ -130,6 +131,8 @@ func (d *Document) salvage(spec treeSpec) (map[string]salvaged, []tornLine) {
 			torn = append(torn, tornLine{line: dl.line, parent: parent})
 		}
 	}
+	// In line order, as tornBefore searches them.
+	sort.SliceStable(torn, func(i, j int) bool { return torn[i].line < torn[j].line })
 	return out, torn
 }
 
@@ -140,13 +143,15 @@ func (d *Document) salvage(spec treeSpec) (map[string]salvaged, []tornLine) {
 // line's parent (when the torn line was an edit that branched the
 // conversation, the entry before it in the file is on the abandoned
 // branch; the torn line's parent is where the new branch starts).
+// torn is in line order: the search is a binary one (one per broken
+// link, so a file of many torn lines is not quadratic).
 func tornBefore(torn []tornLine, after, n int) (tornLine, bool) {
-	for k := len(torn) - 1; k >= 0; k-- {
-		if t := torn[k]; t.line < n {
-			return t, t.line > after
-		}
+	k := sort.Search(len(torn), func(i int) bool { return torn[i].line >= n })
+	if k == 0 {
+		return tornLine{}, false
 	}
-	return tornLine{}, false
+	t := torn[k-1]
+	return t, t.line > after
 }
 
 // linkTree finds every entry whose parent is not in the file, decides the
