@@ -309,7 +309,9 @@ func (m *marks) blocks(arr []byte) {
 		}
 		switch typ, _ := getString(b, "type"); typ {
 		case "tool_use", "tool_result", "thinking", "redacted_thinking", "document",
-			"server_tool_use", "web_search_tool_result", "search_result":
+			"server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "search_result",
+			"mcp_tool_use", "mcp_tool_result", "code_execution_tool_result", "bash_code_execution_tool_result",
+			"text_editor_code_execution_tool_result", "container_upload":
 			m.anthropic++
 		case "image":
 			if _, ok := getField(b, "source"); ok {

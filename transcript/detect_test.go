@@ -55,6 +55,8 @@ func TestDetectByStructure(t *testing.T) {
 		{"openai array quoting anthropic json", `[{"role":"user","content":"What is {\"type\":\"tool_use\"} or \"tool_result\" or \"thinking\"?"},` + oaTurn + "]", FormatOpenAI},
 		{"openai, plain text only", "[" + user + "," + plain + "]", FormatOpenAI},
 		{"claude, first line past the head", jsonl(ccBig, ccA2), FormatClaude},
+		{"anthropic, mcp tool blocks only", `[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"mcp_tool_use","id":"mcptoolu_1","name":"q","server_name":"s","input":{}},{"type":"mcp_tool_result","tool_use_id":"mcptoolu_1","content":[{"type":"text","text":"r"}]}]}]`, FormatAnthropic},
+		{"anthropic, web fetch result", `[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"web_fetch","input":{"url":"https://x.example"}},{"type":"web_fetch_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"web_fetch_result","url":"https://x.example"}}]}]`, FormatAnthropic},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
