@@ -122,11 +122,13 @@ type RunsResult struct {
 	FsyncPerSec         float64 `json:"fdatasync_per_sec"`
 	ParallelFsyncPerSec float64 `json:"parallel_fdatasync_per_sec"`
 	RunsPerFsync        float64 `json:"runs_per_fdatasync"`
-	// Idle sessions: RSS growth after loading them, per session.
-	IdleSessions     int     `json:"idle_sessions,omitempty"`
-	IdleRSSBytes     int64   `json:"idle_rss_bytes,omitempty"`
-	IdleBytesPerSess float64 `json:"idle_rss_bytes_per_session,omitempty"`
-	IdleLoadSeconds  float64 `json:"idle_load_seconds,omitempty"`
+	// Idle sessions: RSS growth after loading them, per session (set
+	// when measured: a growth of 0, within a page for a few sessions, is
+	// a measurement too).
+	IdleSessions     int      `json:"idle_sessions,omitempty"`
+	IdleRSSBytes     *int64   `json:"idle_rss_bytes,omitempty"`
+	IdleBytesPerSess *float64 `json:"idle_rss_bytes_per_session,omitempty"`
+	IdleLoadSeconds  float64  `json:"idle_load_seconds,omitempty"`
 	// IdleInFlight is how many of them held a queued run; IdleIndexed how
 	// many the load restored from the store index (written by the clean
 	// close before it); IdleColdLoadSeconds is the load without the
@@ -573,8 +575,8 @@ func benchIdle(ctx context.Context, cfg RunsConfig, dir string, res *RunsResult)
 	took, loaded, err := timedLoad(ctx, dir, inFlight, func(*fsstore.Store) {
 		debug.FreeOSMemory()
 		after := rss()
-		res.IdleRSSBytes = after - before
-		res.IdleBytesPerSess = float64(after-before) / float64(cfg.IdleSessions)
+		grew, per := after-before, float64(after-before)/float64(cfg.IdleSessions)
+		res.IdleRSSBytes, res.IdleBytesPerSess = &grew, &per
 		res.IdleOpenJournals = openFiles()
 	})
 	if err != nil {

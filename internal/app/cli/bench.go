@@ -226,7 +226,7 @@ func runBenchRuns(cmd *cobra.Command, stdio Stdio, opts benchRunsOptions) error 
 	fmt.Fprintf(w, "%d files at once\t%.0f\t%.2f\n", res.Submitters, res.ParallelFsyncPerSec, res.RunsPerSec/max(res.ParallelFsyncPerSec, 1))
 	if res.IdleSessions > 0 {
 		fmt.Fprintln(w, "\nidle sessions\truns in flight\tRSS\tper session\tload time (index)\tafter a kill\tno index\topen files")
-		fmt.Fprintf(w, "%d\t%d\t%s\t%.0f B\t%.2f s (%d from index)\t%.2f s (%d from journals)\t%.2f s\t%d\n", res.IdleSessions, res.IdleInFlight, sizeString(res.IdleRSSBytes), res.IdleBytesPerSess,
+		fmt.Fprintf(w, "%d\t%d\t%s\t%.0f B\t%.2f s (%d from index)\t%.2f s (%d from journals)\t%.2f s\t%d\n", res.IdleSessions, res.IdleInFlight, sizeString(deref(res.IdleRSSBytes)), deref(res.IdleBytesPerSess),
 			res.IdleLoadSeconds, res.IdleIndexed, res.IdleKillLoadSeconds, res.IdleKillOpened, res.IdleColdLoadSeconds, res.IdleOpenJournals)
 	}
 	return w.Flush()
@@ -376,4 +376,13 @@ func sizeString(n int64) string {
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// deref is *p, or the zero value when p is nil (not measured).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }
