@@ -20,6 +20,7 @@ type regionOpts struct {
 	path   map[int]bool   // local line -> on the path
 	relink map[int]string // local line -> the parent it is relinked to
 	skip   map[int]bool   // local lines dropped by the scan
+	repeat map[int]bool   // local lines with the id of an earlier line (and other bytes)
 	dryRun bool           // only the changes are wanted: nothing is rendered
 }
 
@@ -48,7 +49,7 @@ func (s *streamRepair) prepareRegion(r *region) (*regionJob, error) {
 		data = append(append(data, s.header...), '\n')
 		local = append(local, -1)
 	}
-	opts := &regionOpts{path: map[int]bool{}, relink: map[int]string{}, skip: map[int]bool{}}
+	opts := &regionOpts{path: map[int]bool{}, relink: map[int]string{}, skip: map[int]bool{}, repeat: map[int]bool{}}
 	start := len(data)
 	data = append(data, make([]byte, r.end-r.off)...)
 	if _, err := s.f.ReadAt(data[start:], r.off); err != nil && !errors.Is(err, io.EOF) {
@@ -62,6 +63,9 @@ func (s *streamRepair) prepareRegion(r *region) (*regionJob, error) {
 			opts.skip[l] = true
 		case s.lt.onPath(g):
 			opts.path[l] = true
+		}
+		if _, ok := s.owner[int32(g)]; ok {
+			opts.repeat[l] = true
 		}
 		if _, ok := s.broken[g]; ok {
 			if t := s.lt.parent(g); t >= 0 {
