@@ -200,6 +200,14 @@ func TestStreamRepeatedIDs(t *testing.T) {
 			cc("user", "r3", "a2", `{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"ok"}]}`),
 			strings.Replace(cc("assistant", "a2", "u1", ccCall), `"isSidechain"`, `"cwd":"/w","isSidechain"`, 1)),
 	}, {
+		// The leaf has the id of a line on its path, and both call c1
+		// without a result: the results made up for them take ids made
+		// from that id, kept apart.
+		name:   "pi: the leaf has the id of a line on its path, both with a call to answer",
+		format: FormatPi,
+		in: jsonl(head, msg("a1", "", user), msg("b2", "a1", call), msg("c3", "b2", user), msg("d4", "c3", reply),
+			msg("e5", "d4", user), strings.Replace(msg("b2", "e5", call), `"toolUse"`, `"toolUse","x":1`, 1)),
+	}, {
 		// The entry before the broken link has the id of the first line:
 		// the link goes to that first line, the entry the id names.
 		name:   "a broken link relinked to an entry whose id an earlier line has",

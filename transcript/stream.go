@@ -786,7 +786,8 @@ func (s *streamRepair) link() error {
 		leaf = i
 		break
 	}
-	if _, ok := s.owner[int32(leaf)]; ok && s.format == FormatClaude {
+	owner, repeat := s.owner[int32(leaf)]
+	if repeat && s.format == FormatClaude {
 		// The leaf has the id of an earlier line: the result lines that
 		// hang on that line belong after the leaf too (by id, as the
 		// in-memory repair pairs them), which the line-by-line reading
@@ -806,6 +807,13 @@ func (s *streamRepair) link() error {
 			return errNoStream // a child written before its parent
 		}
 		cur = p
+	}
+	if repeat && t.onPath(int(owner)) {
+		// The leaf and the line whose id it has are both on the path:
+		// the results repair makes up after their calls take ids made
+		// from that id, which the in-memory repair, writing the whole
+		// path at once, keeps apart.
+		return errNoStream
 	}
 	for _, i := range s.early {
 		if p := t.parent(int(i)); p >= 0 && t.onPath(int(p)) {
