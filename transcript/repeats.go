@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"slices"
 )
@@ -81,23 +80,30 @@ func (s *streamRepair) resolveRepeats(upTo int) error {
 func (s *streamRepair) firstLines(want map[uint64]*idFirst, upTo int) error {
 	ls := s.lines()
 	for idx := 0; idx < upTo; idx++ {
-		line, _, _, tooLong, err := ls.next()
+		line, off, end, _, err := ls.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return fmt.Errorf("transcript: %w", err)
 		}
-		if tooLong || s.lt.flags(idx)&(fID|fBad) != fID {
+		if s.lt.flags(idx)&(fID|fBad) != fID {
 			continue
 		}
-		line = line[s.cut[idx]:]
-		v, ok := getField(line, s.idKey)
+		cut := s.cut[idx]
+		e, _, err := s.entryLine(line, off+int64(cut), end, cut, ls.ol, false)
+		if err != nil {
+			return err
+		}
+		v, ok := getField(e, s.idKey)
 		if !ok {
 			continue
 		}
 		if w := want[s.idHash(v)]; w != nil && w.line == farParent {
-			w.line, w.sum = int32(idx), maphash.Bytes(s.seed, line)
+			if _, w.sum, err = s.entryLine(line, off+int64(cut), end, cut, ls.ol, true); err != nil {
+				return err
+			}
+			w.line = int32(idx)
 		}
 	}
 	for _, w := range want {

@@ -12,8 +12,9 @@ import (
 // This file is the default repair of pi (v2+) and Claude Code sessions,
 // line and message level, in memory that does not grow with the lines'
 // sizes or the file's: the per-line state (a parent link, an offset,
-// flags) is a lineTable that spills to a file. It reads the file as
-// sequential streams:
+// flags) is a lineTable that spills to a file, and a line longer than
+// maxLineSize is read in pieces into its outline (outline.go), which
+// every pass reads in its place. It reads the file as sequential streams:
 //
 //  1. scan: validate every line, find each entry's parent (through a
 //     window of recent ids; parents further back are looked up in one more
@@ -226,6 +227,9 @@ type scanLine struct {
 	cut  int
 	many bool
 	bom  bool // the line (the file's first) begins with a byte-order mark, in cut
+	// A line longer than maxLineSize: whole, not valid JSON, to be read
+	// whole; tooBig, its outline too long to keep (outline.go).
+	whole, tooBig bool
 }
 
 // extract validates a line and reads its id, parent and flags; k is left
@@ -288,50 +292,52 @@ func (s *streamRepair) scan() error {
 		for i := range c.recs {
 			c.scan = append(c.scan, scanLine{})
 			from := len(c.parts)
-			if r := &c.scan[i]; !c.recs[i].tooLong {
-				line := c.line(i)
-				bom := c.recs[i].off == 0 && bytes.HasPrefix(line, utf8BOM)
-				if bom {
-					line = line[len(utf8BOM):]
-				}
-				s.extract(line, r, &k)
-				if r.why != "" {
-					s.glued(line, r, &k)
-				}
-				if bom {
-					r.bom, r.cut = true, r.cut+len(utf8BOM)
-					line = c.line(i)
-				}
-				if r.fl&fEntry != 0 {
-					c.light.readChecked(s.format, line[r.cut:], &k)
-					c.parts = c.light.parts(s.format, s.seed, c.parts)
-				}
+			if rec := &c.recs[i]; rec.tooLong {
+				c.parts = s.readOutlined(rec.ol, &c.scan[i], &k, &c.light, c.parts)
+			} else {
+				c.parts = s.readHeld(c.line(i), rec.off, &c.scan[i], &k, &c.light, c.parts)
 			}
 			c.partAt = append(c.partAt, [2]int32{int32(from), int32(len(c.parts))})
 		}
 	}, func(c *lineChunk) error {
+		var k keyCheck
 		for i, rec := range c.recs {
 			idx := c.first + i
-			line := c.line(i)
-			if idx == 0 && !rec.tooLong && rec.fend-rec.off-int64(len(line)) == 2 {
+			r := &c.scan[i]
+			line, parts := c.line(i), c.parts[c.partAt[i][0]:c.partAt[i][1]]
+			// The line's length in the file, without its terminator.
+			n := int64(len(line))
+			outlined := rec.tooLong && !r.whole
+			if r.whole {
+				// A long line that is not valid JSON is damaged: it is
+				// read whole, to be cut as any other.
+				b, err := readLine(s.f, rec.off, rec.fend)
+				if err != nil {
+					return err
+				}
+				line, n = b, int64(len(b))
+				parts = s.readHeld(line, rec.off, r, &k, &c.light, nil)
+			} else if outlined {
+				n = rec.ol.n
+				if rec.ol.bom {
+					n += int64(len(utf8BOM))
+				}
+			}
+			if idx == 0 && rec.fend-rec.off-n == 2 {
 				s.term = "\r\n"
 			}
 			s.lt.add(rec.off)
-			if rec.tooLong {
-				if first && s.format == FormatPi {
-					return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, idx+1, maxLineSize)
-				}
-				first = false
-				s.drop(idx, fmt.Sprintf("line longer than %d bytes", maxLineSize), nil)
-				continue
+			if r.tooBig {
+				return &lineTooLongError{line: idx + 1, size: rec.fend - rec.off}
 			}
-			r := &c.scan[i]
 			bom := 0
 			if r.bom {
 				bom = len(utf8BOM)
 				s.cut[idx] = bom
 				s.dropped = append(s.dropped, bomChange())
-				line = line[bom:]
+				if !outlined {
+					line = line[bom:] // an outline is the line's without it
+				}
 			}
 			if r.fl == fBlank {
 				s.lt.setFlags(idx, fBlank)
@@ -368,7 +374,7 @@ func (s *streamRepair) scan() error {
 					return err
 				}
 			}
-			s.specLine(idx, off, rec.fend, c.parts[c.partAt[i][0]:c.partAt[i][1]])
+			s.specLine(idx, off, rec.fend, parts)
 		}
 		return nil
 	})
@@ -384,6 +390,57 @@ func (s *streamRepair) scan() error {
 		}
 	}
 	return s.lt.err
+}
+
+// readHeld checks a line held in memory, at off in the file, and reads an
+// entry's light parts onto parts.
+func (s *streamRepair) readHeld(line []byte, off int64, r *scanLine, k *keyCheck, ll *lightLine, parts []lightPart) []lightPart {
+	full := line
+	bom := off == 0 && bytes.HasPrefix(line, utf8BOM)
+	if bom {
+		line = line[len(utf8BOM):]
+	}
+	s.extract(line, r, k)
+	if r.why != "" {
+		s.glued(line, r, k)
+	}
+	if bom {
+		r.bom, r.cut = true, r.cut+len(utf8BOM)
+		line = full
+	}
+	if r.fl&fEntry != 0 {
+		ll.readChecked(s.format, line[r.cut:], k)
+		parts = ll.parts(s.format, s.seed, parts)
+	}
+	return parts
+}
+
+// readOutlined checks a line longer than maxLineSize from its outline,
+// which says what the line says (outline.go), and reads an entry's light
+// parts onto parts. A line that is not valid JSON is left to be read whole
+// (whole): it is damaged, and cut as any other.
+func (s *streamRepair) readOutlined(ol *lineOutline, r *scanLine, k *keyCheck, ll *lightLine, parts []lightPart) []lightPart {
+	switch {
+	case ol.blank:
+		r.fl = fBlank
+	case !ol.valid:
+		r.whole = true
+		return parts
+	case ol.tooBig:
+		r.tooBig = true
+		return parts
+	default:
+		s.extract(ol.out, r, k)
+		r.sum = ol.sum
+		if r.fl&fEntry != 0 {
+			ll.readChecked(s.format, ol.out, k)
+			parts = ll.parts(s.format, s.seed, parts)
+		}
+	}
+	if ol.bom {
+		r.bom, r.cut = true, len(utf8BOM)
+	}
+	return parts
 }
 
 // glued looks, in a line that is not valid, for an entry glued onto a

@@ -288,8 +288,18 @@ func FuzzStream(f *testing.F) {
 		for _, format := range []Format{FormatPi, FormatClaude} {
 			sameRepair(t, data, format)
 			farWindow(func() { sameRepair(t, data, format) })
+			longLines(func() { sameRepair(t, data, format) })
 		}
 	})
+}
+
+// longLines runs fn with every line longer than 64 bytes too long to hold:
+// read in pieces, checked on its outline. It sets a package var: not for
+// parallel tests.
+func longLines(fn func()) {
+	defer func(n int) { maxLineSize = n }(maxLineSize)
+	maxLineSize = 64
+	fn()
 }
 
 // farWindow runs fn with the streaming repair seeing every file as larger
@@ -308,13 +318,15 @@ func farWindow(fn func()) {
 // that pass, as in files larger than the window, and a line table of two
 // blocks of 4 lines in memory, so that it spills to its file as in files
 // of many lines; then with a filter of 512 bits, whose false positives
-// make nearly every line a repeat candidate, settled two at a time.
-// (Not parallel: it sets the window, the table, the filter and the
-// candidates' bound.)
+// make nearly every line a repeat candidate, settled two at a time; then
+// with nearly every line longer than the longest line held, so that they
+// are checked on their outlines and copied, not held. (Not parallel: it
+// sets the window, the table, the filter, the candidates' bound and the
+// longest line held.)
 func TestStreamSmallWindow(t *testing.T) {
-	defer func(n, shift, resident, bits, cands int) {
-		windowSize, tableShift, tableResident, bloomBits, maxRepeatCands = n, shift, resident, bits, cands
-	}(windowSize, tableShift, tableResident, bloomBits, maxRepeatCands)
+	defer func(n, shift, resident, bits, cands, line int) {
+		windowSize, tableShift, tableResident, bloomBits, maxRepeatCands, maxLineSize = n, shift, resident, bits, cands, line
+	}(windowSize, tableShift, tableResident, bloomBits, maxRepeatCands, maxLineSize)
 	windowSize = 4
 	tableShift, tableResident = 2, 2 // 4 lines a block, 2 in memory: the line table spills
 	files, err := filepath.Glob("testdata/*.jsonl")
@@ -322,13 +334,15 @@ func TestStreamSmallWindow(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		bits, cands  int
+		line         int
 		seed1, seed2 uint64
 	}{
-		{"filter of 2 MiB", 1 << 24, 1 << 17, 9, 10},
-		{"filter of 512 bits, candidates settled two at a time", 512, 2, 11, 12},
+		{"filter of 2 MiB", 1 << 24, 1 << 17, MaxLineSize, 9, 10},
+		{"filter of 512 bits, candidates settled two at a time", 512, 2, MaxLineSize, 11, 12},
+		{"lines longer than 150 bytes read in pieces, not held", 1 << 24, 1 << 17, 150, 13, 14},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bloomBits, maxRepeatCands = tc.bits, tc.cands
+			bloomBits, maxRepeatCands, maxLineSize = tc.bits, tc.cands, tc.line
 			r := rand.New(rand.NewPCG(tc.seed1, tc.seed2))
 			for i := 0; i < 200; i++ {
 				f := []Format{FormatPi, FormatClaude}[i%2]
