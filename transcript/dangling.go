@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"os"
 )
@@ -71,7 +72,8 @@ func danglingChildren(in *os.File, size int64, f Format, bad []badLine) (danglin
 	if len(gone) == 0 {
 		return out, nil
 	}
-	s := &lineScanner{r: bufio.NewReaderSize(io.NewSectionReader(in, from, size-from), 1<<20), off: from}
+	s := &lineScanner{r: bufio.NewReaderSize(io.NewSectionReader(in, from, size-from), 1<<20), off: from,
+		outline: true, seed: maphash.MakeSeed(), parKey: parentKey}
 	k := 0 // the first bad span not before the line
 	for {
 		line, off, end, tooLong, err := s.next()
@@ -85,7 +87,27 @@ func danglingChildren(in *os.File, size int64, f Format, bad []badLine) (danglin
 			k++
 		}
 		if tooLong {
-			continue
+			// Longer than maxLineSize: read on its outline when kept
+			// whole (but for a byte-order mark), dropped whole when valid
+			// JSON, else read whole: it is damaged.
+			ol, spans := s.ol, 0
+			for j := k; j < len(bad) && bad[j].off < end; j++ {
+				if !(bad[j].off == 0 && ol.bom && bad[j].end == int64(len(utf8BOM))) {
+					spans++
+				}
+			}
+			switch {
+			case spans == 0:
+				if namesGone(ol.out, parentKey, gone) {
+					out.children++
+				}
+				continue
+			case ol.valid:
+				continue
+			}
+			if line, err = readLine(in, off, end); err != nil {
+				return out, err
+			}
 		}
 		if k == len(bad) || bad[k].off >= end {
 			if namesGone(line, parentKey, gone) {

@@ -12,7 +12,8 @@
 //     whose parent is missing, refuse an invalid header, keep a backup and
 //     replace the file atomically; pi and Claude Code sessions are
 //     repaired streaming (stream.go), line and message level, in memory
-//     that does not grow with the file;
+//     that does not grow with the file; a line too long to hold is read
+//     in pieces, checked on its outline and kept (outline.go);
 //   - message level ([RepairMessages]): pair tool calls with results per
 //     turn frame, make up marked synthetic results for missing ones, drop
 //     malformed calls, duplicates and orphans, never delete a delivered

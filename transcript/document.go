@@ -17,6 +17,7 @@ type entry struct {
 
 	id, parent  string // tree formats: own id and parent id ("" for null)
 	link        string // tree formats: the parent as repaired (== parent unless broken)
+	repeat      bool   // tree formats: an earlier entry has its id (and other bytes): the id names that one
 	broken      bool   // tree formats: parent is not in the file
 	via         []int  // dropped lines the link was followed through
 	viaFragment bool   // the first of them is a torn fragment (glued.go)
@@ -497,9 +498,10 @@ func (d *Document) assembleTreeEntries(entries []*entry, out []outEntry, dropped
 			inOut[o.src] = true
 		}
 	}
-	// Parents of dropped path entries, to relink their children.
+	// Parents of dropped path entries, to relink their children (an entry
+	// whose id names an earlier one has none of its own).
 	for _, e := range entries {
-		if e.path && !inOut[e] && e.id != "" {
+		if e.path && !inOut[e] && e.id != "" && !e.repeat {
 			droppedParent[e.id] = e.link
 		}
 	}

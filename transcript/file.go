@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"io/fs"
 	"os"
@@ -33,9 +34,13 @@ const (
 	StatusEmpty    = "empty"   // an empty file: nothing to repair
 )
 
-// MaxLineSize caps one line during streaming repair; a longer line is
-// dropped as invalid without being held in memory.
-const MaxLineSize = 64 << 20
+// MaxLineSize is the longest line a repair holds in memory. A longer line
+// (a tool result that holds a whole file, say) is read in pieces and
+// checked on its outline (outline.go), and kept: copied from the file, its
+// parent link patched around it. It is held whole only when damaged (not
+// valid JSON: it is cut as any other) or in a turn that message-level
+// repair rewrites.
+const MaxLineSize = 8 << 20
 
 // maxLineSize is MaxLineSize, a var for tests.
 var maxLineSize = MaxLineSize
@@ -242,30 +247,49 @@ type badLine struct {
 	ins      string // written in place of the span
 }
 
-// lineScanner reads lines with a bounded buffer.
+// lineScanner reads lines with a bounded buffer. A line longer than
+// maxLineSize is not held: with outline set, it is read in pieces into
+// its outline (ol, outline.go), made with seed and parKey; else it is
+// skipped.
 type lineScanner struct {
 	r    *bufio.Reader
 	buf  []byte
 	off  int64
 	line int
+
+	outline bool
+	seed    maphash.Seed
+	parKey  string
+	ol      *lineOutline // the outline of the last line, when it was long
 }
 
 // next returns the next line without its terminator, its span, and
-// whether it was too long to hold (then line is nil). The line is valid
-// until the next call.
+// whether it was too long to hold (then line is its outline, nil when the
+// line is not valid JSON or not outlined). The line is valid until the
+// next call.
 func (s *lineScanner) next() (line []byte, off, end int64, tooLong bool, err error) {
-	s.buf = s.buf[:0]
+	s.buf, s.ol = s.buf[:0], nil
 	off = s.off
+	var o *outliner
 	for {
 		chunk, rerr := s.r.ReadSlice('\n')
 		s.off += int64(len(chunk))
 		full := errors.Is(rerr, bufio.ErrBufferFull)
-		if !tooLong {
-			if len(s.buf)+len(chunk) > maxLineSize {
-				tooLong, s.buf = true, s.buf[:0]
-			} else if full || len(s.buf) > 0 {
-				s.buf = append(s.buf, chunk...)
+		switch {
+		case !tooLong && len(s.buf)+len(chunk) > maxLineSize:
+			tooLong = true
+			if s.outline {
+				o = newOutliner(s.seed, off == 0, s.parKey)
+				o.write(s.buf)
+				o.write(bytes.TrimSuffix(chunk, []byte("\n")))
 			}
+			s.buf = nil // not kept at this size
+		case tooLong:
+			if o != nil {
+				o.write(bytes.TrimSuffix(chunk, []byte("\n")))
+			}
+		case full || len(s.buf) > 0:
+			s.buf = append(s.buf, chunk...)
 		}
 		if full {
 			continue
@@ -278,7 +302,11 @@ func (s *lineScanner) next() (line []byte, off, end int64, tooLong bool, err err
 		}
 		s.line++
 		if tooLong {
-			return nil, off, s.off, true, nil
+			if o == nil {
+				return nil, off, s.off, true, nil
+			}
+			s.ol = o.finish()
+			return s.ol.out, off, s.off, true, nil
 		}
 		line = chunk
 		if len(s.buf) > 0 {
@@ -288,6 +316,50 @@ func (s *lineScanner) next() (line []byte, off, end int64, tooLong bool, err err
 		line = bytes.TrimSuffix(line, []byte("\r"))
 		return line, off, s.off, false, nil
 	}
+}
+
+// readLine reads the line at [off, end) of r (its terminator included
+// in the span, not in what it returns) whole.
+func readLine(r io.ReaderAt, off, end int64) ([]byte, error) {
+	b := make([]byte, end-off)
+	n, err := r.ReadAt(b, off)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
+		return nil, fmt.Errorf("transcript: %w", err)
+	}
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	return bytes.TrimSuffix(b, []byte("\r")), nil
+}
+
+// outlineAt reads the line at [off, end) of r (its terminator included
+// in the span), longer than maxLineSize, in pieces into its outline.
+func outlineAt(r io.ReaderAt, off, end int64, seed maphash.Seed, parKey string) (*lineOutline, error) {
+	o := newOutliner(seed, off == 0, parKey)
+	buf := make([]byte, min(end-off, chunkBytes))
+	for at := off; at < end; {
+		n := int(min(int64(len(buf)), end-at))
+		m, err := r.ReadAt(buf[:n], at)
+		if err != nil && !(errors.Is(err, io.EOF) && m == n) {
+			return nil, fmt.Errorf("transcript: %w", err)
+		}
+		b := buf[:n]
+		if at += int64(n); at == end {
+			b = bytes.TrimSuffix(b, []byte("\n"))
+		}
+		o.write(b)
+	}
+	return o.finish(), nil
+}
+
+// lineTooLongError is a line a repair can neither hold nor check in
+// pieces: longer than maxLineSize, and so is its outline (its keys, ids
+// and content blocks). The repair is refused: nothing is lost.
+type lineTooLongError struct {
+	line int   // 1-based
+	size int64 // bytes, line end included
+}
+
+func (e *lineTooLongError) Error() string {
+	return fmt.Sprintf("line %d is %d bytes, longer than the %d bytes a repair holds in memory, and its keys, ids and content blocks alone are longer than the %d bytes it keeps of such a line, so it cannot be checked; nothing was changed", e.line, e.size, maxLineSize, maxOutlineSize)
 }
 
 // parallelMin is the file size from which scanFile validates segments of
@@ -352,6 +424,9 @@ func scanFile(f *os.File, size int64, format Format, fn func(Change)) ([]badLine
 	var bad []badLine
 	lines := 0
 	for _, r := range results {
+		if long := (*lineTooLongError)(nil); errors.As(r.err, &long) {
+			long.line += lines // numbered in its segment
+		}
 		if r.err != nil {
 			return nil, r.err
 		}
@@ -370,19 +445,21 @@ func scanFile(f *os.File, size int64, format Format, fn func(Change)) ([]badLine
 
 // scanLines validates a JSONL file line by line in bounded memory and
 // returns the lines to drop.
-func scanLines(r io.Reader, f Format, fn func(Change)) ([]badLine, error) {
+func scanLines(r segment, f Format, fn func(Change)) ([]badLine, error) {
 	bad, _, err := scanSegment(r, f, true, fn)
 	return bad, err
 }
 
 // scanSegment validates the lines of r, the start of the file when first;
 // it returns the lines to drop and how many lines it read.
-func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine, int, error) {
+func scanSegment(r segment, f Format, first bool, fn func(Change)) ([]badLine, int, error) {
 	c, err := codecFor(f)
 	if err != nil {
 		return nil, 0, err
 	}
-	s := &lineScanner{r: bufio.NewReaderSize(r, 1<<20)}
+	// A line too long to hold is checked on its outline (outline.go); a
+	// journal's is past its record limit.
+	s := &lineScanner{r: bufio.NewReaderSize(r, 1<<20), outline: f != FormatBelay, seed: maphash.MakeSeed()}
 	var bad []badLine
 	for {
 		line, off, end, tooLong, err := s.next()
@@ -396,19 +473,35 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 			bad = append(bad, badLine{line: s.line, off: off, end: end})
 			fn(Change{Kind: ChangeDropLine, Line: s.line, Reason: reason})
 		}
-		if first && off == 0 && bytes.HasPrefix(line, utf8BOM) {
+		ol := s.ol
+		switch {
+		case !tooLong || ol == nil:
+		case ol.tooBig:
+			return nil, 0, &lineTooLongError{line: s.line, size: end - off}
+		case !ol.valid && !ol.blank:
+			// Not valid JSON: the line is damaged, and read whole to be
+			// cut as any other.
+			if line, err = readLine(r, off, end); err != nil {
+				return nil, 0, err
+			}
+			tooLong, ol = false, nil
+		}
+		if first && off == 0 && (bytes.HasPrefix(line, utf8BOM) && !tooLong || ol != nil && ol.bom) {
 			bad = append(bad, badLine{line: s.line, off: 0, end: int64(len(utf8BOM))})
 			fn(bomChange())
-			line, off = line[len(utf8BOM):], off+int64(len(utf8BOM))
+			if !tooLong {
+				line = line[len(utf8BOM):] // an outline is without it
+			}
+			off += int64(len(utf8BOM))
 		}
-		if tooLong {
+		if tooLong && ol == nil {
 			if first && c.hasHeader() {
 				return nil, 0, fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, s.line, maxLineSize)
 			}
 			drop(fmt.Sprintf("line longer than %d bytes", maxLineSize))
 			continue
 		}
-		if f != FormatBelay && len(bytes.TrimSpace(line)) == 0 {
+		if f != FormatBelay && (ol != nil && ol.blank || len(bytes.TrimSpace(line)) == 0 && ol == nil) {
 			continue
 		}
 		if first && c.hasHeader() {
@@ -423,7 +516,7 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 		// rewrite keeps them: a line judged here would be judged
 		// against a seq the rewrite may drop.
 		if why := c.checkLine(line); why != "" {
-			if glued := gluedSpans(c, f, line, off, end); glued != nil {
+			if glued := gluedSpans(c, f, line, off, end); glued != nil && !tooLong {
 				bad = append(bad, glued...)
 				fn(gluedChange(s.line, glued))
 				continue
@@ -433,6 +526,13 @@ func scanSegment(r io.Reader, f Format, first bool, fn func(Change)) ([]badLine,
 		}
 	}
 	return bad, s.line, nil
+}
+
+// segment is what scanSegment reads: a file, or a stretch of one, read in
+// order, and again at an offset for a long line it must hold.
+type segment interface {
+	io.Reader
+	io.ReaderAt
 }
 
 // gluedSpans returns what file-level repair changes in a line at
@@ -485,7 +585,8 @@ func repairLines(path string, fi fs.FileInfo, f Format, rep *FileReport, opts Fi
 	defer in.Close()
 	bad, err := scanFile(in, fi.Size(), f, func(c Change) { rep.Changes = append(rep.Changes, c) })
 	if err != nil {
-		if errors.Is(err, ErrInvalidHeader) {
+		var long *lineTooLongError
+		if errors.Is(err, ErrInvalidHeader) || errors.As(err, &long) {
 			return refuse(rep, err.Error())
 		}
 		return rep, err

@@ -148,6 +148,46 @@ func FuzzRepairFile(f *testing.F) {
 	})
 }
 
+// FuzzRepairFileLongLines holds RepairFile, with every line longer than
+// 64 bytes too long to hold (checked on its outline, copied, cut only when
+// damaged), to RepairFile with the lines held, on any input in the JSONL
+// formats but belay's (whose lines are at most its record limit): the
+// same report, and the same bytes.
+func FuzzRepairFileLongLines(f *testing.F) {
+	seedFixtures(f)
+	f.Add([]byte(jsonl(piHead, piU1, piA2, piCall, piBig, piEnd)))
+	f.Add([]byte(jsonl(ccU1, ccA2, ccCall, torn(ccBig, `"numLines"`)+ccEnd)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<16 {
+			return
+		}
+		dir := t.TempDir()
+		for _, format := range []Format{FormatPi, FormatClaude, FormatOpenAI, FormatAnthropic} {
+			for _, lines := range []bool{false, true} {
+				repair := func() (*FileReport, error, []byte) {
+					path := filepath.Join(dir, "t.jsonl")
+					require.NoError(t, os.WriteFile(path, data, 0o600))
+					rep, err := RepairFile(path, FileOptions{Format: format, LinesOnly: lines, NoBackup: true})
+					out, rerr := os.ReadFile(path)
+					require.NoError(t, rerr)
+					return rep, err, out
+				}
+				held, heldErr, heldOut := repair()
+				var long *FileReport
+				var longErr error
+				var longOut []byte
+				longLines(func() { long, longErr, longOut = repair() })
+				require.Equal(t, heldErr == nil, longErr == nil, "%s lines-only=%v: %v / %v", format, lines, heldErr, longErr)
+				require.Equal(t, held.Status, long.Status, "%s lines-only=%v", format, lines)
+				require.Equal(t, changeList(held.Changes), changeList(long.Changes), "%s lines-only=%v", format, lines)
+				require.Equal(t, held.DanglingChildren, long.DanglingChildren, "%s lines-only=%v", format, lines)
+				require.Equal(t, held.Note, long.Note, "%s lines-only=%v", format, lines)
+				require.Equal(t, string(heldOut), string(longOut), "%s lines-only=%v", format, lines)
+			}
+		}
+	})
+}
+
 // FuzzSkipString holds skipString (quotes found many bytes at a time) to
 // reading the string a byte at a time, escapes consuming the byte after
 // them, on any bytes.

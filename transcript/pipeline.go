@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"os"
 	"runtime"
@@ -19,6 +20,7 @@ type lineChunk struct {
 	data  []byte
 	long  lineRec // set when the chunk is one line too long to hold
 	recs  []lineRec
+	seed  maphash.Seed // the repair's, for the outlines of long lines
 	// Filled by the work function, read by the consumer.
 	scan   []scanLine
 	light  lightLine
@@ -28,14 +30,23 @@ type lineChunk struct {
 }
 
 // lineRec is one line of a chunk: its bytes data[start:end] (terminator
-// excluded) and its span in the file, terminator included.
+// excluded) and its span in the file, terminator included. A line longer
+// than maxLineSize (tooLong) is not held: ol is its outline (outline.go).
 type lineRec struct {
 	start, end int
 	off, fend  int64
 	tooLong    bool
+	ol         *lineOutline
 }
 
-func (c *lineChunk) line(i int) []byte { return c.data[c.recs[i].start:c.recs[i].end] }
+// line returns line i, or the outline of a long line (nil when it is not
+// valid JSON).
+func (c *lineChunk) line(i int) []byte {
+	if rec := &c.recs[i]; rec.tooLong {
+		return rec.ol.out
+	}
+	return c.data[c.recs[i].start:c.recs[i].end]
+}
 
 // split finds the chunk's lines, as lineScanner.next would return them.
 func (c *lineChunk) split() {
@@ -55,6 +66,8 @@ func (c *lineChunk) split() {
 		}
 		rec := lineRec{start: start, end: lend, off: c.off + int64(start), fend: c.off + int64(next)}
 		if next-start > maxLineSize {
+			// Held here (it came with the chunk), but read as any long line.
+			rec.ol = outlineBytes(c.seed, c.data[start:end], rec.off == 0, "")
 			rec.start, rec.end, rec.tooLong = 0, 0, true
 		}
 		c.recs = append(c.recs, rec)
@@ -74,6 +87,7 @@ type chunkReader struct {
 	pos   int64  // the next byte to read
 	carry []byte // bytes read after the last newline of the last chunk
 	skip  []byte // buffer for reading past a line too long to hold
+	seed  maphash.Seed
 }
 
 // fill reads the next chunk into c; it returns io.EOF when the file has
@@ -81,7 +95,7 @@ type chunkReader struct {
 func (r *chunkReader) fill(c *lineChunk) error {
 	c.off = r.pos - int64(len(r.carry))
 	c.data = append(c.data[:0], r.carry...)
-	c.long = lineRec{}
+	c.long, c.seed = lineRec{}, r.seed
 	r.carry = r.carry[:0]
 	if len(c.data) == 0 && r.pos >= r.size {
 		return io.EOF
@@ -110,7 +124,7 @@ func (r *chunkReader) fill(c *lineChunk) error {
 			scanned = len(c.data)
 		}
 		if scanned > maxLineSize {
-			return r.skipLong(c)
+			return r.readLong(c)
 		}
 	}
 }
@@ -127,12 +141,15 @@ func (r *chunkReader) readErr(m, n int, err error) error {
 	return fmt.Errorf("transcript: %w", err)
 }
 
-// skipLong reads past the end of a line longer than maxLineSize (the
-// chunk holds its start and no newline) and makes the chunk that line.
-func (r *chunkReader) skipLong(c *lineChunk) error {
+// readLong reads the rest of a line longer than maxLineSize (the chunk
+// holds its start and no newline) in pieces, keeping its outline, and
+// makes the chunk that line.
+func (r *chunkReader) readLong(c *lineChunk) error {
 	if r.skip == nil {
 		r.skip = make([]byte, chunkBytes)
 	}
+	o := newOutliner(r.seed, c.off == 0, "")
+	o.write(c.data)
 	for r.pos < r.size {
 		n := int(min(int64(len(r.skip)), r.size-r.pos))
 		m, err := r.f.ReadAt(r.skip[:n], r.pos)
@@ -140,17 +157,26 @@ func (r *chunkReader) skipLong(c *lineChunk) error {
 			return err
 		}
 		if i := bytes.IndexByte(r.skip[:m], '\n'); i >= 0 {
+			o.write(r.skip[:i])
 			r.pos += int64(i) + 1
 			r.carry = append(r.carry, r.skip[i+1:m]...)
 			r.pos += int64(m - i - 1)
 			break
 		}
+		o.write(r.skip[:m])
 		r.pos += int64(m)
 	}
 	end := r.pos - int64(len(r.carry))
-	c.long = lineRec{off: c.off, fend: end, tooLong: true}
+	c.long = lineRec{off: c.off, fend: end, tooLong: true, ol: o.finish()}
 	c.data = c.data[:0]
 	return nil
+}
+
+// outlineBytes is the outline of line b (its line end excluded).
+func outlineBytes(seed maphash.Seed, b []byte, fileStart bool, parKey string) *lineOutline {
+	o := newOutliner(seed, fileStart, parKey)
+	o.write(b)
+	return o.finish()
 }
 
 // eachChunk reads the file's lines in chunks, runs work on the chunks in
@@ -173,7 +199,7 @@ func (s *streamRepair) eachChunk(work func(*lineChunk), consume func(*lineChunk)
 		defer wg.Done()
 		defer close(todo)
 		defer close(order)
-		r := &chunkReader{f: s.f, size: s.size}
+		r := &chunkReader{f: s.f, size: s.size, seed: s.seed}
 		for {
 			var c *lineChunk
 			select {
@@ -227,7 +253,8 @@ func (s *streamRepair) eachChunk(work func(*lineChunk), consume func(*lineChunk)
 	return readErr
 }
 
-// sequentialLines is a lineScanner over the whole file.
+// lines is a lineScanner over the whole file, which outlines long lines.
 func (s *streamRepair) lines() *lineScanner {
-	return &lineScanner{r: bufio.NewReaderSize(io.NewSectionReader(s.f, 0, s.size), int(min(1<<20, max(4096, s.size))))}
+	return &lineScanner{r: bufio.NewReaderSize(io.NewSectionReader(s.f, 0, s.size), int(min(1<<20, max(4096, s.size)))),
+		outline: true, seed: s.seed, parKey: s.parK}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"os"
 	"sort"
 )
@@ -13,14 +12,17 @@ import (
 // This file is the default repair of pi (v2+) and Claude Code sessions,
 // line and message level, in memory that does not grow with the lines'
 // sizes or the file's: the per-line state (a parent link, an offset,
-// flags) is a lineTable that spills to a file. It reads the file as
-// sequential streams:
+// flags) is a lineTable that spills to a file, and a line longer than
+// maxLineSize is read in pieces into its outline (outline.go), which
+// every pass reads in its place. It reads the file as sequential streams:
 //
 //  1. scan: validate every line, find each entry's parent (through a
 //     window of recent ids; parents further back are looked up in one more
-//     pass when there are any), drop invalid and repeated lines, and read
-//     the path as the chain the lines make in file order, checking its
-//     turn frames on the way (stream_spec.go);
+//     pass when there are any), drop invalid and repeated lines (a line
+//     whose id the window no longer holds but the filter of every id may
+//     have seen is looked up in that pass too: repeats.go), and read the
+//     path as the chain the lines make in file order, checking its turn
+//     frames on the way (stream_spec.go);
 //  2. walk the tree from the leaf, relink broken parent links, and compare
 //     the path with the one the scan read; only if they differ read the
 //     path again, turn by turn (a turn frame at a time), and check each
@@ -77,6 +79,10 @@ type farRef struct {
 type winSlot struct {
 	id   uint64
 	line int32
+	// cand: the line's id was not in the window, but the filter says it
+	// may be on an earlier line. Until applyRepeats knows, the line
+	// stands for its id (repeats.go).
+	cand bool
 	sum  uint64
 }
 
@@ -102,7 +108,14 @@ type streamRepair struct {
 	win     []winSlot
 	winIdx  *idTable
 	winPos  int
-	bloom   []uint64 // every id (in files that can hold more than the window)
+	bloom   []uint64     // every id (in files that can hold more than the window)
+	cands   []repeatCand // lines that may repeat an id the window no longer holds (repeats.go)
+	// owner maps each line with the id of an earlier line (and other
+	// bytes: a copy is dropped) to the first line with that id, the entry
+	// the id names.
+	owner map[int32]int32
+	// early lists the lines written before their parent.
+	early []int32
 
 	// broken links: line -> parent named; its rank on the path (-1 off it)
 	broken    map[int]string
@@ -163,7 +176,7 @@ func newStreamRepair(f *os.File, size int64, format Format) *streamRepair {
 	s := &streamRepair{f: f, size: size, format: format, seed: maphash.MakeSeed(),
 		openBy: map[string][]*openCall{}, cut: map[int]int{},
 		term: "\n", droppedParent: map[string]string{}, nextParent: map[int]string{},
-		lost: map[uint64]*salvage{}, lt: newLineTable(),
+		lost: map[uint64]*salvage{}, lt: newLineTable(), owner: map[int32]int32{},
 		win: make([]winSlot, min(int64(windowSize), size/32+16)), broken: map[int]string{}, brokenVia: map[int]*salvage{}, brokenTorn: map[int]int{}, rank: map[int]int{}, targets: map[int]string{}}
 	for i := range s.win {
 		s.win[i].line = -1
@@ -214,6 +227,9 @@ type scanLine struct {
 	cut  int
 	many bool
 	bom  bool // the line (the file's first) begins with a byte-order mark, in cut
+	// A line longer than maxLineSize: whole, not valid JSON, to be read
+	// whole; tooBig, its outline too long to keep (outline.go).
+	whole, tooBig bool
 }
 
 // extract validates a line and reads its id, parent and flags; k is left
@@ -276,50 +292,52 @@ func (s *streamRepair) scan() error {
 		for i := range c.recs {
 			c.scan = append(c.scan, scanLine{})
 			from := len(c.parts)
-			if r := &c.scan[i]; !c.recs[i].tooLong {
-				line := c.line(i)
-				bom := c.recs[i].off == 0 && bytes.HasPrefix(line, utf8BOM)
-				if bom {
-					line = line[len(utf8BOM):]
-				}
-				s.extract(line, r, &k)
-				if r.why != "" {
-					s.glued(line, r, &k)
-				}
-				if bom {
-					r.bom, r.cut = true, r.cut+len(utf8BOM)
-					line = c.line(i)
-				}
-				if r.fl&fEntry != 0 {
-					c.light.readChecked(s.format, line[r.cut:], &k)
-					c.parts = c.light.parts(s.format, s.seed, c.parts)
-				}
+			if rec := &c.recs[i]; rec.tooLong {
+				c.parts = s.readOutlined(rec.ol, &c.scan[i], &k, &c.light, c.parts)
+			} else {
+				c.parts = s.readHeld(c.line(i), rec.off, &c.scan[i], &k, &c.light, c.parts)
 			}
 			c.partAt = append(c.partAt, [2]int32{int32(from), int32(len(c.parts))})
 		}
 	}, func(c *lineChunk) error {
+		var k keyCheck
 		for i, rec := range c.recs {
 			idx := c.first + i
-			line := c.line(i)
-			if idx == 0 && !rec.tooLong && rec.fend-rec.off-int64(len(line)) == 2 {
+			r := &c.scan[i]
+			line, parts := c.line(i), c.parts[c.partAt[i][0]:c.partAt[i][1]]
+			// The line's length in the file, without its terminator.
+			n := int64(len(line))
+			outlined := rec.tooLong && !r.whole
+			if r.whole {
+				// A long line that is not valid JSON is damaged: it is
+				// read whole, to be cut as any other.
+				b, err := readLine(s.f, rec.off, rec.fend)
+				if err != nil {
+					return err
+				}
+				line, n = b, int64(len(b))
+				parts = s.readHeld(line, rec.off, r, &k, &c.light, nil)
+			} else if outlined {
+				n = rec.ol.n
+				if rec.ol.bom {
+					n += int64(len(utf8BOM))
+				}
+			}
+			if idx == 0 && rec.fend-rec.off-n == 2 {
 				s.term = "\r\n"
 			}
 			s.lt.add(rec.off)
-			if rec.tooLong {
-				if first && s.format == FormatPi {
-					return fmt.Errorf("%w: line %d is longer than %d bytes; the file was not changed", ErrInvalidHeader, idx+1, maxLineSize)
-				}
-				first = false
-				s.drop(idx, fmt.Sprintf("line longer than %d bytes", maxLineSize), nil)
-				continue
+			if r.tooBig {
+				return &lineTooLongError{line: idx + 1, size: rec.fend - rec.off}
 			}
-			r := &c.scan[i]
 			bom := 0
 			if r.bom {
 				bom = len(utf8BOM)
 				s.cut[idx] = bom
 				s.dropped = append(s.dropped, bomChange())
-				line = line[bom:]
+				if !outlined {
+					line = line[bom:] // an outline is the line's without it
+				}
 			}
 			if r.fl == fBlank {
 				s.lt.setFlags(idx, fBlank)
@@ -351,7 +369,12 @@ func (s *streamRepair) scan() error {
 			}
 			off := rec.off + int64(r.cut)
 			s.entry(idx, line, r)
-			s.specLine(idx, off, rec.fend, c.parts[c.partAt[i][0]:c.partAt[i][1]])
+			if len(s.cands) >= maxRepeatCands {
+				if err := s.resolveRepeats(idx + 1); err != nil {
+					return err
+				}
+			}
+			s.specLine(idx, off, rec.fend, parts)
 		}
 		return nil
 	})
@@ -367,6 +390,57 @@ func (s *streamRepair) scan() error {
 		}
 	}
 	return s.lt.err
+}
+
+// readHeld checks a line held in memory, at off in the file, and reads an
+// entry's light parts onto parts.
+func (s *streamRepair) readHeld(line []byte, off int64, r *scanLine, k *keyCheck, ll *lightLine, parts []lightPart) []lightPart {
+	full := line
+	bom := off == 0 && bytes.HasPrefix(line, utf8BOM)
+	if bom {
+		line = line[len(utf8BOM):]
+	}
+	s.extract(line, r, k)
+	if r.why != "" {
+		s.glued(line, r, k)
+	}
+	if bom {
+		r.bom, r.cut = true, r.cut+len(utf8BOM)
+		line = full
+	}
+	if r.fl&fEntry != 0 {
+		ll.readChecked(s.format, line[r.cut:], k)
+		parts = ll.parts(s.format, s.seed, parts)
+	}
+	return parts
+}
+
+// readOutlined checks a line longer than maxLineSize from its outline,
+// which says what the line says (outline.go), and reads an entry's light
+// parts onto parts. A line that is not valid JSON is left to be read whole
+// (whole): it is damaged, and cut as any other.
+func (s *streamRepair) readOutlined(ol *lineOutline, r *scanLine, k *keyCheck, ll *lightLine, parts []lightPart) []lightPart {
+	switch {
+	case ol.blank:
+		r.fl = fBlank
+	case !ol.valid:
+		r.whole = true
+		return parts
+	case ol.tooBig:
+		r.tooBig = true
+		return parts
+	default:
+		s.extract(ol.out, r, k)
+		r.sum = ol.sum
+		if r.fl&fEntry != 0 {
+			ll.readChecked(s.format, ol.out, k)
+			parts = ll.parts(s.format, s.seed, parts)
+		}
+	}
+	if ol.bom {
+		r.bom, r.cut = true, len(utf8BOM)
+	}
+	return parts
 }
 
 // glued looks, in a line that is not valid, for an entry glued onto a
@@ -497,14 +571,19 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 	}
 	h := r.h
 	if slot, ok := s.winIdx.get(h); ok {
-		if s.win[slot].sum == r.sum {
-			s.lt.setFlags(idx, fl|fBad)
-			s.lt.setParent(idx, noParent)
+		w := s.win[slot]
+		switch {
+		case w.cand:
+			// The line standing for the id may repeat an earlier one:
+			// this one is judged against the first with it.
+			s.cands = append(s.cands, repeatCand{line: int32(idx), h: h, sum: r.sum})
+		case w.sum == r.sum:
+			s.dropRepeat(idx, int(w.line))
 			if n := len(s.far); n > 0 && s.far[n-1].line == int32(idx) {
 				s.far = s.far[:n-1]
 			}
-			s.dups = append(s.dups, Change{Kind: ChangeDropDuplicate, Line: idx + 1,
-				Reason: fmt.Sprintf("line %d repeats line %d (the same entry written twice)", idx+1, s.win[slot].line+1)})
+		default:
+			s.owner[int32(idx)] = w.line
 		}
 		return
 	}
@@ -517,15 +596,28 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 			s.bloomAdd(w.id)
 		}
 	}
-	if s.bloom != nil {
-		s.bloomAdd(h)
+	// An id the filter has seen, which the window no longer holds, may
+	// be a line written twice far apart (or the filter's false
+	// positive): a candidate, looked up with the far parents.
+	cand := s.bloom != nil && s.bloomTestAdd(h)
+	if cand {
+		s.cands = append(s.cands, repeatCand{line: int32(idx), h: h, sum: r.sum})
 	}
 	if slot, ok := s.winIdx.get(old.id); old.line >= 0 && ok && slot == int32(s.winPos) {
 		s.winIdx.del(old.id)
 	}
-	s.win[s.winPos] = winSlot{id: h, line: int32(idx), sum: r.sum}
+	s.win[s.winPos] = winSlot{id: h, line: int32(idx), sum: r.sum, cand: cand}
 	s.winIdx.put(h, int32(s.winPos))
 	s.winPos = (s.winPos + 1) % len(s.win)
+}
+
+// dropRepeat drops line idx, which repeats line first byte for byte (the
+// same entry written twice).
+func (s *streamRepair) dropRepeat(idx, first int) {
+	s.lt.setFlags(idx, s.lt.flags(idx)|fBad)
+	s.lt.setParent(idx, noParent)
+	s.dups = append(s.dups, Change{Kind: ChangeDropDuplicate, Line: idx + 1,
+		Reason: fmt.Sprintf("line %d repeats line %d (the same entry written twice)", idx+1, first+1)})
 }
 
 // bloomBits is the size of the filter of ids kept once the window no
@@ -533,14 +625,15 @@ func (s *streamRepair) entry(idx int, line []byte, r *scanLine) {
 // id's five bits fall in one 64-byte block (a cache line), so adding or
 // testing it costs one cache miss, not five spread over 2 MiB. For 400,000
 // ids about one lookup of an id not in the file in 40,000 says "maybe",
-// which costs one more pass, never a wrong answer.
-const bloomBits = 1 << 24
+// which costs one more pass, never a wrong answer. A power of two; a var
+// for tests, which make it small for false positives.
+var bloomBits = 1 << 24
 
 // bloomPos returns the words of an id's five bits and the bit in each: the
 // block from the low half of its 64-bit hash, the five 9-bit offsets in the
 // block from a remix of the whole hash.
 func bloomPos(h uint64) (word [5]int, bit [5]uint64) {
-	block := int((h & 0xffffffff) % (bloomBits / 512))
+	block := int(h & uint64(bloomBits/512-1)) // the low bits: bloomBits is a power of two
 	h2 := h * 0x9e3779b97f4a7c15
 	for i := range 5 {
 		off := int(h2>>(9*i+19)) & 511
@@ -566,87 +659,80 @@ func (s *streamRepair) bloomHas(h uint64) bool {
 	return true
 }
 
-// resolveFar looks up the parents that were not among the recent ids in
-// one more pass over the file.
+// bloomTestAdd adds an id and reports whether the filter had it: one
+// cache line read and written once.
+func (s *streamRepair) bloomTestAdd(h uint64) bool {
+	w, b := bloomPos(h)
+	had := true
+	for i := range w {
+		had = had && s.bloom[w[i]]&b[i] != 0
+		s.bloom[w[i]] |= b[i]
+	}
+	return had
+}
+
+// resolveFar looks up, in one more pass over the file, the parents that
+// were not among the recent ids and the first lines of the ids of the
+// repeat candidates (repeats.go), and settles both.
 func (s *streamRepair) resolveFar() error {
-	if len(s.far) == 0 {
+	if len(s.far) == 0 && len(s.cands) == 0 {
 		s.win, s.winIdx, s.bloom = nil, nil, nil
 		return nil
 	}
 	// A parent the ids seen say is not in the file is missing; one still
-	// in the window was written after its child; only the others need
-	// another pass.
-	want := make(map[uint64]int32, len(s.far))
-	search := false
+	// in the window was written after its child (unless the window's line
+	// may repeat an earlier one: then the first is looked for); only the
+	// others need another pass.
+	want := s.repeatWant()
+	far := make(map[uint64]int32, len(s.far))
 	for _, r := range s.far {
 		switch slot, ok := s.winIdx.get(r.ph); {
-		case ok:
-			want[r.ph] = s.win[slot].line
+		case ok && !s.win[slot].cand:
+			far[r.ph] = s.win[slot].line
 		case s.bloom == nil || !s.bloomHas(r.ph):
-			want[r.ph] = missingParent
+			far[r.ph] = missingParent
 		default:
-			want[r.ph] = farParent
-			search = true
+			far[r.ph] = farParent
+			if want[r.ph] == nil {
+				want[r.ph] = &idFirst{line: farParent}
+			}
 		}
 	}
-	s.win, s.winIdx, s.bloom = nil, nil, nil
-	if search {
-		if err := s.searchIDs(want); err != nil {
+	if len(want) > 0 {
+		if err := s.firstLines(want, s.n); err != nil {
 			return err
 		}
 	}
+	s.applyRepeats(want)
+	s.win, s.winIdx, s.bloom = nil, nil, nil
+	for h, at := range far {
+		if at == farParent {
+			far[h] = want[h].line // missingParent when not found
+		}
+	}
 	for _, r := range s.far {
-		at := want[r.ph]
+		at := far[r.ph]
 		if r.line >= 0 && s.lt.flags(int(r.line))&fBad == 0 {
 			s.lt.setParent(int(r.line), at)
 			if at == missingParent {
 				s.broken[int(r.line)] = r.parent
 			}
+			if at > r.line {
+				s.early = append(s.early, r.line)
+			}
 		}
 	}
 	for _, sv := range s.lost {
 		if sv.parentIdx == farParent {
-			sv.parentIdx = want[sv.parent]
+			sv.parentIdx = far[sv.parent]
 		}
 	}
 	for _, sv := range s.torn {
 		if sv.parentIdx == farParent {
-			sv.parentIdx = want[sv.parent]
+			sv.parentIdx = far[sv.parent]
 		}
 	}
 	return s.lt.err
-}
-
-// searchIDs finds, in one more pass, the first line of each id wanted
-// (marked farParent); ids not found are missing.
-func (s *streamRepair) searchIDs(want map[uint64]int32) error {
-	ls := s.lines()
-	for idx := 0; ; idx++ {
-		line, _, _, tooLong, err := ls.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("transcript: %w", err)
-		}
-		if tooLong || s.lt.flags(idx)&(fID|fBad) != fID {
-			continue
-		}
-		v, ok := getField(line[s.cut[idx]:], s.idKey)
-		if !ok {
-			continue
-		}
-		h := s.idHash(v)
-		if at, ok := want[h]; ok && at == farParent {
-			want[h] = int32(idx)
-		}
-	}
-	for h, at := range want {
-		if at == farParent {
-			want[h] = missingParent
-		}
-	}
-	return nil
 }
 
 // link relinks the broken links and walks the path from the leaf.
@@ -696,9 +782,19 @@ func (s *streamRepair) link() error {
 			via = nil
 			target = noParent
 			side := t.flags(i) & fSide
+			// An entry is named by its id, the first line with it: a later
+			// line with the id stands for that line, and a line with the
+			// child's own id is not its ancestor.
+			own := func(j int) int {
+				if o, ok := s.owner[int32(j)]; ok {
+					return int(o)
+				}
+				return j
+			}
+			self := own(i)
 			fits := func(j int) bool {
 				fl := t.flags(j)
-				if fl&(fID|fBad) != fID {
+				if fl&(fID|fBad) != fID || own(j) == self {
 					return false
 				}
 				if s.format == FormatClaude && fl&(fConv|fSide) != fConv|side {
@@ -714,7 +810,7 @@ func (s *streamRepair) link() error {
 			after := 0 // the line (1-based) of the nearest line before that fits
 			for j := i - 1; j >= 0; j-- {
 				if fits(j) {
-					target, after = int32(j), j+1
+					target, after = int32(own(j)), j+1
 					break
 				}
 			}
@@ -747,6 +843,14 @@ func (s *streamRepair) link() error {
 		leaf = i
 		break
 	}
+	owner, repeat := s.owner[int32(leaf)]
+	if repeat && s.format == FormatClaude {
+		// The leaf has the id of an earlier line: the result lines that
+		// hang on that line belong after the leaf too (by id, as the
+		// in-memory repair pairs them), which the line-by-line reading
+		// does not do.
+		return errNoStream
+	}
 	for cur := leaf; cur >= 0 && !t.onPath(cur); {
 		t.mark(cur, mPath)
 		p := int(t.parent(cur))
@@ -760,6 +864,20 @@ func (s *streamRepair) link() error {
 			return errNoStream // a child written before its parent
 		}
 		cur = p
+	}
+	if repeat && t.onPath(int(owner)) {
+		// The leaf and the line whose id it has are both on the path:
+		// the results repair makes up after their calls take ids made
+		// from that id, which the in-memory repair, writing the whole
+		// path at once, keeps apart.
+		return errNoStream
+	}
+	for _, i := range s.early {
+		if p := t.parent(int(i)); p >= 0 && t.onPath(int(p)) {
+			// Repair may drop the parent from the path, and relink its
+			// children: the write pass would have passed this one.
+			return errNoStream
+		}
 	}
 	if len(s.broken) > 0 {
 		// A broken link's rank: the path entries before it.

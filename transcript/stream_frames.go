@@ -1,11 +1,8 @@
 package transcript
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"slices"
 	"strings"
 )
@@ -46,16 +43,24 @@ func (s *streamRepair) check() error {
 	err := s.eachChunk(func(*lineChunk) {}, func(c *lineChunk) error {
 		for i, rec := range c.recs {
 			idx := c.first + i
-			if rec.tooLong || s.lt.flags(idx)&fBad != 0 {
+			if s.lt.flags(idx)&fBad != 0 {
+				continue
+			}
+			_, target := s.targets[idx]
+			onPath := s.lt.onPath(idx)
+			if !target && !onPath && !branch(idx) {
 				continue
 			}
 			cut := s.cut[idx]
-			line, off := c.line(i)[cut:], rec.off+int64(cut)
-			if _, ok := s.targets[idx]; ok {
+			off := rec.off + int64(cut)
+			line, _, err := s.entryLine(c.line(i), off, rec.fend, cut, rec.ol, false)
+			if err != nil {
+				return err
+			}
+			if target {
 				v, _ := getString(line, s.idKey)
 				s.targets[idx] = v
 			}
-			onPath := s.lt.onPath(idx)
 			if !onPath && !branch(idx) {
 				continue
 			}
@@ -195,13 +200,56 @@ func (s *streamRepair) message(it fitem) (*Message, error) {
 // lineMessages reads the line at [off, end) (its terminator included)
 // again and returns its light messages.
 func (s *streamRepair) lineMessages(off, end int64) ([]*Message, error) {
-	b := make([]byte, end-off)
-	if _, err := s.f.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && off+int64(len(b)) == s.size) {
-		return nil, fmt.Errorf("transcript: %w", err)
+	b, err := s.lineAt(off, end)
+	if err != nil {
+		return nil, err
 	}
-	b = bytes.TrimSuffix(b, []byte("\n"))
-	b = bytes.TrimSuffix(b, []byte("\r"))
 	return lightMessages(s.format, b), nil
+}
+
+// lineAt reads the line (or the entry that ends it) at [off, end), its
+// terminator included, again: its bytes, or the outline of a line longer
+// than maxLineSize (outline.go), which reads the same.
+func (s *streamRepair) lineAt(off, end int64) ([]byte, error) {
+	if end-off <= int64(maxLineSize) {
+		return readLine(s.f, off, end)
+	}
+	ol, err := outlineAt(s.f, off, end, s.seed, s.parK)
+	if err != nil {
+		return nil, err
+	}
+	return ol.out, nil
+}
+
+// entryLine returns the entry of a line a pass has read, cut bytes into
+// it at off (cut: a byte-order mark, or the torn fragment before a glued
+// entry), to end: the line held (line, its bytes), or the outline ol of a
+// long one. The outline of a long line is the entry's unless a glued entry
+// is cut out of the line; that entry is read again. With sum, it also
+// returns the hash of the entry's bytes.
+func (s *streamRepair) entryLine(line []byte, off, end int64, cut int, ol *lineOutline, sum bool) ([]byte, uint64, error) {
+	var b []byte
+	switch {
+	case ol == nil:
+		b = line[cut:]
+	case ol.valid || ol.blank:
+		return ol.out, ol.sum, nil // cut is a byte-order mark, which it is without
+	case end-off <= int64(maxLineSize):
+		var err error
+		if b, err = readLine(s.f, off, end); err != nil {
+			return nil, 0, err
+		}
+	default:
+		eol, err := outlineAt(s.f, off, end, s.seed, s.parK)
+		if err != nil {
+			return nil, 0, err
+		}
+		return eol.out, eol.sum, nil
+	}
+	if !sum {
+		return b, 0, nil
+	}
+	return b, maphash.Bytes(s.seed, b), nil
 }
 
 // close ends the open frame. It is held until the next frame is known:

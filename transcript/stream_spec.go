@@ -1,10 +1,6 @@
 package transcript
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"io"
 	"slices"
 )
 
@@ -228,13 +224,11 @@ func (s *streamRepair) specDone() (bool, error) {
 		if idx+1 < s.n {
 			end = t.offset(idx + 1)
 		}
-		off := t.offset(idx) + int64(s.cut[idx])
-		b := make([]byte, end-off)
-		if _, err := s.f.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && end == s.size) {
-			return false, fmt.Errorf("transcript: %w", err)
+		b, err := s.lineAt(t.offset(idx)+int64(s.cut[idx]), end)
+		if err != nil {
+			return false, err
 		}
-		b = bytes.TrimSuffix(b, []byte("\n"))
-		s.targets[idx], _ = getString(bytes.TrimSuffix(b, []byte("\r")), s.idKey)
+		s.targets[idx], _ = getString(b, s.idKey)
 	}
 	return true, t.err
 }

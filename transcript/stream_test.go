@@ -98,7 +98,9 @@ func TestStreamMatchesMemory(t *testing.T) {
 }
 
 // randomTree writes a random pi or Claude Code session with damage: torn
-// and repeated lines, torn lines with the next written onto them, missing and duplicated results, orphans, results out
+// lines, lines repeated right after or far back (byte for byte, or the id
+// with other bytes), torn lines with the next written onto them, missing
+// and duplicated results, orphans, results out
 // of place, calls without input, errored turns, blank user turns, broken
 // parent links, branches, parallel calls whose results hang on their own
 // call's line.
@@ -135,6 +137,14 @@ func randomTree(r *rand.Rand, f Format) []byte {
 		case k == 3:
 			// torn, and the next line written onto it
 			b.WriteString(line[:r.IntN(len(line)+1)])
+		case k == 4 || k == 5:
+			// and an earlier entry written again, often far back: byte
+			// for byte, or with the same id and other bytes
+			again := all[r.IntN(len(all))].line
+			if k == 5 {
+				again = `{"again":true,` + again[1:]
+			}
+			b.WriteString(line + "\n" + again + "\n")
 		default:
 			b.WriteString(line + "\n")
 		}
@@ -277,33 +287,76 @@ func FuzzStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, format := range []Format{FormatPi, FormatClaude} {
 			sameRepair(t, data, format)
+			farWindow(func() { sameRepair(t, data, format) })
+			longLines(func() { sameRepair(t, data, format) })
 		}
 	})
 }
 
+// longLines runs fn with every line longer than 64 bytes too long to hold:
+// read in pieces, checked on its outline. It sets a package var: not for
+// parallel tests.
+func longLines(fn func()) {
+	defer func(n int) { maxLineSize = n }(maxLineSize)
+	maxLineSize = 64
+	fn()
+}
+
+// farWindow runs fn with the streaming repair seeing every file as larger
+// than its window: a window of 4 ids, and a filter of 512 bits whose false
+// positives make nearly every line a repeat candidate, settled two at a
+// time. It sets package vars: not for parallel tests.
+func farWindow(fn func()) {
+	defer func(n, bits, cands int) { windowSize, bloomBits, maxRepeatCands = n, bits, cands }(windowSize, bloomBits, maxRepeatCands)
+	windowSize, bloomBits, maxRepeatCands = 4, 512, 2
+	fn()
+}
+
 // TestStreamSmallWindow runs the differential test with a window of 4
 // ids, so that parents are found through the filter of all ids and the
-// extra pass, as in files larger than the window, and a line table of two
+// extra pass, and lines written twice far apart through the filter and
+// that pass, as in files larger than the window, and a line table of two
 // blocks of 4 lines in memory, so that it spills to its file as in files
-// of many lines. (Not parallel: it sets the window and the table.)
+// of many lines; then with a filter of 512 bits, whose false positives
+// make nearly every line a repeat candidate, settled two at a time; then
+// with nearly every line longer than the longest line held, so that they
+// are checked on their outlines and copied, not held. (Not parallel: it
+// sets the window, the table, the filter, the candidates' bound and the
+// longest line held.)
 func TestStreamSmallWindow(t *testing.T) {
-	defer func(n, shift, resident int) { windowSize, tableShift, tableResident = n, shift, resident }(windowSize, tableShift, tableResident)
+	defer func(n, shift, resident, bits, cands, line int) {
+		windowSize, tableShift, tableResident, bloomBits, maxRepeatCands, maxLineSize = n, shift, resident, bits, cands, line
+	}(windowSize, tableShift, tableResident, bloomBits, maxRepeatCands, maxLineSize)
 	windowSize = 4
 	tableShift, tableResident = 2, 2 // 4 lines a block, 2 in memory: the line table spills
-	r := rand.New(rand.NewPCG(9, 10))
-	for i := 0; i < 200; i++ {
-		f := []Format{FormatPi, FormatClaude}[i%2]
-		sameRepair(t, randomTree(r, f), f)
-	}
 	files, err := filepath.Glob("testdata/*.jsonl")
 	require.NoError(t, err)
-	for _, path := range files {
-		name := filepath.Base(path)
-		if strings.HasPrefix(name, "pi_") || strings.HasPrefix(name, "claude_") {
-			data, err := os.ReadFile(path)
-			require.NoError(t, err)
-			sameRepair(t, data, Format(strings.SplitN(name, "_", 2)[0]))
-		}
+	for _, tc := range []struct {
+		name         string
+		bits, cands  int
+		line         int
+		seed1, seed2 uint64
+	}{
+		{"filter of 2 MiB", 1 << 24, 1 << 17, MaxLineSize, 9, 10},
+		{"filter of 512 bits, candidates settled two at a time", 512, 2, MaxLineSize, 11, 12},
+		{"lines longer than 150 bytes read in pieces, not held", 1 << 24, 1 << 17, 150, 13, 14},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bloomBits, maxRepeatCands, maxLineSize = tc.bits, tc.cands, tc.line
+			r := rand.New(rand.NewPCG(tc.seed1, tc.seed2))
+			for i := 0; i < 200; i++ {
+				f := []Format{FormatPi, FormatClaude}[i%2]
+				sameRepair(t, randomTree(r, f), f)
+			}
+			for _, path := range files {
+				name := filepath.Base(path)
+				if strings.HasPrefix(name, "pi_") || strings.HasPrefix(name, "claude_") {
+					data, err := os.ReadFile(path)
+					require.NoError(t, err)
+					sameRepair(t, data, Format(strings.SplitN(name, "_", 2)[0]))
+				}
+			}
+		})
 	}
 }
 

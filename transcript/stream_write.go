@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 )
 
@@ -20,6 +21,7 @@ type regionOpts struct {
 	path   map[int]bool   // local line -> on the path
 	relink map[int]string // local line -> the parent it is relinked to
 	skip   map[int]bool   // local lines dropped by the scan
+	repeat map[int]bool   // local lines with the id of an earlier line (and other bytes)
 	dryRun bool           // only the changes are wanted: nothing is rendered
 }
 
@@ -48,7 +50,7 @@ func (s *streamRepair) prepareRegion(r *region) (*regionJob, error) {
 		data = append(append(data, s.header...), '\n')
 		local = append(local, -1)
 	}
-	opts := &regionOpts{path: map[int]bool{}, relink: map[int]string{}, skip: map[int]bool{}}
+	opts := &regionOpts{path: map[int]bool{}, relink: map[int]string{}, skip: map[int]bool{}, repeat: map[int]bool{}}
 	start := len(data)
 	data = append(data, make([]byte, r.end-r.off)...)
 	if _, err := s.f.ReadAt(data[start:], r.off); err != nil && !errors.Is(err, io.EOF) {
@@ -62,6 +64,9 @@ func (s *streamRepair) prepareRegion(r *region) (*regionJob, error) {
 			opts.skip[l] = true
 		case s.lt.onPath(g):
 			opts.path[l] = true
+		}
+		if _, ok := s.owner[int32(g)]; ok {
+			opts.repeat[l] = true
 		}
 		if _, ok := s.broken[g]; ok {
 			if t := s.lt.parent(g); t >= 0 {
@@ -280,14 +285,34 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 			}
 			continue
 		}
-		if tooLong || s.lt.flags(idx)&fBad != 0 {
+		if s.lt.flags(idx)&fBad != 0 {
 			continue
 		}
-		if cut := s.cut[idx]; cut > 0 {
-			line, off = line[cut:], off+int64(cut)
+		// The entry, from its cut (a byte-order mark, or a torn fragment
+		// dropped) on: held, or the outline of one longer than
+		// maxLineSize (ol), which is copied from the file, never held.
+		off += int64(s.cut[idx])
+		var ol *lineOutline
+		switch {
+		case !tooLong:
+			line = line[s.cut[idx]:]
+		case ls.ol.valid || ls.ol.blank:
+			ol = ls.ol
+		case end-off <= int64(maxLineSize):
+			if line, err = readLine(s.f, off, end); err != nil {
+				return nil, err
+			}
+		default:
+			if ol, err = outlineAt(s.f, off, end, s.seed, s.parK); err != nil {
+				return nil, err
+			}
+		}
+		n := int64(len(line))
+		if ol != nil {
+			line, n = ol.out, ol.n
 		}
 		term := "\n"
-		switch end - off - int64(len(line)) {
+		switch end - off - n {
 		case 0:
 			term = ""
 		case 2:
@@ -308,6 +333,13 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 			}
 			if known {
 				if have, _ := getString(line, s.parK); have != want {
+					if ol != nil {
+						owe()
+						patchSpans(out, off, ol, s.parK, parentValue(want))
+						out.write([]byte(term))
+						pendingTerm, started = term, true
+						continue
+					}
 					put(setField(line, s.parK, parentValue(want)), term)
 					continue
 				}
@@ -316,6 +348,13 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 		if end == s.size && term == "\n" {
 			// The last line may end in a lone CR, which is read as a
 			// terminator and written as LF.
+			if ol != nil {
+				owe()
+				out.copy(off, off+n)
+				out.write([]byte(term))
+				pendingTerm, started = term, true
+				continue
+			}
 			put(line, term)
 			continue
 		}
@@ -327,6 +366,28 @@ func (s *streamRepair) write(w io.Writer) ([]Change, error) {
 		return nil, err
 	}
 	return changes, s.lt.err
+}
+
+// patchSpans writes the entry at off in the file, longer than
+// maxLineSize, whose outline is ol (with the span of key's value), with
+// key set to the raw value val as setField sets it: every other byte is
+// copied from the file.
+func patchSpans(out spanSink, off int64, ol *lineOutline, key string, val []byte) {
+	if ol.parAt[0] >= 0 {
+		out.copy(off, off+ol.parAt[0])
+		out.write(val)
+		out.copy(off+ol.parAt[1], off+ol.n)
+		return
+	}
+	out.copy(off, off+ol.headEnd)
+	var b []byte
+	if !ol.headOpen {
+		b = append(b, ',')
+	}
+	b = strconv.AppendQuote(b, key)
+	b = append(append(b, ':'), val...)
+	out.write(b)
+	out.copy(off+ol.closeAt, off+ol.n)
 }
 
 // namesDropped reports whether the line's parent may be a dropped path
@@ -343,6 +404,14 @@ func (s *streamRepair) namesDropped(line []byte) bool {
 	_, hit := s.droppedParent[string(inner)]
 	return hit
 }
+
+// spanSink takes bytes and spans of the source file, in order.
+type spanSink interface {
+	copy(off, end int64)
+	write(b []byte)
+}
+
+var _ spanSink = (*spanWriter)(nil)
 
 // spanWriter writes bytes and spans of the source file in order; adjacent
 // spans are copied as one.
@@ -411,7 +480,8 @@ func repairStream(path string, fi os.FileInfo, f Format, rep *FileReport, opts F
 		defer s.lt.close()
 	}
 	if err != nil {
-		if errors.Is(err, ErrInvalidHeader) {
+		var long *lineTooLongError
+		if errors.Is(err, ErrInvalidHeader) || errors.As(err, &long) {
 			return refuse(rep, err.Error())
 		}
 		return rep, err

@@ -23,7 +23,8 @@ type treeSpec struct {
 
 // dropDuplicates drops entries that repeat an earlier entry byte for byte
 // (the same line written twice); their id stays in the file through the
-// first copy.
+// first copy. An entry with the id of an earlier one and other bytes is
+// kept, marked repeat: its id names the earlier one.
 func (d *Document) dropDuplicates(body []*entry) []*entry {
 	if d.region != nil {
 		return body // the scan dropped them
@@ -43,7 +44,9 @@ func (d *Document) dropDuplicates(body []*entry) []*entry {
 			drop[e] = true
 			d.Dropped = append(d.Dropped, Change{Kind: ChangeDropDuplicate, Line: e.line,
 				Reason: fmt.Sprintf("line %d repeats line %d (the same entry written twice)", e.line, f.line)})
+			continue
 		}
+		e.repeat = true
 	}
 	if len(drop) == 0 {
 		return body
@@ -162,7 +165,7 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 		// The scan walked the whole file: take its path and links.
 		var path []*entry
 		for _, e := range body {
-			e.link = e.parent
+			e.link, e.repeat = e.parent, r.repeat[e.line]
 			if p, ok := r.relink[e.line]; ok {
 				e.link, e.broken = p, true
 			}

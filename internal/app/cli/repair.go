@@ -55,7 +55,9 @@ Code: across the tree, each result on its own call's line), missing
 results get a synthetic error result, malformed calls, duplicate and orphan
 results are dropped; delivered replies and errored turns are left alone.
 pi and Claude Code sessions are repaired streaming, in memory that does
-not grow with the file; docs/transcripts.md lists every check and change.
+not grow with the file. A line longer than 8 MiB (a tool result holding a
+whole file) is kept, read in pieces and never held unless damaged;
+docs/transcripts.md lists every check and change.
 
 Before any change the original is kept as FILE.bak-<UTC time> (a hard
 link, or a copy where links fail), then the file is replaced atomically
