@@ -268,12 +268,9 @@ func options(req provider.Request) (Options, error) {
 		}
 	}
 	if len(req.Input) > 0 {
-		var in struct {
-			Options json.RawMessage `json:"options"`
-		}
-		if err := json.Unmarshal(req.Input, &in); err == nil && len(in.Options) > 0 {
+		if run := provider.RunOptions(req.Input); len(run) > 0 {
 			var ro Options
-			if err := json.Unmarshal(in.Options, &ro); err != nil {
+			if err := json.Unmarshal(run, &ro); err != nil {
 				return o, provider.Errorf(belay.ClassInvalidRequest, "browser: run options: %v", err)
 			}
 			if ro.Site != "" {

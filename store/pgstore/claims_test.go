@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -463,22 +462,7 @@ func TestExpiredWalkByLeaseIndex(t *testing.T) {
 	defer conn.Close(ctx)
 	settings, _ := pgstore.SetStatements()
 	check := func(when string) {
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		defer func() {
-			require.NoError(t, tx.Rollback(ctx))
-			_, err := conn.Exec(ctx, "DEALLOCATE w")
-			require.NoError(t, err)
-		}()
-		_, err = tx.Exec(ctx, settings)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, "PREPARE w(text, timestamptz) AS "+pgstore.ExpiredWalk)
-		require.NoError(t, err)
-		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE w('x', now())")
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		plan := strings.Join(lines, "\n")
+		plan := genericPlan(t, conn, settings, pgstore.ExpiredWalk, "text, timestamptz", "'x', now()")
 		require.Contains(t, plan, "Index Cond: (lease_expires_at IS NULL)", "%s\n%s", when, plan)
 		require.Contains(t, plan, "Index Cond: (lease_expires_at <= $2)", "%s\n%s", when, plan)
 	}

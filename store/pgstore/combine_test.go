@@ -278,6 +278,33 @@ func TestMergedWrites(t *testing.T) {
 // its empty tables analyzed, and with a few rows analyzed (where a scan
 // of the whole table looks cheapest). Their generic plans are made once
 // per connection and kept as tables grow (planRobust).
+// genericPlan is the plan of sql (prepared with parameter types types,
+// "" to infer them) executed with args, in a transaction under settings
+// (the settings of writes and claims), rolled back.
+func genericPlan(t *testing.T, conn *pgx.Conn, settings, sql, types, args string) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() {
+		require.NoError(t, tx.Rollback(ctx))
+		_, err := conn.Exec(ctx, "DEALLOCATE p")
+		require.NoError(t, err)
+	}()
+	_, err = tx.Exec(ctx, settings)
+	require.NoError(t, err)
+	if types != "" {
+		types = "(" + types + ")"
+	}
+	_, err = tx.Exec(ctx, "PREPARE p"+types+" AS "+sql)
+	require.NoError(t, err, sql)
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE p("+args+")")
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(lines, "\n")
+}
+
 func TestSetStatementsByKey(t *testing.T) {
 	ctx := context.Background()
 	url := database(t)
@@ -297,23 +324,10 @@ func TestSetStatementsByKey(t *testing.T) {
 				n = max(n, k)
 			}
 			nulls := strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")
-			tx, err := conn.Begin(ctx)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, settings)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, "PREPARE p AS "+sql)
-			require.NoError(t, err, sql)
-			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE p("+nulls+")")
-			require.NoError(t, err)
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			plan := strings.Join(lines, "\n")
+			plan := genericPlan(t, conn, settings, sql, "", nulls)
 			for _, bad := range []string{"Seq Scan on belay_", "Hash Join", "Merge Join", "Hash Cond"} {
 				require.NotContains(t, plan, bad, "%s: statement %d\n%s\n%s", when, i, sql, plan)
 			}
-			require.NoError(t, tx.Rollback(ctx))
-			_, err = conn.Exec(ctx, "DEALLOCATE p")
-			require.NoError(t, err)
 		}
 	}
 	check("a new database")
