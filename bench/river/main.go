@@ -12,7 +12,10 @@
 // runtimes, each with its own connection pool, over the one database.
 // Then River's InsertMany path (batches of 500) beside belay's batch path
 // (runtime.SubmitBatch, the path of POST /v1/runs:batch and `belay send
-// --batch`, in batches of the same size) on PostgreSQL.
+// --batch`, in batches of the same size) on PostgreSQL. And the floor: the
+// same jobs through bare SQL with nothing but a row per job, inserted one
+// per transaction and claimed and completed a thousand at a time, the
+// least any PostgreSQL queue can do for this work (floor.go).
 //
 // Both run in this one process with the Go runtime settings the belay
 // binary runs with (GOMAXPROCS, GOGC and GOMEMLIMIT; internal/gotune),
@@ -112,7 +115,7 @@ func main() {
 	flag.IntVar(&cfg.Workers, "workers", 1000, "River MaxWorkers of the default queue (River works at most MaxWorkers jobs per 100 ms fetch cooldown)")
 	flag.IntVar(&cfg.Nodes, "nodes", 3, "belay nodes (runtimes with their own pools) of the multi-node PostgreSQL path")
 	flag.StringVar(&cfg.Dir, "dir", "", "scratch directory for belay's file store (default: the system temp dir)")
-	flag.StringVar(&skip, "skip", "", "comma-separated paths to skip: river, river-batch, belay-file, belay-pg, belay-pg-nodes, belay-batch")
+	flag.StringVar(&skip, "skip", "", "comma-separated paths to skip: river, floor, river-batch, belay-file, belay-pg, belay-pg-nodes, belay-batch")
 	flag.BoolVar(&cfg.JSON, "json", false, "print JSON")
 	flag.Parse()
 	// Both engines run in this one process, with the Go runtime settings
@@ -160,6 +163,16 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("river: %w", err)
 		}
 		rep.Postgres = version
+		add(r)
+	}
+	if !cfg.Skip["floor"] {
+		if err := settle(ctx, pg); err != nil {
+			return err
+		}
+		r, err := benchFloor(ctx, pg, cfg)
+		if err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
 		add(r)
 	}
 	if !cfg.Skip["belay-file"] {
@@ -225,6 +238,7 @@ func run(ctx context.Context, cfg config) error {
 			rep.Ratios[key] = fmt.Sprintf("%.2fx", ra.PerSec/rb.PerSec)
 		}
 	}
+	ratio("floor / river", "floor", "river")
 	ratio("belay-file / river", "belay-file", "river")
 	ratio("belay-pg / river", "belay-pg", "river")
 	ratio(fmt.Sprintf("belay-pg-nodes (%d) / river", cfg.Nodes), "belay-pg-nodes", "river")
