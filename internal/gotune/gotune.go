@@ -32,6 +32,14 @@ const ExtraProcs = 2
 // memory: the bench's process peaked at 420-427 MB instead of 243-259 MB.
 const GCPercent = 400
 
+// BoundedGCPercent is the GOGC of work whose promise is bounded memory
+// rather than latency under load (Go's default): a repair streaming a
+// transcript of any size holds what it needs and lets the collector run.
+// At GCPercent the heap of `belay bench repair --size 100MB` grew to 40-46
+// MB and its peak RSS to 64-72 MB, over the repair's 64 MiB target; at
+// 100, 22 MB and 46-48 MB, as fast (docs/performance.md).
+const BoundedGCPercent = 100
+
 // MemLimitShare is the share of the memory there is (the machine's, or
 // its cgroups' limit when lower) set as the soft memory limit: as the heap
 // nears it, the collector runs more often, so GCPercent does not take a
@@ -69,6 +77,18 @@ func Apply(getenv func(string) string) Settings {
 		}
 	}
 	return Current()
+}
+
+// Bounded sets GOGC to BoundedGCPercent for work whose promise is bounded
+// memory (a transcript repair), unless the environment sets GOGC, and
+// returns what puts the setting before it back. GOGC is the process's:
+// what runs beside that work collects as often.
+func Bounded(getenv func(string) string) (restore func()) {
+	if getenv("GOGC") != "" {
+		return func() {}
+	}
+	prev := debug.SetGCPercent(BoundedGCPercent)
+	return func() { debug.SetGCPercent(prev) }
 }
 
 // Current returns the settings in effect.

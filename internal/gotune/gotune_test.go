@@ -140,3 +140,30 @@ func TestCgroupLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestBounded(t *testing.T) {
+	restore(t)
+	Apply(func(string) string { return "" })
+	undo := Bounded(func(string) string { return "" })
+	if got := Current().GCPercent; got != BoundedGCPercent {
+		t.Fatalf("GOGC under Bounded = %d, want %d", got, BoundedGCPercent)
+	}
+	undo()
+	if got := Current().GCPercent; got != GCPercent {
+		t.Fatalf("GOGC after Bounded's restore = %d, want belay's %d back", got, GCPercent)
+	}
+	debug.SetGCPercent(250) // as GOGC=250 in the environment would
+	undo = Bounded(func(k string) string {
+		if k == "GOGC" {
+			return "250"
+		}
+		return ""
+	})
+	if got := Current().GCPercent; got != 250 {
+		t.Fatalf("GOGC under Bounded with GOGC=250 set = %d, want the environment's 250", got)
+	}
+	undo()
+	if got := Current().GCPercent; got != 250 {
+		t.Fatalf("GOGC after restore = %d, want 250", got)
+	}
+}

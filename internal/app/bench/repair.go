@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/belayhq/belay/internal/gotune"
 	"github.com/belayhq/belay/transcript"
 )
 
@@ -60,6 +61,8 @@ type RepairResult struct {
 	Pairing []PairingRun `json:"pairing"`
 	// PairingScale is time(10N) / time(N): about 10 when linear.
 	PairingScale float64 `json:"pairing_scale"`
+	// GOGC is the collector's setting the repairs ran at (-1: off).
+	GOGC int `json:"gogc"`
 }
 
 // RepairFormat is one format at two sizes.
@@ -141,7 +144,8 @@ func Repair(ctx context.Context, cfg RepairConfig) (*RepairResult, error) {
 	}
 	defer os.RemoveAll(root)
 	res := &RepairResult{TargetMBPerSec: TargetRepairMBPerSec, TargetCheckMBPerSec: TargetCheckMBPerSec,
-		TargetPeakRSSBytes: TargetPeakRSSBytes, TargetScale: TargetScale, Rounds: cfg.Rounds}
+		TargetPeakRSSBytes: TargetPeakRSSBytes, TargetScale: TargetScale, Rounds: cfg.Rounds,
+		GOGC: gotune.Current().GCPercent}
 	for _, f := range []transcript.Format{transcript.FormatPi, transcript.FormatClaude} {
 		rf := RepairFormat{Format: string(f)}
 		for _, size := range []int64{cfg.Size / 10, cfg.Size} {

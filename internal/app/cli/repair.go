@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/belayhq/belay/internal/datadir"
+	"github.com/belayhq/belay/internal/gotune"
 	"github.com/belayhq/belay/internal/ids"
 	"github.com/belayhq/belay/journal"
 	"github.com/belayhq/belay/transcript"
@@ -65,6 +66,7 @@ link, or a copy where links fail), then the file is replaced atomically
 fix is not touched. Exit status: 0 when every file is clean or repaired, 1
 when any was refused or missing.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			defer gotune.Bounded(stdio.Getenv)() // a repair's promise is bounded memory
 			opts.Files = args
 			if opts.Session != "" {
 				path, err := sessionJournal(stdio, opts.Data, opts.Session)
