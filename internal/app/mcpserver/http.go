@@ -82,7 +82,10 @@ func (h *HTTP) server(r *http.Request) *Server {
 	return s
 }
 
-// Close stops every server's wake loop. Safe to call more than once.
+// Close stops every server's wake loop and closes its MCP sessions (a
+// client that never ended its session holds it until SessionTimeout
+// otherwise); a request after Close is refused. Safe to call more than
+// once.
 func (h *HTTP) Close() {
 	h.mu.Lock()
 	h.closed = true
@@ -92,5 +95,8 @@ func (h *HTTP) Close() {
 	h.cancel()
 	for _, s := range servers {
 		s.Stop()
+		for ss := range s.MCP().Sessions() {
+			_ = ss.Close() // ends the session's connection; nothing of belay's is lost
+		}
 	}
 }

@@ -31,14 +31,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startDaemon runs a daemon in-process on a fresh data directory until
 // the test ends.
-func startDaemon(t *testing.T) (dir string, c *client.Client) {
+func startDaemon(t testing.TB) (dir string, c *client.Client) {
 	t.Helper()
 	return startDaemonOn(t, "")
 }
 
 // startDaemonOn runs a daemon on the given store setting ("": the file
 // store in its data directory).
-func startDaemonOn(t *testing.T, storeURL string) (dir string, c *client.Client) {
+func startDaemonOn(t testing.TB, storeURL string) (dir string, c *client.Client) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "d")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -96,7 +96,7 @@ func (a *agent) count(uri string) int {
 
 // connectInMemory serves a Server to an agent over the SDK's in-memory
 // transport (what stdio carries).
-func connectInMemory(t *testing.T, c *client.Client, scope mcpserver.Scope) *agent {
+func connectInMemory(t testing.TB, c *client.Client, scope mcpserver.Scope) *agent {
 	t.Helper()
 	srv, err := mcpserver.New(mcpserver.Options{Client: c, Scope: scope, Version: "test", Subscriber: "inmemory-agent"})
 	require.NoError(t, err)
