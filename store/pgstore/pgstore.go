@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/belayhq/belay"
 	"github.com/belayhq/belay/internal/clock"
+	"github.com/belayhq/belay/internal/cmdline"
 	"github.com/belayhq/belay/store"
 )
 
@@ -248,6 +250,9 @@ func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, erro
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if refused := refusal(err, cfg.ConnConfig, url); refused != nil {
+			return nil, refused
+		}
 		return nil, wrapConn(fmt.Errorf("connect to %s: %w", Redact(url), err))
 	}
 	// Write transactions set plan_cache_mode (genericPlans), new in 12.
@@ -261,6 +266,34 @@ func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, erro
 		return nil, fmt.Errorf("%w: %s is PostgreSQL %d.%d; belay needs PostgreSQL 12 or newer", belay.ErrInvalid, Redact(url), version/10000, version%10000)
 	}
 	return pool, nil
+}
+
+// refusal returns the error of a connection the server answered and
+// refused for what the store URL says, not for being away: a database or
+// role that does not exist, a password or pg_hba.conf rule that does not
+// let the user in, a database the user may not connect to. Waiting does
+// not fix those, so they are belay.ErrInvalid (a wrong --store), not
+// ErrUnreachable, and the message says what to change. nil for any other
+// failure.
+func refusal(err error, cc *pgx.ConnConfig, url string) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	where := Redact(url)
+	switch pe.Code {
+	case "3D000": // invalid_catalog_name
+		return fmt.Errorf("%w: database %q does not exist on the server of %s: create it (%s, or CREATE DATABASE %s), then run belay migrate --store %s",
+			belay.ErrInvalid, cc.Database, where, cmdline.Join("createdb", "-h", cc.Host, "-p", strconv.Itoa(int(cc.Port)), "-U", cc.User, cc.Database),
+			pgx.Identifier{cc.Database}.Sanitize(), cmdline.Quote(where))
+	case "28000", "28P01": // invalid_authorization_specification, invalid_password
+		return fmt.Errorf("%w: the server of %s did not let user %q in: %s (SQLSTATE %s); fix the user or password in --store ($BELAY_STORE, [store] url), or the server's pg_hba.conf",
+			belay.ErrInvalid, where, cc.User, pe.Message, pe.Code)
+	case "42501": // insufficient_privilege: no CONNECT on the database
+		return fmt.Errorf("%w: user %q may not connect to database %q on the server of %s: %s (SQLSTATE %s); GRANT CONNECT ON DATABASE %s TO %s, or use another user in --store",
+			belay.ErrInvalid, cc.User, cc.Database, where, pe.Message, pe.Code, pgx.Identifier{cc.Database}.Sanitize(), pgx.Identifier{cc.User}.Sanitize())
+	}
+	return nil
 }
 
 // Redact returns a connection string without its password, wherever it

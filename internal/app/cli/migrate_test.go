@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/belayhq/belay/internal/testpg"
@@ -59,4 +62,32 @@ func TestMigrate(t *testing.T) {
 	code, _, stderr = run(t, env, "migrate", "--store", "mysql://nope")
 	require.Equal(t, ExitUsage, code)
 	require.Contains(t, stderr, "postgres://")
+}
+
+// TestMigrateNamesWhatToChange: a database that does not exist is a wrong
+// --store (exit 2), not an unreachable store (exit 6, "try again later"),
+// and the message says how to create it and the command to run then,
+// which works once the database is there.
+func TestMigrateNamesWhatToChange(t *testing.T) {
+	pg := testpg.Start(t, testpg.Options{})
+	env := map[string]string{"BELAY_HOME": t.TempDir()}
+	missing := pg.URL("belay_to_create")
+	code, _, stderr := run(t, env, "migrate", "--store", missing)
+	require.Equal(t, ExitUsage, code, stderr)
+	require.Contains(t, stderr, `database "belay_to_create" does not exist`)
+	require.NotContains(t, stderr, "unreachable")
+	i := strings.Index(stderr, "then run ")
+	require.Positive(t, i, stderr)
+	suggested := shellSplit(t, strings.TrimSpace(stderr[i+len("then run "):]))
+	require.Equal(t, []string{"belay", "migrate", "--store", missing}, suggested)
+
+	admin, err := pgxpool.New(context.Background(), pg.Database(t))
+	require.NoError(t, err)
+	defer admin.Close()
+	_, err = admin.Exec(context.Background(), `CREATE DATABASE "belay_to_create"`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP DATABASE IF EXISTS "belay_to_create"`) })
+	code, _, stderr = run(t, env, suggested[1:]...)
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, stderr, "applied 0001_init")
 }
