@@ -151,8 +151,13 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 			// while it is alive.
 			exitErr = fmt.Errorf("%v", err)
 			var ee *exec.ExitError
-			if errors.As(err, &ee) && ee.ExitCode() == ExitUnreachable {
-				exitCode = ExitUnreachable // its store did not answer
+			if errors.As(err, &ee) {
+				switch ee.ExitCode() {
+				case ExitUnreachable:
+					exitCode = ExitUnreachable // its store did not answer
+				case ExitUsage:
+					exitCode = ExitUsage // its store setting is wrong (the database refused it)
+				}
 			}
 			exited = nil
 		case <-ctx.Done():
