@@ -27,6 +27,7 @@ func TestDaemonStartOnAMissingDatabase(t *testing.T) {
 	require.True(t, errors.As(err, &ee), "%v: %s", err, out)
 	require.Equal(t, 2, ee.ExitCode(), "%s", out)
 	require.Contains(t, string(out), `database "belay_missing" does not exist`)
-	require.Contains(t, string(out), "then run belay migrate --store 'postgres://postgres@127.0.0.1:")
+	require.Contains(t, string(out), "createdb -h 127.0.0.1 -p ")
+	require.Contains(t, string(out), "then run the same command again")
 	require.NotContains(t, string(out), "unreachable")
 }

@@ -158,3 +158,6 @@ const ExpiredWalk = expiredWalk
 
 // ClaimLock is the advisory lock key claims take turns on.
 const ClaimLock = claimLock
+
+// RefusedBy is refusedBy: the refusal among a connection's attempts.
+var RefusedBy = refusedBy

@@ -272,28 +272,88 @@ func connect(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, erro
 // refused for what the store URL says, not for being away: a database or
 // role that does not exist, a password or pg_hba.conf rule that does not
 // let the user in, a database the user may not connect to. Waiting does
-// not fix those, so they are belay.ErrInvalid (a wrong --store), not
-// ErrUnreachable, and the message says what to change. nil for any other
-// failure.
+// not fix those, so they are belay.ErrInvalid (a wrong store setting),
+// not ErrUnreachable, and the message says what to change. It is nil for
+// any other failure, and when any attempt of the connection (one per host
+// of a multi-host URL, and per TLS mode) failed for being away: a host
+// that refused a role while the next did not answer is an outage.
 func refusal(err error, cc *pgx.ConnConfig, url string) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
+	pe := refusedBy(connectAttempts(err))
+	if pe == nil {
 		return nil
 	}
 	where := Redact(url)
+	db := cc.Database
+	if db == "" {
+		db = cc.User // the server's default when the URL names none
+	}
 	switch pe.Code {
 	case "3D000": // invalid_catalog_name
-		return fmt.Errorf("%w: database %q does not exist on the server of %s: create it (%s, or CREATE DATABASE %s), then run belay migrate --store %s",
-			belay.ErrInvalid, cc.Database, where, cmdline.Join("createdb", "-h", cc.Host, "-p", strconv.Itoa(int(cc.Port)), "-U", cc.User, cc.Database),
-			pgx.Identifier{cc.Database}.Sanitize(), cmdline.Quote(where))
+		createdb := []string{"createdb"}
+		if len(cc.Fallbacks) == 0 {
+			createdb = append(createdb, "-h", cc.Host, "-p", strconv.Itoa(int(cc.Port)))
+		}
+		createdb = append(createdb, "-U", cc.User, db)
+		return fmt.Errorf("%w: database %q does not exist on the server of %s: create it (%s, or CREATE DATABASE %s), then run the same command again (belay serve creates belay's tables at start; belay migrate does only that)",
+			belay.ErrInvalid, db, where, cmdline.Join(createdb...), pgx.Identifier{db}.Sanitize())
 	case "28000", "28P01": // invalid_authorization_specification, invalid_password
-		return fmt.Errorf("%w: the server of %s did not let user %q in: %s (SQLSTATE %s); fix the user or password in --store ($BELAY_STORE, [store] url), or the server's pg_hba.conf",
+		return fmt.Errorf("%w: the server of %s did not let user %q in: %s (SQLSTATE %s); fix the user or password of the store setting (--store, $BELAY_STORE or [store] url), or the server's pg_hba.conf",
 			belay.ErrInvalid, where, cc.User, pe.Message, pe.Code)
-	case "42501": // insufficient_privilege: no CONNECT on the database
-		return fmt.Errorf("%w: user %q may not connect to database %q on the server of %s: %s (SQLSTATE %s); GRANT CONNECT ON DATABASE %s TO %s, or use another user in --store",
-			belay.ErrInvalid, cc.User, cc.Database, where, pe.Message, pe.Code, pgx.Identifier{cc.Database}.Sanitize(), pgx.Identifier{cc.User}.Sanitize())
+	default: // 42501 insufficient_privilege: no CONNECT on the database
+		return fmt.Errorf("%w: user %q may not connect to database %q on the server of %s: %s (SQLSTATE %s); GRANT CONNECT ON DATABASE %s TO %s, or use another user in the store setting",
+			belay.ErrInvalid, cc.User, db, where, pe.Message, pe.Code, pgx.Identifier{db}.Sanitize(), pgx.Identifier{cc.User}.Sanitize())
 	}
-	return nil
+}
+
+// connectAttempts returns the errors of each attempt of a failed
+// connection: pgconn joins one per host (and per TLS mode) under its
+// ConnectError.
+func connectAttempts(err error) []error {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return []error{err}
+	}
+	inner := ce.Unwrap()
+	if j, ok := inner.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{inner}
+}
+
+// refusedBy returns the first refusal among a connection's attempts
+// (SQLSTATE 3D000, 28000, 28P01 or 42501), or nil if there is none or if
+// any attempt failed for the server being away (wrapConn's classes).
+func refusedBy(attempts []error) *pgconn.PgError {
+	var refused *pgconn.PgError
+	for _, err := range attempts {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			switch pe.Code {
+			case "3D000", "28000", "28P01", "42501":
+				if refused == nil {
+					refused = pe
+				}
+				continue
+			}
+		}
+		if away(err) {
+			return nil
+		}
+	}
+	return refused
+}
+
+// away says a connection attempt failed for the server being away or
+// busy, not for what it was asked: the network, a cut connection, a
+// timeout, a server shutting down or starting up (SQLSTATE classes 57P
+// and 08) or at its connection limit (53300).
+func away(err error) bool {
+	var ne net.Error
+	var pe *pgconn.PgError
+	return errors.As(err, &ne) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "57P") || strings.HasPrefix(pe.Code, "08") || pe.Code == "53300")
 }
 
 // Redact returns a connection string without its password, wherever it

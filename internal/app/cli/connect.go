@@ -156,7 +156,7 @@ func startDaemon(ctx context.Context, stdio Stdio, dir string) error {
 				case ExitUnreachable:
 					exitCode = ExitUnreachable // its store did not answer
 				case ExitUsage:
-					exitCode = ExitUsage // its store setting is wrong (the database refused it)
+					exitCode = ExitUsage // it refused its settings (a store URL the database refused, say)
 				}
 			}
 			exited = nil

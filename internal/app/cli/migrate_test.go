@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -65,29 +64,27 @@ func TestMigrate(t *testing.T) {
 }
 
 // TestMigrateNamesWhatToChange: a database that does not exist is a wrong
-// --store (exit 2), not an unreachable store (exit 6, "try again later"),
-// and the message says how to create it and the command to run then,
-// which works once the database is there.
+// store setting (exit 2), not an unreachable store (exit 6, "try again
+// later"); the message says how to create it, and the same command works
+// once it is there.
 func TestMigrateNamesWhatToChange(t *testing.T) {
 	pg := testpg.Start(t, testpg.Options{})
 	env := map[string]string{"BELAY_HOME": t.TempDir()}
 	missing := pg.URL("belay_to_create")
-	code, _, stderr := run(t, env, "migrate", "--store", missing)
+	args := []string{"migrate", "--store", missing}
+	code, _, stderr := run(t, env, args...)
 	require.Equal(t, ExitUsage, code, stderr)
 	require.Contains(t, stderr, `database "belay_to_create" does not exist`)
+	require.Contains(t, stderr, `CREATE DATABASE "belay_to_create"`)
+	require.Contains(t, stderr, "then run the same command again")
 	require.NotContains(t, stderr, "unreachable")
-	i := strings.Index(stderr, "then run ")
-	require.Positive(t, i, stderr)
-	suggested := shellSplit(t, strings.TrimSpace(stderr[i+len("then run "):]))
-	require.Equal(t, []string{"belay", "migrate", "--store", missing}, suggested)
 
 	admin, err := pgxpool.New(context.Background(), pg.Database(t))
 	require.NoError(t, err)
-	defer admin.Close()
+	t.Cleanup(admin.Close)
 	_, err = admin.Exec(context.Background(), `CREATE DATABASE "belay_to_create"`)
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP DATABASE IF EXISTS "belay_to_create"`) })
-	code, _, stderr = run(t, env, suggested[1:]...)
+	code, _, stderr = run(t, env, args...)
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, stderr, "applied 0001_init")
 }
