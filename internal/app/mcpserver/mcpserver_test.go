@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -551,4 +552,79 @@ func TestInboxRoundTrip(t *testing.T) {
 		acked := call[belay.Delivery](t, a, "inbox_ack", map[string]any{"session": sent.Session, "delivery": d.ID, "epoch": d.Epoch})
 		require.Equal(t, belay.DeliveryDone, acked.Status, d.Type)
 	}
+}
+
+// TestHugeSeconds: a number of seconds past what a duration holds is a
+// wait as long as waits go (wait, inbox_poll) or a refused argument (a
+// lease's TTL, an ack's delay), never a duration wrapped round to a
+// negative one.
+func TestHugeSeconds(t *testing.T) {
+	t.Parallel()
+	_, c := startDaemon(t)
+	a := connectInMemory(t, c, mcpserver.Scope{})
+	sent := call[mcpserver.RunInfo](t, a, "send", map[string]any{"prompt": "hi", "provider": "fake"})
+	w := call[mcpserver.WaitOut](t, a, "wait", map[string]any{"run": sent.Run, "timeoutSeconds": 1e308})
+	require.Equal(t, "ended", w.State, "waits at most MaxWait, for a run that ends in milliseconds")
+
+	got := call[mcpserver.DeliveriesOut](t, a, "inbox_poll", map[string]any{"session": sent.Session, "waitSeconds": 1e308})
+	require.Len(t, got.Deliveries, 1, "the run's end notice, at once")
+	d := got.Deliveries[0]
+	e := toolError(t, a, "inbox_ack", map[string]any{"session": sent.Session, "delivery": d.ID, "epoch": d.Epoch, "kind": "retry", "delaySeconds": 1e308})
+	require.Equal(t, apitype.CodeInvalid, e.Code)
+	require.Contains(t, e.Message, "delaySeconds must be a number of seconds from 0 to")
+	e = toolError(t, a, "inbox_poll", map[string]any{"session": sent.Session, "ttlSeconds": 1e308})
+	require.Equal(t, apitype.CodeInvalid, e.Code)
+	require.Contains(t, e.Message, "ttlSeconds must be a number of seconds from 0 to")
+}
+
+// TestHTTPScopesAreBounded: the server (and wake loop) of a scope whose
+// MCP sessions all ended is stopped once it has been idle for IdleScope,
+// when another scope's server is made; one with a session is kept. After
+// Close, a request of a session that was open is refused.
+func TestHTTPScopesAreBounded(t *testing.T) {
+	t.Parallel()
+	_, c := startDaemon(t)
+	h := mcpserver.NewHTTP(c, "test", nil)
+	t.Cleanup(h.Close)
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	h.SetNow(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	do := func(method, query, body, session string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, "http://belay/mcp?"+query, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	open := func(query string) string {
+		w := do("POST", query, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`, "")
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		id := w.Header().Get("Mcp-Session-Id")
+		require.NotEmpty(t, id)
+		return id
+	}
+	end := func(query, id string) {
+		require.Equal(t, http.StatusNoContent, do("DELETE", query, "", id).Code)
+	}
+	for i := range 5 {
+		q := fmt.Sprintf("tag=t%d", i)
+		end(q, open(q))
+	}
+	require.Equal(t, 5, h.Scopes())
+	live := open("tag=live")
+	advance(mcpserver.IdleScope)
+	end("tag=t5", open("tag=t5"))
+	require.Equal(t, 2, h.Scopes(), "the five idle scopes stopped; the live one and t5 kept")
+	advance(mcpserver.IdleScope - time.Second)
+	open("tag=t6")
+	require.Equal(t, 3, h.Scopes(), "t5 is not idle for IdleScope yet")
+
+	h.Close()
+	require.Equal(t, http.StatusServiceUnavailable, do("POST", "tag=live", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, live).Code)
+	require.Equal(t, 0, h.Scopes())
 }

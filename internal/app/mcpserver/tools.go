@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"time"
@@ -435,7 +436,7 @@ func (s *Server) wait(ctx context.Context, _ *mcp.CallToolRequest, in WaitIn) (*
 		return nil, WaitOut{}, invalid("timeoutSeconds must not be negative")
 	}
 	if in.Timeout > 0 {
-		d = min(time.Duration(in.Timeout*float64(time.Second)), MaxWait)
+		d = waitFor(in.Timeout)
 	}
 	run, err := s.c.WaitRun(ctx, in.Run, d)
 	if err != nil {
@@ -555,9 +556,13 @@ func (s *Server) poll(ctx context.Context, _ *mcp.CallToolRequest, in PollIn) (*
 		req.Max = 10
 	}
 	if in.TTL > 0 {
-		req.TTL = apitype.Duration(in.TTL * float64(time.Second))
+		ttl, err := seconds(in.TTL, "ttlSeconds")
+		if err != nil {
+			return nil, DeliveriesOut{}, err
+		}
+		req.TTL = apitype.Duration(ttl)
 	}
-	req.Wait = apitype.Duration(min(time.Duration(in.Wait*float64(time.Second)), MaxWait))
+	req.Wait = apitype.Duration(waitFor(in.Wait))
 	ds, err := s.c.Lease(ctx, req)
 	if err != nil {
 		return nil, DeliveriesOut{}, toolError(err)
@@ -593,7 +598,11 @@ func (s *Server) ack(ctx context.Context, _ *mcp.CallToolRequest, in AckIn) (*mc
 	if in.Delay < 0 {
 		return nil, belay.Delivery{}, invalid("delaySeconds must not be negative")
 	}
-	d, err := s.c.Settle(ctx, in.Delivery, apitype.SettleRequest{Kind: kind, Epoch: in.Epoch, Result: in.Result, Delay: apitype.Duration(in.Delay * float64(time.Second))})
+	delay, err := seconds(in.Delay, "delaySeconds")
+	if err != nil {
+		return nil, belay.Delivery{}, err
+	}
+	d, err := s.c.Settle(ctx, in.Delivery, apitype.SettleRequest{Kind: kind, Epoch: in.Epoch, Result: in.Result, Delay: apitype.Duration(delay)})
 	if err != nil {
 		return nil, belay.Delivery{}, toolError(err)
 	}
@@ -611,4 +620,25 @@ func parseDeadline(s string) (apitype.Duration, error) {
 		return 0, invalid("deadline %q: want a positive duration such as 90m", s)
 	}
 	return apitype.Duration(d), nil
+}
+
+// seconds converts a tool argument given in seconds (not negative). One
+// past what a time.Duration holds (about 292 years) is refused, not
+// wrapped round to a negative duration.
+func seconds(v float64, name string) (time.Duration, error) {
+	ns := v * float64(time.Second)
+	// float64(math.MaxInt64) is 2^63: every product below it converts.
+	if v < 0 || math.IsNaN(v) || ns >= float64(math.MaxInt64) {
+		return 0, invalid("%s must be a number of seconds from 0 to %d (about 292 years)", name, math.MaxInt64/int64(time.Second))
+	}
+	return time.Duration(ns), nil
+}
+
+// waitFor is how long to wait for v seconds (not negative): at most
+// MaxWait, however large v is.
+func waitFor(v float64) time.Duration {
+	if v >= MaxWait.Seconds() {
+		return MaxWait
+	}
+	return time.Duration(v * float64(time.Second))
 }
