@@ -14,8 +14,9 @@
 // (runtime.SubmitBatch, the path of POST /v1/runs:batch and `belay send
 // --batch`, in batches of the same size) on PostgreSQL. And the floor: the
 // same jobs through bare SQL with nothing but a row per job, inserted one
-// per transaction and claimed and completed a thousand at a time, the
-// least any PostgreSQL queue can do for this work (floor.go).
+// per transaction by the same submitters and claimed and completed up to
+// -workers at a time: what PostgreSQL itself costs per job with this
+// submit pattern (floor.go).
 //
 // Both run in this one process with the Go runtime settings the belay
 // binary runs with (GOMAXPROCS, GOGC and GOMEMLIMIT; internal/gotune),
