@@ -35,9 +35,11 @@ const GCPercent = 400
 // BoundedGCPercent is the GOGC of work whose promise is bounded memory
 // rather than latency under load (Go's default): a repair streaming a
 // transcript of any size holds what it needs and lets the collector run.
-// At GCPercent the heap of `belay bench repair --size 100MB` grew to 40-46
-// MB and its peak RSS to 64-72 MB, over the repair's 64 MiB target; at
-// 100, 22 MB and 46-48 MB, as fast (docs/performance.md).
+// At GCPercent the default repairs of `belay bench repair --size 100MB`
+// peaked at 40-46 MB of heap and 64.6-71.5 MB of RSS (Claude Code's over
+// the repair's 64 MiB target); at 100, 23-24 MB and 47.6-48.8 MB, with
+// the same CPU time (docs/performance.md). Bounded is not for concurrent
+// use: two overlapping calls may leave GOGC at BoundedGCPercent.
 const BoundedGCPercent = 100
 
 // MemLimitShare is the share of the memory there is (the machine's, or

@@ -35,7 +35,7 @@ alternating; each reports its median round):
   default     belay repair: line and message level, backup, temp file,
               fsync, rename
 and each reports MB/s and the peak live heap and peak RSS. Targets: default
->= 200 MB/s, check >= 400 MB/s, peak RSS < 64 MB, default time on the large
+>= 200 MB/s, check >= 400 MB/s, peak RSS < 64 MiB, default time on the large
 file over the small one <= 11 (scale), with RSS flat (rss_growth about 1).
 Then times message-level repair (tool call/result pairing) of N and 10N
 generated messages: pairing_scale is about 10 when it scales linearly.`,
