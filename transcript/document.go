@@ -83,6 +83,7 @@ type Document struct {
 
 	codec   codec
 	data    []byte
+	bom     int      // the bytes of a byte-order mark before data in the file
 	entries []*entry // every line (JSONL), or every element (array), in order
 	header  *entry
 	items   []*Message // the conversation path: messages and opaque entries
@@ -142,7 +143,7 @@ func Parse(data []byte, format Format) (*Document, error) {
 	}
 	d := &Document{Format: format, codec: c, data: data, term: "\n"}
 	if bytes.HasPrefix(data, utf8BOM) {
-		d.data = data[len(utf8BOM):]
+		d.data, d.bom = data[len(utf8BOM):], len(utf8BOM)
 		d.Dropped = append(d.Dropped, bomChange())
 	}
 	t := bytes.TrimLeft(d.data, " \t\r\n")
@@ -237,7 +238,7 @@ func (d *Document) splitGlued(e *entry) bool {
 		return false
 	}
 	if frag > 0 {
-		d.Dropped = append(d.Dropped, Change{Kind: ChangeDropFragment, Line: e.line, Reason: fragmentReason(frag, len(spans))})
+		d.Dropped = append(d.Dropped, Change{Kind: ChangeDropFragment, Line: e.line, Reason: fragmentReason(e.raw[:frag], len(spans))})
 		d.droppedRaw = append(d.droppedRaw, droppedLine{line: e.line, raw: e.raw[:frag], fragment: true})
 	} else {
 		d.Dropped = append(d.Dropped, Change{Kind: ChangeSplitLine, Line: e.line, Reason: splitReason(len(spans))})
@@ -257,7 +258,7 @@ func (d *Document) splitGlued(e *entry) bool {
 func (d *Document) splitArray() error {
 	if !json.Valid(d.data) {
 		if n, ok := truncatedAt(d.data); ok {
-			return fmt.Errorf("%w: the JSON document is truncated at byte %d (it ends in the middle of a value); the file was not changed", ErrInvalidDocument, n)
+			return fmt.Errorf("%w: the JSON document is truncated at byte %d (it ends in the middle of a value); the file was not changed", ErrInvalidDocument, d.bom+n)
 		}
 		var v any
 		err := json.Unmarshal(d.data, &v)

@@ -203,6 +203,12 @@ func TestTruncatedBodyIsNamed(t *testing.T) {
 		rep, err := RepairFile(path, FileOptions{})
 		require.ErrorIs(t, err, ErrRefused)
 		require.Contains(t, rep.Reason, "truncated at byte "+itoa(len(in)), in)
+		// Behind a byte-order mark, the byte is counted in the file.
+		bom := "\xef\xbb\xbf" + in
+		require.NoError(t, os.WriteFile(path, []byte(bom), 0o600))
+		rep, err = RepairFile(path, FileOptions{})
+		require.ErrorIs(t, err, ErrRefused)
+		require.Contains(t, rep.Reason, "truncated at byte "+itoa(len(bom))+" ", in)
 	}
 }
 

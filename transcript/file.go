@@ -406,6 +406,7 @@ func scanFile(f *os.File, size int64, format Format, fn func(Change)) ([]badLine
 		err     error
 	}
 	results := make([]result, len(cuts)-1)
+	term := lineOneTerm(f)
 	var wg sync.WaitGroup
 	for k := range results {
 		wg.Add(1)
@@ -413,7 +414,7 @@ func scanFile(f *os.File, size int64, format Format, fn func(Change)) ([]badLine
 			defer wg.Done()
 			r := &results[k]
 			sec := io.NewSectionReader(f, cuts[k], cuts[k+1]-cuts[k])
-			r.bad, r.lines, r.err = scanSegment(sec, format, k == 0, func(c Change) { r.changes = append(r.changes, c) })
+			r.bad, r.lines, r.err = scanSegment(sec, format, k == 0, term, func(c Change) { r.changes = append(r.changes, c) })
 			for i := range r.bad {
 				r.bad[i].off += cuts[k]
 				r.bad[i].end += cuts[k]
@@ -446,13 +447,13 @@ func scanFile(f *os.File, size int64, format Format, fn func(Change)) ([]badLine
 // scanLines validates a JSONL file line by line in bounded memory and
 // returns the lines to drop.
 func scanLines(r segment, f Format, fn func(Change)) ([]badLine, error) {
-	bad, _, err := scanSegment(r, f, true, fn)
+	bad, _, err := scanSegment(r, f, true, lineOneTerm(r), fn)
 	return bad, err
 }
 
 // scanSegment validates the lines of r, the start of the file when first;
 // it returns the lines to drop and how many lines it read.
-func scanSegment(r segment, f Format, first bool, fn func(Change)) ([]badLine, int, error) {
+func scanSegment(r segment, f Format, first bool, fileTerm func() (string, error), fn func(Change)) ([]badLine, int, error) {
 	c, err := codecFor(f)
 	if err != nil {
 		return nil, 0, err
@@ -516,9 +517,13 @@ func scanSegment(r segment, f Format, first bool, fn func(Change)) ([]badLine, i
 		// rewrite keeps them: a line judged here would be judged
 		// against a seq the rewrite may drop.
 		if why := c.checkLine(line); why != "" {
-			if glued := gluedSpans(c, f, line, off, end); glued != nil && !tooLong {
+			glued, err := gluedSpans(c, f, line, off, end, fileTerm)
+			if err != nil {
+				return nil, 0, err
+			}
+			if glued != nil && !tooLong {
 				bad = append(bad, glued...)
-				fn(gluedChange(s.line, glued))
+				fn(gluedChange(s.line, glued, line))
 				continue
 			}
 			drop(why)
@@ -539,17 +544,28 @@ type segment interface {
 // [off, end) that holds whole entries glued onto a torn one or onto each
 // other (glued.go): the torn fragment dropped, a line end put between
 // entries. It returns nil when the line holds none: it is dropped whole.
-func gluedSpans(c codec, f Format, line []byte, off, end int64) []badLine {
+func gluedSpans(c codec, f Format, line []byte, off, end int64, fileTerm func() (string, error)) ([]badLine, error) {
 	if f == FormatBelay {
-		return nil
+		return nil, nil
 	}
 	frag, spans := splitGlued(line, func(b []byte) bool { return c.checkLine(b) == "" }, gluedEntry(f, c))
 	if len(spans) == 0 {
-		return nil
+		return nil, nil
 	}
+	// The line's own terminator; the file's, as in-memory repair puts
+	// between the entries of a last line that has none.
 	term := "\n"
-	if end-off-int64(len(line)) == 2 {
+	switch end - off - int64(len(line)) {
+	case 2:
 		term = "\r\n"
+	case 0:
+		if len(spans) > 1 {
+			t, err := fileTerm()
+			if err != nil {
+				return nil, err
+			}
+			term = t
+		}
 	}
 	var out []badLine
 	if frag > 0 {
@@ -559,17 +575,58 @@ func gluedSpans(c codec, f Format, line []byte, off, end int64) []badLine {
 		at := off + int64(sp[0])
 		out = append(out, badLine{off: at, end: at, ins: term})
 	}
-	return out
+	return out, nil
 }
 
-// gluedChange reports what gluedSpans changes in line n.
-func gluedChange(n int, glued []badLine) Change {
+// lineOneTerm returns what reads, once, the terminator of the first line
+// of the file r holds: "\r\n" if it ends so, else "\n" (also for a file
+// of one line without one), as in-memory repair takes the file's
+// terminator to be. It reads up to the first line end only when called.
+func lineOneTerm(r io.ReaderAt) func() (string, error) {
+	var (
+		once sync.Once
+		term = "\n"
+		err  error
+	)
+	return func() (string, error) {
+		once.Do(func() {
+			buf := make([]byte, 64<<10)
+			var off int64
+			var prev byte
+			for {
+				n, rerr := r.ReadAt(buf, off)
+				if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
+					if i > 0 && buf[i-1] == '\r' || i == 0 && prev == '\r' {
+						term = "\r\n"
+					}
+					return
+				}
+				if n > 0 {
+					prev = buf[n-1]
+				}
+				off += int64(n)
+				if errors.Is(rerr, io.EOF) {
+					return
+				}
+				if rerr != nil {
+					err = fmt.Errorf("transcript: %w", rerr)
+					return
+				}
+			}
+		})
+		return term, err
+	}
+}
+
+// gluedChange reports what gluedSpans changes in line n, which holds
+// line.
+func gluedChange(n int, glued []badLine, line []byte) Change {
 	for i := range glued {
 		glued[i].line = n
 	}
 	entries := len(glued)
 	if glued[0].ins == "" {
-		return Change{Kind: ChangeDropFragment, Line: n, Reason: fragmentReason(int(glued[0].end-glued[0].off), entries)}
+		return Change{Kind: ChangeDropFragment, Line: n, Reason: fragmentReason(line[:glued[0].end-glued[0].off], entries)}
 	}
 	return Change{Kind: ChangeSplitLine, Line: n, Reason: splitReason(entries + 1)}
 }

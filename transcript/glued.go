@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // This file finds the entries of a JSONL line that is not valid because
@@ -176,13 +177,19 @@ func gluedEntry(f Format, c codec) func([]byte) bool {
 	}
 }
 
-// Reasons of the changes made to a line that held glued entries.
-func fragmentReason(frag, entries int) string {
+// Reasons of the changes made to a line that held glued entries; frag is
+// what is dropped before them.
+func fragmentReason(frag []byte, entries int) string {
 	what := "the complete entry written after it is kept as a line of its own"
 	if entries > 1 {
 		what = fmt.Sprintf("the %d complete entries written after it are kept, each as a line of its own", entries)
 	}
-	return fmt.Sprintf("the line begins with %d bytes of an entry cut short (a torn write, then the next entry written onto it with no line end): the torn fragment is dropped; %s", frag, what)
+	if len(bytes.Trim(frag, "\x00")) == 0 {
+		// A crash after the file grew and before the write's bytes
+		// reached the disk leaves zeros where they were to go.
+		return fmt.Sprintf("the line begins with %d zero bytes (the space of a write a crash left unwritten, then the next entry written after it with no line end): they are dropped; %s", len(frag), strings.Replace(what, "written after it", "after them", 1))
+	}
+	return fmt.Sprintf("the line begins with %d bytes of an entry cut short (a torn write, then the next entry written onto it with no line end): the torn fragment is dropped; %s", len(frag), what)
 }
 
 func splitReason(entries int) string {

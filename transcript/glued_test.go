@@ -249,3 +249,102 @@ func TestSplitGlued(t *testing.T) {
 		require.Equal(t, tc.spans, spans, tc.line)
 	}
 }
+
+// TestGluedLastLineOfACRLFFile: two whole entries on a CRLF file's last
+// line, which has no line end, are split with the file's CRLF, by the
+// line-level repair (--lines-only) as by the in-memory one.
+func TestGluedLastLineOfACRLFFile(t *testing.T) {
+	t.Parallel()
+	in := ccU1 + "\r\n" + ccA2 + ccU4
+	want := ccU1 + "\r\n" + ccA2 + "\r\n" + ccU4
+	for _, mode := range []string{"memory", "lines-only"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "s.jsonl")
+			require.NoError(t, os.WriteFile(path, []byte(in), 0o600))
+			if mode == "memory" {
+				d, err := Parse([]byte(in), FormatClaude)
+				require.NoError(t, err)
+				out, err := d.Bytes()
+				require.NoError(t, err)
+				require.Equal(t, want, string(out))
+				return
+			}
+			rep, err := RepairFile(path, FileOptions{Format: FormatClaude, NoBackup: true, LinesOnly: true})
+			require.NoError(t, err)
+			require.Equal(t, StatusRepaired, rep.Status)
+			require.Len(t, rep.Changes, 1)
+			require.Equal(t, ChangeSplitLine, rep.Changes[0].Kind)
+			out, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, want, string(out))
+		})
+	}
+	// An LF file's last line is split with LF.
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(ccU1+"\n"+ccA2+ccU4), 0o600))
+	_, err := RepairFile(path, FileOptions{Format: FormatClaude, NoBackup: true, LinesOnly: true})
+	require.NoError(t, err)
+	out, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, ccU1+"\n"+ccA2+"\n"+ccU4, string(out))
+}
+
+// TestLineOneTerm: the first line's terminator, wherever the line end
+// falls in the reads.
+func TestLineOneTerm(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 64<<10-1)
+	for in, want := range map[string]string{
+		"a\r\nb\n":        "\r\n",
+		"a\nb\r\n":        "\n",
+		"a":               "\n",
+		"":                "\n",
+		long + "\r\n":     "\r\n", // the CR ends the first read, the LF starts the next
+		long + "x\r\nb\n": "\r\n",
+		long + "\n":       "\n",
+		"\r\n" + long:     "\r\n",
+	} {
+		got, err := lineOneTerm(strings.NewReader(in))()
+		require.NoError(t, err)
+		require.Equal(t, want, got, "%.20q", in)
+	}
+}
+
+// TestZerosBeforeAGluedEntry: a run of zero bytes before a whole entry (a
+// crash left a write's space unwritten, and the agent appended after it)
+// is reported as zeros, not as an entry cut short; the entry is kept.
+func TestZerosBeforeAGluedEntry(t *testing.T) {
+	t.Parallel()
+	in := jsonl(ccU1, ccA2, strings.Repeat("\x00", 100)+ccU4, ccA5)
+	want := jsonl(ccU1, ccA2, ccU4, ccA5)
+	for _, mode := range []string{"default", "memory", "lines-only"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "s.jsonl")
+			require.NoError(t, os.WriteFile(path, []byte(in), 0o600))
+			var changes []Change
+			if mode == "memory" {
+				d, err := Parse([]byte(in), FormatClaude)
+				require.NoError(t, err)
+				changes = d.Dropped
+				out, err := d.Bytes()
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(path, out, 0o600))
+			} else {
+				rep, err := RepairFile(path, FileOptions{Format: FormatClaude, NoBackup: true, LinesOnly: mode == "lines-only"})
+				require.NoError(t, err)
+				changes = rep.Changes
+			}
+			require.Len(t, changes, 1)
+			require.Equal(t, ChangeDropFragment, changes[0].Kind)
+			require.Equal(t, 3, changes[0].Line)
+			require.Contains(t, changes[0].Reason, "the line begins with 100 zero bytes")
+			require.Contains(t, changes[0].Reason, "the complete entry after them is kept as a line of its own")
+			require.NotContains(t, changes[0].Reason, "cut short")
+			out, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, want, string(out))
+		})
+	}
+}

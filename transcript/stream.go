@@ -465,7 +465,7 @@ func (s *streamRepair) glued(line []byte, r *scanLine, k *keyCheck) {
 // glued entry is kept, and salvages its id and parent.
 func (s *streamRepair) dropFragment(idx int, frag []byte) {
 	s.cut[idx] += len(frag)
-	s.dropped = append(s.dropped, Change{Kind: ChangeDropFragment, Line: idx + 1, Reason: fragmentReason(len(frag), 1)})
+	s.dropped = append(s.dropped, Change{Kind: ChangeDropFragment, Line: idx + 1, Reason: fragmentReason(frag, 1)})
 	s.salvage(idx, frag, true)
 }
 
