@@ -147,6 +147,12 @@ func TestTornEditBranchRelinksToItsParent(t *testing.T) {
 		texts:  []string{"fix the parser", "Let me look.", "Done by hand.", "thanks"},
 		why:    "most likely it was the dropped line 5 before it, whose own id was torn away; it takes that line's parent",
 	}, {
+		name:   "the torn line started the branch, and its child was written onto it",
+		in:     jsonl(u1, a2, u3, a4, torn(edit, `"content":"no rege`)+line("u5", "a6", "assistant", "Done by hand."), line("a6", "u7", "user", "thanks")),
+		target: "a2",
+		texts:  []string{"fix the parser", "Let me look.", "Done by hand.", "thanks"},
+		why:    "most likely it was the entry torn at the start of line 5, this entry written onto it, whose own id was torn away; it takes that entry's parent",
+	}, {
 		name:   "an entry that can be the ancestor comes after the torn line",
 		in:     jsonl(u1, a2, torn(edit, `"content":"no rege`), u3, line("zz", "a4", "assistant", "Done with regexps.")),
 		target: "u3",

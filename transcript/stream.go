@@ -536,9 +536,10 @@ func (s *streamRepair) salvage(idx int, line []byte, fragment bool) {
 
 // tornBefore returns the dropped line nearest before line n (1-based)
 // that names its parent but lost its own id, and whether it comes after
-// line after, as the in-memory tornBefore does.
+// line after, as the in-memory tornBefore does (a torn fragment on line n
+// itself comes before the entry glued onto it).
 func (s *streamRepair) tornBefore(after, n int) (*salvage, bool) {
-	k := sort.Search(len(s.torn), func(k int) bool { return s.torn[k].line >= n })
+	k := sort.Search(len(s.torn), func(k int) bool { return s.torn[k].line > n })
 	if k == 0 {
 		return nil, false
 	}
@@ -919,7 +920,7 @@ func (s *streamRepair) relinkChanges() []Change {
 		if v, ok := s.brokenVia[l]; ok {
 			why = goneWith(p, v.line, v.fragment)
 		} else if tl, ok := s.brokenTorn[l]; ok {
-			why, target = tornWhy(p, tl)
+			why, target = tornWhy(p, tl, l+1)
 		}
 		if t := s.lt.parent(l); t >= 0 {
 			target = fmt.Sprintf("relinked to %q, its nearest surviving ancestor", s.targets[int(t)])

@@ -91,10 +91,15 @@ type tornLine struct {
 	parent string // "" for null
 }
 
-// tornWhy is why an entry whose parent is most likely the torn line
-// before it is relinked to that line's parent, and what it is made when
-// that line was a root.
-func tornWhy(parent string, line int) (why, root string) {
+// tornWhy is why the entry at line at, whose parent is most likely the
+// torn line before it (or the torn entry at the start of its own line),
+// is relinked to that line's parent, and what it is made when that line
+// was a root.
+func tornWhy(parent string, line, at int) (why, root string) {
+	if line == at {
+		return fmt.Sprintf("parent %q is not in the file: most likely it was the entry torn at the start of line %d, this entry written onto it, whose own id was torn away; it takes that entry's parent", parent, line),
+			"made a root, as the torn entry was"
+	}
 	return fmt.Sprintf("parent %q is not in the file: most likely it was the dropped line %d before it, whose own id was torn away; it takes that line's parent", parent, line),
 		"made a root, as the torn line was"
 }
@@ -147,9 +152,11 @@ func (d *Document) salvage(spec treeSpec) (map[string]salvaged, []tornLine) {
 // conversation, the entry before it in the file is on the abandoned
 // branch; the torn line's parent is where the new branch starts).
 // torn is in line order: the search is a binary one (one per broken
-// link, so a file of many torn lines is not quadratic).
+// link, so a file of many torn lines is not quadratic). A torn line on
+// line n itself is the fragment at its start, onto which the entry was
+// written (glued.go): it comes before the entry.
 func tornBefore(torn []tornLine, after, n int) (tornLine, bool) {
-	k := sort.Search(len(torn), func(i int) bool { return torn[i].line >= n })
+	k := sort.Search(len(torn), func(i int) bool { return torn[i].line > n })
 	if k == 0 {
 		return tornLine{}, false
 	}
@@ -278,7 +285,7 @@ func (d *Document) linkTree(body []*entry, spec treeSpec) []*entry {
 		case len(e.via) > 0:
 			why = goneWith(e.parent, e.via[0], e.viaFragment)
 		case e.viaTorn > 0:
-			why, target = tornWhy(e.parent, e.viaTorn)
+			why, target = tornWhy(e.parent, e.viaTorn, e.line)
 		default:
 			why = fmt.Sprintf("parent %q is not in the file (a lost or torn line)", e.parent)
 		}
