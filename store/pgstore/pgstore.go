@@ -289,11 +289,17 @@ func refusal(err error, cc *pgx.ConnConfig, url string) error {
 	}
 	switch pe.Code {
 	case "3D000": // invalid_catalog_name
-		createdb := []string{"createdb"}
-		if len(cc.Fallbacks) == 0 {
-			createdb = append(createdb, "-h", cc.Host, "-p", strconv.Itoa(int(cc.Port)))
+		// The URL's hosts: pgx lists each host once more per extra TLS
+		// attempt (sslmode=prefer), as a fallback.
+		var hosts, ports []string
+		seen := map[string]bool{}
+		for _, h := range append([]*pgconn.FallbackConfig{{Host: cc.Host, Port: cc.Port}}, cc.Fallbacks...) {
+			if key := h.Host + ":" + strconv.Itoa(int(h.Port)); !seen[key] {
+				seen[key] = true
+				hosts, ports = append(hosts, h.Host), append(ports, strconv.Itoa(int(h.Port)))
+			}
 		}
-		createdb = append(createdb, "-U", cc.User, db)
+		createdb := []string{"createdb", "-h", strings.Join(hosts, ","), "-p", strings.Join(ports, ","), "-U", cc.User, db}
 		return fmt.Errorf("%w: database %q does not exist on the server of %s: create it (%s, or CREATE DATABASE %s), then run the same command again (belay serve creates belay's tables at start; belay migrate does only that)",
 			belay.ErrInvalid, db, where, cmdline.Join(createdb...), pgx.Identifier{db}.Sanitize())
 	case "28000", "28P01": // invalid_authorization_specification, invalid_password

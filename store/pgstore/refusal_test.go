@@ -78,6 +78,11 @@ func TestOpenRefusedForWhatTheURLSays(t *testing.T) {
 		refused(t, open(cluster.URL(name)), fmt.Sprintf(`database %q does not exist`, name),
 			"createdb -h 127.0.0.1 -p "+p.Port()+" -U postgres "+name, `CREATE DATABASE "`+name+`"`, "then run the same command again")
 	})
+	t.Run("no such database, TLS preferred", func(t *testing.T) {
+		// No sslmode: pgx tries TLS, then the same host without it.
+		u := strings.Replace(cluster.URL("belay_no_db_tls"), "?sslmode=disable", "", 1)
+		refused(t, open(u), "createdb -h 127.0.0.1 -p "+p.Port()+" -U postgres belay_no_db_tls")
+	})
 	t.Run("no such database, with a password", func(t *testing.T) {
 		// The throwaway cluster trusts every local connection: the
 		// password is not checked, and never shown.
