@@ -18,8 +18,9 @@ import (
 const SessionTimeout = 30 * time.Minute
 
 // IdleScope is how long the server of a scope with no MCP session left
-// is kept after it was last handed to a new session; it is stopped (its
-// wake loop too) when a server for another scope is made after that.
+// is kept after the last request of that scope (the SDK asks for the
+// server on every request); it is stopped (its wake loop too) when a
+// server for another scope is made after that.
 const IdleScope = time.Minute
 
 // MaxScopes is how many scopes' servers may run at once; a new session of
@@ -47,8 +48,8 @@ type HTTP struct {
 	inflight sync.WaitGroup
 }
 
-// scopeServer is the server of one scope, and when it was last handed to
-// a new session.
+// scopeServer is the server of one scope, and when a request of the
+// scope last asked for it.
 type scopeServer struct {
 	s    *Server
 	used time.Time
@@ -83,8 +84,8 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.h.ServeHTTP(w, r)
 }
 
-// server returns the server of the request's scope for a new session
-// (nil: a bad scope, or too many, answered 400).
+// server returns the server of the request's scope (the SDK asks on
+// every request; nil: a bad scope, or too many, answered 400).
 func (h *HTTP) server(r *http.Request) *Server {
 	q := r.URL.Query()
 	scope := Scope{Sessions: q["session"], Tags: q["tag"], All: q.Get("all") == "1" || q.Get("all") == "true"}
